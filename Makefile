@@ -1,0 +1,35 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Each one creates .venv and installs the pinned dev lock on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test docs bench clean venv
+
+venv: $(STAMP)
+
+# torch is installed first and pinned to the CPU build: an unpinned torch pulls
+# several GB of CUDA packages.
+$(STAMP): requirements/dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -r requirements/dev.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo_diabetes.py
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --durations=15
+
+docs: $(STAMP)
+	$(MAKE) -C docs html SPHINXBUILD=$(abspath $(VENV))/bin/sphinx-build
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_federated_ridge.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated

@@ -1,0 +1,20 @@
+"""sklearn-fed: federated learning as scikit-learn estimators.
+
+The ridge family (exact, from client sufficient statistics) lives in
+:mod:`sklearn_fed.linear_model`; this top level re-exports the public API.
+Importing :mod:`sklearn_fed` never imports torch.
+"""
+
+from .linear_model import FederatedRidge, FederatedRidgeCV
+from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "ClientStatistics",
+    "FederatedRidge",
+    "FederatedRidgeCV",
+    "InvalidClientMessage",
+    "__version__",
+    "merge_statistics",
+]

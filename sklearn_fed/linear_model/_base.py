@@ -1,0 +1,203 @@
+"""What every ridge estimator shares: the solver and the statistics-based base class."""
+
+import warnings
+from numbers import Real
+
+import numpy as np
+from scipy import linalg
+from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
+from sklearn.utils.extmath import safe_sparse_dot
+
+from .._clients import group_rows_by_client
+from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
+from ..simulation import CommunicationLedger
+from ..statistics import ClientStatistics, InvalidClientMessage
+
+__all__ = ["solve_ridge"]
+
+
+def solve_ridge(gram, moment, alpha):
+    """Solve ``(gram + alpha I) w = moment`` for each target.
+
+    Cholesky on the symmetric positive definite system; if it fails or the
+    system is numerically singular (possible only with ``alpha`` near 0), a
+    :class:`~scipy.linalg.LinAlgWarning` is issued and a minimum-norm
+    least-squares solution is returned instead.
+
+    Parameters
+    ----------
+    gram : ndarray of shape (n_features, n_features)
+        Symmetric positive semi-definite matrix.
+    moment : ndarray of shape (n_features, n_targets)
+        Right-hand sides.
+    alpha : float or ndarray of shape (n_targets,)
+        Non-negative regularization, one per target or shared.
+
+    Returns
+    -------
+    coef : ndarray of shape (n_targets, n_features)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> solve_ridge(np.eye(2), np.array([[2.0], [4.0]]), 1.0)
+    array([[1., 2.]])
+    """
+    d, t = moment.shape
+    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (t,))
+    coef = np.empty((t, d))
+    for value in np.unique(alpha):  # one factorization per distinct alpha
+        targets = np.flatnonzero(alpha == value)
+        system = gram + value * np.eye(d)
+        coef[targets] = _solve_spd(system, moment[:, targets]).T
+    return coef
+
+
+def _solve_spd(system, rhs):
+    try:
+        factor = linalg.cho_factor(system, lower=False, check_finite=False)
+        pivots = np.abs(np.diag(factor[0]))
+        # cond(system) ~ (max pivot / min pivot)^2 for a Cholesky factor.
+        if pivots.min() > np.sqrt(np.finfo(float).eps * system.shape[0]) * pivots.max():
+            return linalg.cho_solve(factor, rhs, check_finite=False)
+    except linalg.LinAlgError:
+        pass
+    warnings.warn(
+        "The regularized Gram matrix is singular or ill-conditioned; using a "
+        "least-squares solution instead of Cholesky. Increase alpha to avoid this.",
+        linalg.LinAlgWarning,
+        stacklevel=3,
+    )
+    return linalg.lstsq(system, rhs, lapack_driver="gelsd", check_finite=False)[0]
+
+
+class BaseFederatedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
+    """Shared machinery of the ridge estimators fitted from client statistics.
+
+    Subclasses implement ``fit``; this class validates input, turns rows into
+    per-client :class:`~sklearn_fed.statistics.ClientStatistics`, validates
+    untrusted messages, sets ``coef_``/``intercept_`` from an aggregate, and
+    predicts.
+    """
+
+    _parameter_constraints: dict = {
+        "alpha": [Interval(Real, 0, None, closed="left"), np.ndarray],
+        "fit_intercept": ["boolean"],
+    }
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    # ---------------------------------------------------------------- inputs
+    def _validate_rows(self, X, y, sample_weight, clients, *, reset):
+        """Validate one batch of rows; returns arrays and per-client row groups."""
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            accept_sparse=["csr", "csc", "coo"],
+            dtype=[np.float64, np.float32],
+            multi_output=True,
+            y_numeric=True,
+            reset=reset,
+        )
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True
+            )
+        labels, rows = group_rows_by_client(clients, X.shape[0])
+        return X, y, sample_weight, labels, rows
+
+    def _statistics_by_client(self, X, y, sample_weight, labels, rows):
+        """Compute each client's statistics from its own rows (one at a time)."""
+        for label, client_rows in zip(labels, rows):
+            yield label, ClientStatistics.from_data(
+                X, y, sample_weight, centered=self.fit_intercept, rows=client_rows
+            )
+
+    def _checked_alpha(self, n_targets, name="alpha"):
+        alpha = np.asarray(self.alpha, dtype=np.float64)
+        if alpha.ndim > 1 or (alpha.ndim == 1 and alpha.shape[0] not in (1, n_targets)):
+            raise ValueError(
+                f"{name} must be a scalar or have one value per target "
+                f"({n_targets}); got shape {alpha.shape}."
+            )
+        if np.any(~np.isfinite(alpha)) or np.any(alpha < 0):
+            raise ValueError(f"{name} must be finite and non-negative; got {self.alpha!r}.")
+        return alpha
+
+    def _read_messages(self, messages):
+        """Parse and validate untrusted client messages, all before using any.
+
+        ``messages`` is a list (client labels 0..K-1) or a dict label ->
+        message; a message is a ClientStatistics or its bytes.
+        """
+        if isinstance(messages, dict):
+            items = list(messages.items())
+        else:
+            items = list(enumerate(messages))
+        if not items:
+            raise ValueError("fit_statistics needs at least one client message.")
+        parsed = []
+        first = None
+        for label, message in items:
+            if isinstance(message, ClientStatistics):
+                stats = message.validate(client=label)
+            elif isinstance(message, (bytes, bytearray, memoryview)):
+                stats = ClientStatistics.from_bytes(message, client=label)
+            else:
+                raise InvalidClientMessage(
+                    f"client {label!r}: expected ClientStatistics or bytes, got "
+                    f"{type(message).__name__}.",
+                    label,
+                )
+            if first is None:
+                first = stats
+            stats.validate(client=label, n_features=first.n_features, n_targets=first.n_targets)
+            if stats.centered != self.fit_intercept:
+                raise InvalidClientMessage(
+                    f"client {label!r}: statistics are "
+                    f"{'centered' if stats.centered else 'uncentered'} but "
+                    f"fit_intercept={self.fit_intercept}.",
+                    label,
+                )
+            parsed.append((label, stats))
+        return parsed
+
+    # ---------------------------------------------------------------- outputs
+    def _set_coef(self, aggregate, coef, dtype):
+        """Set ``coef_`` and ``intercept_`` shaped and typed like sklearn's Ridge."""
+        if self.fit_intercept:
+            intercept = (aggregate.y_mean - coef @ aggregate.x_mean).astype(dtype)
+        else:
+            intercept = np.zeros(aggregate.n_targets, dtype=dtype)
+        coef = coef.astype(dtype, copy=False)
+        if aggregate.single_target:
+            self.coef_ = coef[0]
+            self.intercept_ = intercept[0] if self.fit_intercept else 0.0
+        else:
+            self.coef_ = coef
+            self.intercept_ = intercept
+
+    def _new_ledger(self, n_features, n_targets):
+        return CommunicationLedger(n_parameters=(n_features + self.fit_intercept) * n_targets)
+
+    def predict(self, X):
+        """Predict with the fitted linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        """
+        check_is_fitted(self)
+        X = validate_data(
+            self, X, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32], reset=False
+        )
+        return safe_sparse_dot(X, np.asarray(self.coef_).T, dense_output=True) + self.intercept_
+

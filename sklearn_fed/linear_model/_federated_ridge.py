@@ -1,0 +1,198 @@
+"""FederatedRidge: one-shot ridge from aggregated client statistics."""
+
+import copy
+
+import numpy as np
+
+from .._compat import _fit_context
+from ..statistics import merge_statistics
+from ._base import BaseFederatedRidge, solve_ridge
+
+__all__ = ["FederatedRidge"]
+
+
+class FederatedRidge(BaseFederatedRidge):
+    """Ridge regression fitted in one round from per-client sufficient statistics.
+
+    Each client reduces its rows to a :class:`~sklearn_fed.statistics.ClientStatistics`
+    (weight sum, means, centered Gram, centered moment); the server merges them
+    and solves ``(G + alpha I) w = h`` by Cholesky, with intercept
+    ``y_mean - x_mean @ w`` (Algorithm 1, "one-shot sigma-fusion", of the
+    one-shot federated ridge paper). Because the merged statistics equal those
+    of the pooled rows, the result equals :class:`sklearn.linear_model.Ridge`
+    on all rows, for any partition of rows into clients (Theorem 2), and for
+    any subset of clients that actually report (dropout, Theorem 8).
+
+    Read more in the :ref:`User Guide <federated_ridge>`.
+
+    Parameters
+    ----------
+    alpha : float or ndarray of shape (n_targets,), default=1.0
+        Non-negative L2 penalty, one per target or shared, as in
+        :class:`~sklearn.linear_model.Ridge`.
+    fit_intercept : bool, default=True
+        Whether to fit an (unpenalized) intercept. Clients then send centered
+        statistics.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+        Coefficients, in the dtype of ``X`` (float32 or float64).
+    intercept_ : float or ndarray of shape (n_targets,)
+        Intercept; ``0.0`` when ``fit_intercept=False``.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+    clients_ : ndarray of shape (n_clients_,)
+        Labels of the clients whose statistics were aggregated.
+    n_clients_ : int
+        Number of clients.
+    communication_ : CommunicationLedger
+        Bytes actually sent: ``uplink_bytes`` (total), ``uplink_bytes_per_client``,
+        ``downlink_bytes`` (model broadcast), ``rounds``, and
+        ``fedavg_equivalent(R)`` for what R rounds of FedAvg would cost.
+
+    See Also
+    --------
+    FederatedRidgeCV : Chooses alpha by leave-one-client-out cross-validation.
+    sklearn_fed.statistics.ClientStatistics : The message each client sends.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import Ridge
+    >>> from sklearn_fed import FederatedRidge
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(60, 3)), rng.normal(size=60)
+    >>> clients = np.repeat(["a", "b", "c"], 20)
+    >>> fed = FederatedRidge(alpha=1.0).fit(X, y, clients=clients)
+    >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
+    True
+    >>> fed.n_clients_, fed.communication_.uplink_bytes
+    (3, 564)
+    """
+
+    def __init__(self, alpha=1.0, *, fit_intercept=True):
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None, clients=None):
+        """Fit on rows split among clients by ``clients``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training rows.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Targets.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative row weights.
+        clients : array-like of shape (n_samples,), default=None
+            Client label of each row (any hashable). ``None``: one client.
+
+        Returns
+        -------
+        self : FederatedRidge
+        """
+        X, y, sample_weight, labels, rows = self._validate_rows(
+            X, y, sample_weight, clients, reset=True
+        )
+        self._aggregate = None
+        return self._absorb(X, y, sample_weight, labels, rows)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y, sample_weight=None, clients=None):
+        """Add rows (from existing or new clients) and refit, exactly.
+
+        The result after any sequence of calls equals ``Ridge`` fitted on all
+        rows seen. A call that raises leaves the estimator unchanged.
+
+        Parameters
+        ----------
+        X, y, sample_weight, clients
+            As in :meth:`fit`.
+
+        Returns
+        -------
+        self : FederatedRidge
+        """
+        first_call = getattr(self, "_aggregate", None) is None
+        X, y, sample_weight, labels, rows = self._validate_rows(
+            X, y, sample_weight, clients, reset=first_call
+        )
+        if not first_call:
+            n_targets = 1 if y.ndim == 1 else y.shape[1]
+            if n_targets != self._aggregate.n_targets:
+                raise ValueError(
+                    f"y has {n_targets} targets but earlier calls had "
+                    f"{self._aggregate.n_targets}."
+                )
+            if self._aggregate.centered != self.fit_intercept:
+                raise ValueError(
+                    "fit_intercept changed since the first partial_fit; call fit to restart."
+                )
+        return self._absorb(X, y, sample_weight, labels, rows)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_statistics(self, messages):
+        """Fit from client messages alone: the deployment path.
+
+        Every message is parsed and validated before any is aggregated, so a
+        bad message raises :class:`~sklearn_fed.statistics.InvalidClientMessage`
+        naming its client and leaves the estimator unchanged.
+
+        Parameters
+        ----------
+        messages : list or dict
+            :class:`~sklearn_fed.statistics.ClientStatistics` objects or their
+            bytes (:meth:`~sklearn_fed.statistics.ClientStatistics.to_bytes`).
+            A dict maps client labels to messages; a list labels them 0..K-1.
+
+        Returns
+        -------
+        self : FederatedRidge
+        """
+        parsed = self._read_messages(messages)
+        aggregate = merge_statistics(stats for _, stats in parsed)
+        alpha = self._checked_alpha(aggregate.n_targets)
+        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
+        for label, stats in parsed:
+            ledger.record_upload(label, stats.nbytes)
+        ledger.record_broadcast(len(parsed), ledger.n_parameters)
+        coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
+        for attribute in ("feature_names_in_",):
+            self.__dict__.pop(attribute, None)
+        self.n_features_in_ = aggregate.n_features
+        self._commit(aggregate, ledger, [label for label, _ in parsed], coef, np.float64)
+        return self
+
+    def _absorb(self, X, y, sample_weight, labels, rows):
+        """Aggregate a batch of rows into the state; assign only at the end."""
+        previous = getattr(self, "_aggregate", None)
+        n_targets = 1 if y.ndim == 1 else y.shape[1]
+        alpha = self._checked_alpha(n_targets)
+        if previous is None:
+            ledger = self._new_ledger(X.shape[1], n_targets)
+            known = []
+        else:
+            ledger = copy.deepcopy(self.communication_)
+            known = list(self.clients_)
+        aggregate = previous
+        for label, stats in self._statistics_by_client(X, y, sample_weight, labels, rows):
+            ledger.record_upload(label, stats.nbytes)
+            aggregate = stats if aggregate is None else aggregate.merge(stats)
+        ledger.record_broadcast(len(labels), ledger.n_parameters)
+        coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
+        seen = set(known)
+        known += [label for label in labels if label not in seen]
+        self._commit(aggregate, ledger, known, coef, X.dtype)
+        return self
+
+    def _commit(self, aggregate, ledger, labels, coef, dtype):
+        self._aggregate = aggregate
+        self.communication_ = ledger
+        self.clients_ = np.asarray(labels)
+        self.n_clients_ = len(labels)
+        self._set_coef(aggregate, coef, dtype)

@@ -1,0 +1,515 @@
+"""Sufficient statistics of one client's rows for (weighted) ridge regression.
+
+Every ridge estimator in :mod:`sklearn_fed` is built on :class:`ClientStatistics`:
+a client turns its rows into one (compute), the server combines many (merge), and
+in a real deployment they travel as bytes (serialize, validate).
+
+Why centered statistics: a raw Gram ``X^T X`` of features with an offset of 1e6
+holds entries near 1e12, and subtracting ``n * mean mean^T`` afterwards cancels
+every significant digit of the variance. We instead center each block of rows at
+its own mean before the BLAS ``syrk`` product and combine blocks (and clients)
+with the pairwise update of Chan, Golub & LeVeque (1979), which adds
+``w_a w_b / (w_a + w_b) * delta delta^T`` for the difference of the means. Both
+steps are exact in exact arithmetic and lose no digits to the offset.
+"""
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy import linalg
+from scipy.linalg.blas import dsyr, dsyrk
+
+__all__ = ["ClientStatistics", "InvalidClientMessage", "merge_statistics"]
+
+# Rows per block are chosen so one centered float64 block takes about this much
+# memory: large enough for BLAS to run at full speed, small next to X.
+_BLOCK_BYTES = 8 * 2**20
+
+_MAGIC = b"SKFEDSTA"
+_FORMAT_VERSION = 1
+# magic, version, flags, n_features, n_targets, n_samples, weight_sum
+_HEADER = struct.Struct("<8sHHIIQd")
+_CHECKSUM_BYTES = 32  # SHA-256 of header and payload
+_FLAG_CENTERED = 1
+_FLAG_SINGLE_TARGET = 2
+_MAX_FEATURES = 2**20  # refuse to even size a message that claims more
+
+
+class InvalidClientMessage(ValueError):
+    """A client's statistics (or their bytes) failed validation.
+
+    Attributes
+    ----------
+    client : hashable or None
+        The label of the client whose message was rejected.
+    """
+
+    def __init__(self, message, client=None):
+        super().__init__(message)
+        self.client = client
+
+
+def _who(client):
+    return "client statistics" if client is None else f"client {client!r}"
+
+
+@dataclass(eq=False)
+class ClientStatistics:
+    """Sufficient statistics of one client's rows for ridge regression.
+
+    With ``centered=True`` (used when an intercept is fitted) the matrices are
+    taken around the client's weighted means; with ``centered=False`` they are
+    the raw weighted products. ``sw`` is the sample weight of each row.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of rows.
+    weight_sum : float
+        ``W = sum(sw)``.
+    x_mean : ndarray of shape (n_features,)
+        Weighted feature means.
+    y_mean : ndarray of shape (n_targets,)
+        Weighted target means.
+    gram : ndarray of shape (n_features, n_features)
+        ``sum(sw * (x - x_mean)(x - x_mean)^T)`` (raw ``X^T diag(sw) X`` when not
+        centered). Symmetric; only its upper triangle travels.
+    moment : ndarray of shape (n_features, n_targets)
+        ``sum(sw * (x - x_mean)(y - y_mean)^T)`` (raw ``X^T diag(sw) y``).
+    target_ss : ndarray of shape (n_targets,)
+        ``sum(sw * (y - y_mean)^2)`` per target (raw ``sum(sw * y^2)``).
+    centered : bool
+        Whether the statistics are centered.
+    single_target : bool
+        Whether ``y`` was one-dimensional.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.statistics import ClientStatistics
+    >>> X = np.array([[1.0, 2.0], [3.0, 5.0], [4.0, 4.0]])
+    >>> y = np.array([1.0, 2.0, 4.0])
+    >>> stats = ClientStatistics.from_data(X, y)
+    >>> stats.x_mean
+    array([2.66666667, 3.66666667])
+    >>> message = stats.to_bytes()
+    >>> len(message) == stats.nbytes
+    True
+    >>> ClientStatistics.from_bytes(message).gram
+    array([[4.66666667, 3.66666667],
+           [3.66666667, 4.66666667]])
+    """
+
+    n_samples: int
+    weight_sum: float
+    x_mean: np.ndarray
+    y_mean: np.ndarray
+    gram: np.ndarray
+    moment: np.ndarray
+    target_ss: np.ndarray
+    centered: bool = True
+    single_target: bool = True
+
+    @property
+    def n_features(self):
+        return self.x_mean.shape[0]
+
+    @property
+    def n_targets(self):
+        return self.y_mean.shape[0]
+
+    # ------------------------------------------------------------------ compute
+    @classmethod
+    def from_data(cls, X, y, sample_weight=None, *, centered=True, rows=None):
+        """Compute the statistics of one client's rows.
+
+        Parameters
+        ----------
+        X : {ndarray, sparse matrix} of shape (n_samples, n_features)
+            Features; float32 is accepted, statistics are accumulated in
+            float64. Sparse input is never densified.
+        y : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Targets.
+        sample_weight : ndarray of shape (n_samples,), default=None
+            Non-negative row weights; ``None`` means all ones.
+        centered : bool, default=True
+            Center around the weighted means (needed to fit an intercept).
+        rows : slice or ndarray of int, default=None
+            Use only these rows of ``X``, ``y`` and ``sample_weight``. Dense rows
+            are then gathered block by block, so a client's rows are never
+            copied out of a shared ``X`` as a whole.
+
+        Returns
+        -------
+        stats : ClientStatistics
+        """
+        y = np.asarray(y)
+        single_target = y.ndim == 1
+        y2 = y.reshape(y.shape[0], -1)
+        rows = slice(0, X.shape[0]) if rows is None else rows
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, dtype=np.float64)
+            if np.any(sample_weight[rows] < 0):
+                raise ValueError("sample_weight must be non-negative.")
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)
+            sw = None if sample_weight is None else sample_weight[rows]
+            parts = _sparse_statistics(X[rows], y2[rows], sw, centered)
+            n_samples = X[rows].shape[0]
+        else:
+            parts = _dense_statistics(X, y2, sample_weight, centered, rows)
+            n_samples = len(range(X.shape[0])[rows]) if isinstance(rows, slice) else len(rows)
+        return cls(n_samples, *parts, centered=centered, single_target=single_target)
+
+    # -------------------------------------------------------------------- merge
+    def merge(self, other):
+        """Statistics of the union of both clients' rows (a new object).
+
+        Centered statistics are combined with the pairwise update of Chan et al.,
+        raw ones by plain addition; either way the result is exact.
+        """
+        _check_compatible(self, other)
+        wa, wb = self.weight_sum, other.weight_sum
+        w = wa + wb
+        if w > 0:
+            x_mean = self.x_mean + (wb / w) * (other.x_mean - self.x_mean)
+            y_mean = self.y_mean + (wb / w) * (other.y_mean - self.y_mean)
+        else:
+            x_mean, y_mean = self.x_mean.copy(), self.y_mean.copy()
+        gram = self.gram + other.gram
+        moment = self.moment + other.moment
+        target_ss = self.target_ss + other.target_ss
+        if self.centered and wa > 0 and wb > 0:
+            scale = wa * wb / w
+            dx = other.x_mean - self.x_mean
+            dy = other.y_mean - self.y_mean
+            gram += scale * np.outer(dx, dx)
+            moment += scale * np.outer(dx, dy)
+            target_ss += scale * dy * dy
+        return type(self)(
+            self.n_samples + other.n_samples,
+            w,
+            x_mean,
+            y_mean,
+            gram,
+            moment,
+            target_ss,
+            centered=self.centered,
+            single_target=self.single_target,
+        )
+
+    # -------------------------------------------------------------- serialize
+    @property
+    def nbytes(self):
+        """Size in bytes of :meth:`to_bytes`, i.e. of the uplink message."""
+        d, t = self.n_features, self.n_targets
+        n_values = d + t + d * (d + 1) // 2 + d * t + t
+        return _HEADER.size + 8 * n_values + _CHECKSUM_BYTES
+
+    def to_bytes(self):
+        """Serialize to the versioned wire format (no pickle).
+
+        Layout: a little-endian header (magic ``SKFEDSTA``, format version,
+        flags, n_features, n_targets, n_samples, weight_sum), then float64
+        little-endian ``x_mean``, ``y_mean``, the packed upper triangle of
+        ``gram`` (row by row), ``moment`` (row-major), ``target_ss``, then the
+        SHA-256 of everything before it.
+        """
+        flags = (_FLAG_CENTERED if self.centered else 0) | (
+            _FLAG_SINGLE_TARGET if self.single_target else 0
+        )
+        header = _HEADER.pack(
+            _MAGIC,
+            _FORMAT_VERSION,
+            flags,
+            self.n_features,
+            self.n_targets,
+            self.n_samples,
+            self.weight_sum,
+        )
+        upper = np.triu_indices(self.n_features)
+        payload = np.concatenate(
+            [
+                self.x_mean,
+                self.y_mean,
+                self.gram[upper],
+                self.moment.ravel(),
+                self.target_ss,
+            ]
+        ).astype("<f8", copy=False)
+        body = header + payload.tobytes()
+        return body + hashlib.sha256(body).digest()
+
+    @classmethod
+    def from_bytes(cls, data, *, client=None, validate=True):
+        """Parse (and by default validate) a message made by :meth:`to_bytes`.
+
+        Parameters
+        ----------
+        data : bytes-like
+            The message.
+        client : hashable, default=None
+            Label used in error messages.
+        validate : bool, default=True
+            Run :meth:`validate` on the parsed statistics.
+
+        Raises
+        ------
+        InvalidClientMessage
+            If the message is truncated, corrupted, of an unknown version, or
+            fails validation. Nothing is returned from a bad message.
+        """
+        who = _who(client)
+        data = bytes(data)
+        if len(data) < _HEADER.size + _CHECKSUM_BYTES:
+            raise InvalidClientMessage(
+                f"{who}: message is truncated ({len(data)} bytes is shorter than "
+                "the fixed header).",
+                client,
+            )
+        magic, version, flags, d, t, n_samples, weight_sum = _HEADER.unpack_from(data)
+        if magic != _MAGIC:
+            raise InvalidClientMessage(
+                f"{who}: not a sklearn-fed statistics message (bad magic bytes).", client
+            )
+        if version != _FORMAT_VERSION:
+            raise InvalidClientMessage(
+                f"{who}: unsupported message format version {version} "
+                f"(this build reads version {_FORMAT_VERSION}).",
+                client,
+            )
+        if not (0 < d <= _MAX_FEATURES and 0 < t <= _MAX_FEATURES):
+            raise InvalidClientMessage(
+                f"{who}: implausible shape n_features={d}, n_targets={t}.", client
+            )
+        n_values = d + t + d * (d + 1) // 2 + d * t + t
+        expected = _HEADER.size + 8 * n_values + _CHECKSUM_BYTES
+        if len(data) != expected:
+            raise InvalidClientMessage(
+                f"{who}: message has {len(data)} bytes but its header announces "
+                f"{expected} (truncated or padded).",
+                client,
+            )
+        body, checksum = data[:-_CHECKSUM_BYTES], data[-_CHECKSUM_BYTES:]
+        if not hmac.compare_digest(hashlib.sha256(body).digest(), checksum):
+            raise InvalidClientMessage(
+                f"{who}: checksum mismatch (the message was altered or corrupted).",
+                client,
+            )
+        values = np.frombuffer(body, dtype="<f8", offset=_HEADER.size).astype(np.float64)
+        sizes = np.cumsum([d, t, d * (d + 1) // 2, d * t])
+        x_mean, y_mean, packed, moment, target_ss = np.split(values, sizes)
+        gram = np.empty((d, d))
+        upper = np.triu_indices(d)
+        gram[upper] = packed
+        gram.T[upper] = packed
+        stats = cls(
+            int(n_samples),
+            float(weight_sum),
+            x_mean,
+            y_mean,
+            gram,
+            moment.reshape(d, t),
+            target_ss,
+            centered=bool(flags & _FLAG_CENTERED),
+            single_target=bool(flags & _FLAG_SINGLE_TARGET),
+        )
+        if validate:
+            stats.validate(client=client)
+        return stats
+
+    # --------------------------------------------------------------- validate
+    def validate(self, *, client=None, n_features=None, n_targets=None):
+        """Check that the statistics could have come from real rows.
+
+        Checks shapes (and, if given, that they match ``n_features`` and
+        ``n_targets``), finiteness, a positive row count and a non-negative
+        weight sum, symmetry and positive semi-definiteness of ``gram`` (within
+        a tolerance for round-off), non-negative ``target_ss`` and the
+        Cauchy-Schwarz bound ``moment_ij^2 <= gram_ii * target_ss_j``.
+
+        Returns
+        -------
+        self : ClientStatistics
+
+        Raises
+        ------
+        InvalidClientMessage
+            Naming the client and the first check that failed.
+        """
+        who = _who(client)
+
+        def fail(reason):
+            raise InvalidClientMessage(f"{who}: {reason}", client)
+
+        d, t = self.n_features, self.n_targets
+        if n_features is not None and d != n_features:
+            fail(f"has {d} features, expected {n_features}.")
+        if n_targets is not None and t != n_targets:
+            fail(f"has {t} targets, expected {n_targets}.")
+        shapes = {
+            "gram": (self.gram.shape, (d, d)),
+            "moment": (self.moment.shape, (d, t)),
+            "target_ss": (self.target_ss.shape, (t,)),
+        }
+        for name, (got, want) in shapes.items():
+            if got != want:
+                fail(f"{name} has shape {got}, expected {want}.")
+        if int(self.n_samples) <= 0:
+            fail("has zero rows; a client must contribute at least one row.")
+        if not (np.isfinite(self.weight_sum) and self.weight_sum >= 0):
+            fail(f"weight_sum must be finite and non-negative, got {self.weight_sum}.")
+        for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
+            if not np.all(np.isfinite(getattr(self, name))):
+                fail(f"{name} contains NaN or infinity.")
+        scale = max(float(np.max(np.abs(np.diag(self.gram)), initial=0.0)), 1e-300)
+        tol = 1e-8 * scale
+        if np.max(np.abs(self.gram - self.gram.T), initial=0.0) > tol:
+            fail("gram is not symmetric.")
+        if np.any(self.target_ss < -1e-8 * max(np.max(np.abs(self.target_ss)), 1e-300)):
+            fail("target_ss is negative.")
+        diag = np.diag(self.gram)
+        if np.any(diag < -tol):
+            fail("gram has a negative diagonal entry.")
+        bound = np.outer(np.maximum(diag, 0), np.maximum(self.target_ss, 0))
+        if np.any(self.moment**2 > bound * (1 + 1e-6) + 1e-12 * scale):
+            fail("moment violates the Cauchy-Schwarz bound of gram and target_ss.")
+        try:  # PSD test: a Cholesky factorization of gram + tol * I must exist
+            linalg.cholesky(self.gram + tol * np.eye(d), lower=False, check_finite=False)
+        except linalg.LinAlgError:
+            fail("gram is not positive semi-definite.")
+        return self
+
+
+def merge_statistics(statistics):
+    """Merge any number of client statistics (pairwise tree, exact).
+
+    Parameters
+    ----------
+    statistics : iterable of ClientStatistics
+        At least one.
+
+    Returns
+    -------
+    merged : ClientStatistics
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.statistics import ClientStatistics, merge_statistics
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    >>> parts = [ClientStatistics.from_data(X[i::3], y[i::3]) for i in range(3)]
+    >>> whole = ClientStatistics.from_data(X, y)
+    >>> np.allclose(merge_statistics(parts).gram, whole.gram)
+    True
+    """
+    items = list(statistics)
+    if not items:
+        raise ValueError("merge_statistics needs at least one ClientStatistics.")
+    while len(items) > 1:  # a balanced tree keeps round-off at O(log K)
+        paired = [a.merge(b) for a, b in zip(items[::2], items[1::2])]
+        items = paired + ([items[-1]] if len(items) % 2 else [])
+    return items[0]
+
+
+def _check_compatible(a, b):
+    if a.n_features != b.n_features:
+        raise ValueError(
+            f"cannot merge statistics with {a.n_features} and {b.n_features} features."
+        )
+    if a.n_targets != b.n_targets:
+        raise ValueError(
+            f"cannot merge statistics with {a.n_targets} and {b.n_targets} targets."
+        )
+    if a.centered != b.centered:
+        raise ValueError("cannot merge centered with uncentered statistics.")
+
+
+def _dense_statistics(X, y, sample_weight, centered, rows):
+    """Blocked, single-pass statistics of dense rows (see module docstring)."""
+    contiguous = isinstance(rows, slice)
+    if contiguous:
+        first, stop, _ = rows.indices(X.shape[0])
+        n = max(stop - first, 0)
+    else:
+        n = len(rows)
+    d, t = X.shape[1], y.shape[1]
+    block = max(1, _BLOCK_BYTES // (8 * max(d, 1)))
+    upper = np.zeros((d, d), order="F")  # syrk/syr update the upper triangle
+    moment = np.zeros((d, t))
+    target_ss = np.zeros(t)
+    weight_sum = 0.0
+    x_mean = np.zeros(d)
+    y_mean = np.zeros(t)
+    for start in range(0, n, block):
+        if contiguous:  # a view: the copy below is the block's only copy
+            take = slice(first + start, first + min(start + block, n))
+        else:
+            take = rows[start : start + block]
+        Xb = np.array(X[take], dtype=np.float64, order="C")
+        yb = np.array(y[take], dtype=np.float64)
+        wb = None if sample_weight is None else sample_weight[take]
+        wsum = float(Xb.shape[0]) if wb is None else float(wb.sum())
+        if wsum == 0:
+            continue
+        mx = (Xb.sum(axis=0) if wb is None else wb @ Xb) / wsum
+        my = (yb.sum(axis=0) if wb is None else wb @ yb) / wsum
+        if centered:
+            Xb -= mx
+            yb -= my
+        if wb is not None:
+            root = np.sqrt(wb)[:, None]
+            Xb *= root
+            yb *= root
+        # Chan update of the running (centered) sums with this block's.
+        total = weight_sum + wsum
+        if centered and weight_sum > 0:
+            scale = weight_sum * wsum / total
+            dx = mx - x_mean
+            dy = my - y_mean
+            upper = dsyr(scale, dx, a=upper, overwrite_a=True)
+            moment += scale * np.outer(dx, dy)
+            target_ss += scale * dy * dy
+        x_mean = x_mean + (wsum / total) * (mx - x_mean)
+        y_mean = y_mean + (wsum / total) * (my - y_mean)
+        weight_sum = total
+        # Xb.T is F-ordered, so syrk reads it without a copy.
+        upper = dsyrk(1.0, Xb.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
+        moment += Xb.T @ yb
+        target_ss += np.einsum("ij,ij->j", yb, yb)
+    gram = np.triu(upper) + np.triu(upper, 1).T
+    return weight_sum, x_mean, y_mean, gram, moment, target_ss
+
+
+def _sparse_statistics(X, y, sample_weight, centered):
+    """Statistics of sparse rows without densifying X.
+
+    Centering is done on the d x d products (``X^T W X - W m m^T``), since
+    subtracting the mean from X would make it dense. Sparse features rarely
+    carry large offsets; for those that do, densify blocks of rows upstream.
+    """
+    X = sp.csr_matrix(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    n = X.shape[0]
+    w = np.ones(n) if sample_weight is None else sample_weight
+    weight_sum = float(w.sum())
+    denom = weight_sum if weight_sum > 0 else 1.0
+    x_mean = np.asarray(X.T @ w).ravel() / denom
+    y_mean = (w @ y) / denom
+    XtW = (X.multiply(w[:, None])).T.tocsr()
+    gram = np.asarray((XtW @ X).todense())
+    if centered:
+        gram -= weight_sum * np.outer(x_mean, x_mean)
+        gram = (gram + gram.T) / 2
+        yc = y - y_mean
+        moment = np.asarray(XtW @ yc)
+        target_ss = w @ (yc * yc)
+    else:
+        moment = np.asarray(XtW @ y)
+        target_ss = w @ (y * y)
+    return weight_sum, x_mean, y_mean, gram, moment.reshape(-1, y.shape[1]), target_ss
