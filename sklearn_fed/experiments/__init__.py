@@ -1,0 +1,12 @@
+"""Reproductions of the source papers' tables and figures, runnable as a CLI.
+
+Each experiment is a module of this package listed in :data:`EXPERIMENTS`
+that defines ``DESCRIPTION`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``. Run one with ``python -m sklearn_fed.experiments NAME``
+or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
+"""
+
+# name -> module (relative to this package); imported only when run.
+EXPERIMENTS = {}
+
+__all__ = ["EXPERIMENTS"]
