@@ -17,3 +17,7 @@ __all__ = [
     "validate_data",
     "validate_params",
 ]
+
+from sklearn.utils._param_validation import validate_parameter_constraints  # noqa: E402
+
+__all__ += ["validate_parameter_constraints"]
