@@ -1,0 +1,158 @@
+"""Uplink codecs: exact regeneration, unbiasedness, Lemma 1 and Lemma 3, byte counts."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sklearn_fed.neural_network._codecs import (  # noqa: E402
+    BLOCK_ELEMENTS,
+    FullCodec,
+    LDPCodec,
+    MPDDCodec,
+    Message,
+    QSGDCodec,
+    TopKCodec,
+    derive_seed,
+    make_codec,
+)
+
+
+def _estimates(codec, g, n, seed0=0):
+    d = g.shape[0]
+    return torch.stack(
+        [codec.decode(codec.encode(g, seed=derive_seed(seed0, r, 3)), d) for r in range(n)]
+    ).double()
+
+
+def test_server_regenerates_client_directions_bit_for_bit():
+    d = BLOCK_ELEMENTS // 3 + 5  # forces 3 rows per block: several blocks
+    codec = MPDDCodec(n_directions=10)
+    assert codec.block_rows(d) < codec.n_directions
+    seed = derive_seed(7, 2, 11)
+    client = torch.cat([b for _, b in codec.directions(seed, d)])
+    server = torch.cat([b for _, b in codec.directions(seed, d)])
+    assert client.shape == (10, d)
+    assert torch.equal(client, server)
+    assert set(torch.unique(client).tolist()) == {-1.0, 1.0}
+    g = torch.randn(d, generator=torch.Generator().manual_seed(0))
+    msg = codec.encode(g, seed=seed)
+    torch.testing.assert_close(msg.payload["s"], client @ g, rtol=1e-5, atol=1e-3)
+    decoded = codec.decode(msg, d)
+    torch.testing.assert_close(decoded, client.T @ msg.payload["s"] / 10, rtol=1e-5, atol=1e-4)
+    # another seed gives other directions
+    other = torch.cat([b for _, b in codec.directions(seed + 10**6, d)])
+    assert not torch.equal(client, other)
+
+
+def test_derive_seed_distinct_over_rounds_and_clients():
+    seeds = {derive_seed(0, r, c) for r in range(30) for c in range(30)}
+    assert len(seeds) == 900
+    assert all(0 <= s < 2**63 for s in seeds)
+
+
+@pytest.mark.parametrize("direction", ["rademacher", "gaussian"])
+def test_mpdd_estimate_is_unbiased(direction):
+    d, m, n = 20, 5, 3000
+    g = torch.linspace(-1.0, 2.0, d)
+    est = _estimates(MPDDCodec(m, direction), g, n)
+    gd = g.double()
+    sq = float(gd @ gd)
+    # per-coordinate variance of one estimate (derived in the docs)
+    var = (sq - gd**2) / m if direction == "rademacher" else (sq + gd**2) / m
+    z = (est.mean(0) - gd) / torch.sqrt(var / n)
+    assert z.abs().max() < 4.5
+
+
+@pytest.mark.parametrize("d, m", [(50, 10), (200, 40), (3, 1)])
+def test_relative_squared_error_matches_lemma3(d, m):
+    n = 2000
+    g = torch.sin(torch.arange(d, dtype=torch.float32)) + 0.3
+    est = _estimates(MPDDCodec(m), g, n)
+    gd = g.double()
+    rel = ((est - gd) ** 2).sum(1) / (gd @ gd)
+    expected = (d - 1) / m
+    se = rel.std() / math.sqrt(n)
+    assert abs(rel.mean() - expected) < 4 * se, (float(rel.mean()), expected, float(se))
+
+
+def test_rademacher_variance_below_gaussian_lemma1():
+    # total variance: Rademacher (d - 1)/m ||g||^2, Gaussian (d + 1)/m ||g||^2;
+    # per coordinate the gap is 2 g_j^2 / m (the paper's Lemma 1 states 2 ||g||^2 I).
+    d, m, n = 3, 1, 6000
+    g = torch.tensor([1.0, -2.0, 0.5])
+    gd = g.double()
+    rad = _estimates(MPDDCodec(m, "rademacher"), g, n)
+    gau = _estimates(MPDDCodec(m, "gaussian"), g, n, seed0=1)
+    rel_rad = (((rad - gd) ** 2).sum(1) / (gd @ gd)).mean()
+    rel_gau = (((gau - gd) ** 2).sum(1) / (gd @ gd)).mean()
+    assert rel_rad < rel_gau
+    assert abs(rel_rad - (d - 1) / m) < 0.15 * (d - 1) / m
+    assert abs(rel_gau - (d + 1) / m) < 0.15 * (d + 1) / m
+    gap = gau.var(0) - rad.var(0)
+    torch.testing.assert_close(gap, 2 * gd**2 / m, rtol=0.25, atol=0.2)
+
+
+def test_fedpdd_single_direction_is_projection():
+    codec = MPDDCodec(1)
+    g = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    msg = codec.encode(g, seed=5)
+    u = next(codec.directions(5, 4))[1][0]
+    torch.testing.assert_close(codec.decode(msg, 4), (u @ g) * u)
+
+
+@pytest.mark.parametrize(
+    "codec, formula",
+    [
+        (MPDDCodec(37), lambda d: 4 * 37 + 8),
+        (FullCodec(), lambda d: 4 * d),
+        (QSGDCodec(255), lambda d: 4 + math.ceil(d * 9 / 8)),
+        (QSGDCodec(1), lambda d: 4 + math.ceil(d * 2 / 8)),
+        (TopKCodec(5), lambda d: 8 * 5),
+        (LDPCodec("gaussian", 1.0), lambda d: 4 * d),
+        (LDPCodec("laplace", 1.0), lambda d: 4 * d),
+    ],
+)
+def test_message_bytes_equal_formula(codec, formula):
+    for d in (13, 1000):
+        g = torch.randn(d, generator=torch.Generator().manual_seed(d))
+        msg = codec.encode(g, seed=1)
+        assert msg.nbytes == codec.nbytes(d) == formula(d)
+        assert codec.decode(msg, d).shape == (d,)
+
+
+def test_qsgd_unbiased_and_topk_exact():
+    g = torch.tensor([0.5, -1.5, 0.0, 2.0, -0.25])
+    codec = QSGDCodec(levels=2)
+    est = torch.stack([codec.decode(codec.encode(g, seed=s), 5) for s in range(4000)]).double()
+    torch.testing.assert_close(est.mean(0), g.double(), atol=0.08, rtol=0)
+    top = TopKCodec(2)
+    torch.testing.assert_close(top.decode(top.encode(g, seed=0), 5),
+                               torch.tensor([0.0, -1.5, 0.0, 2.0, 0.0]))
+
+
+@pytest.mark.parametrize("noise, var", [("gaussian", 0.25), ("laplace", 2 * 0.5**2)])
+def test_ldp_noise_has_stated_variance(noise, var):
+    codec = LDPCodec(noise, scale=0.5)
+    g = torch.zeros(20000)
+    noisy = codec.decode(codec.encode(g, seed=3), 20000).double()
+    assert abs(noisy.mean()) < 0.03
+    assert abs(noisy.var() - var) < 0.06 * var
+
+
+def test_bad_arguments_and_messages_rejected():
+    with pytest.raises(ValueError, match="n_directions"):
+        MPDDCodec(0)
+    with pytest.raises(ValueError, match="direction"):
+        MPDDCodec(3, "uniform")
+    with pytest.raises(ValueError, match="uplink"):
+        make_codec("zip")
+    codec = MPDDCodec(4)
+    with pytest.raises(ValueError, match="4 finite values"):
+        codec.decode(Message("mpdd", {"s": torch.ones(3), "seed": 1}), 10)
+    with pytest.raises(ValueError, match="4 finite values"):
+        codec.decode(Message("mpdd", {"s": torch.tensor([1.0, np.nan, 0, 0]), "seed": 1}), 10)
+    with pytest.raises(ValueError, match="flat"):
+        codec.encode(torch.ones(2, 2), seed=0)
