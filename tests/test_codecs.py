@@ -28,20 +28,20 @@ def _estimates(codec, g, n, seed0=0):
 
 
 def test_server_regenerates_client_directions_bit_for_bit():
-    d = BLOCK_ELEMENTS // 3 + 5  # forces 3 rows per block: several blocks
-    codec = MPDDCodec(n_directions=10)
+    d = BLOCK_ELEMENTS // 16  # 16 directions per block: two blocks
+    codec = MPDDCodec(n_directions=20)
     assert codec.block_rows(d) < codec.n_directions
     seed = derive_seed(7, 2, 11)
     client = torch.cat([b for _, b in codec.directions(seed, d)])
     server = torch.cat([b for _, b in codec.directions(seed, d)])
-    assert client.shape == (10, d)
+    assert client.shape == (20, d)
     assert torch.equal(client, server)
     assert set(torch.unique(client).tolist()) == {-1.0, 1.0}
     g = torch.randn(d, generator=torch.Generator().manual_seed(0))
     msg = codec.encode(g, seed=seed)
     torch.testing.assert_close(msg.payload["s"], client @ g, rtol=1e-5, atol=1e-3)
     decoded = codec.decode(msg, d)
-    torch.testing.assert_close(decoded, client.T @ msg.payload["s"] / 10, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(decoded, client.T @ msg.payload["s"] / 20, rtol=1e-5, atol=1e-4)
     # another seed gives other directions
     other = torch.cat([b for _, b in codec.directions(seed + 10**6, d)])
     assert not torch.equal(client, other)
@@ -55,7 +55,7 @@ def test_derive_seed_distinct_over_rounds_and_clients():
 
 @pytest.mark.parametrize("direction", ["rademacher", "gaussian"])
 def test_mpdd_estimate_is_unbiased(direction):
-    d, m, n = 20, 5, 3000
+    d, m, n = 20, 5, 1200
     g = torch.linspace(-1.0, 2.0, d)
     est = _estimates(MPDDCodec(m, direction), g, n)
     gd = g.double()
@@ -66,9 +66,9 @@ def test_mpdd_estimate_is_unbiased(direction):
     assert z.abs().max() < 4.5
 
 
-@pytest.mark.parametrize("d, m", [(50, 10), (200, 40), (3, 1)])
+@pytest.mark.parametrize("d, m", [(50, 10), (3, 1)])
 def test_relative_squared_error_matches_lemma3(d, m):
-    n = 2000
+    n = 1500
     g = torch.sin(torch.arange(d, dtype=torch.float32)) + 0.3
     est = _estimates(MPDDCodec(m), g, n)
     gd = g.double()
@@ -81,7 +81,7 @@ def test_relative_squared_error_matches_lemma3(d, m):
 def test_rademacher_variance_below_gaussian_lemma1():
     # total variance: Rademacher (d - 1)/m ||g||^2, Gaussian (d + 1)/m ||g||^2;
     # per coordinate the gap is 2 g_j^2 / m (the paper's Lemma 1 states 2 ||g||^2 I).
-    d, m, n = 3, 1, 6000
+    d, m, n = 3, 1, 2000
     g = torch.tensor([1.0, -2.0, 0.5])
     gd = g.double()
     rad = _estimates(MPDDCodec(m, "rademacher"), g, n)
@@ -126,7 +126,7 @@ def test_message_bytes_equal_formula(codec, formula):
 def test_qsgd_unbiased_and_topk_exact():
     g = torch.tensor([0.5, -1.5, 0.0, 2.0, -0.25])
     codec = QSGDCodec(levels=2)
-    est = torch.stack([codec.decode(codec.encode(g, seed=s), 5) for s in range(4000)]).double()
+    est = torch.stack([codec.decode(codec.encode(g, seed=s), 5) for s in range(1500)]).double()
     torch.testing.assert_close(est.mean(0), g.double(), atol=0.08, rtol=0)
     top = TopKCodec(2)
     torch.testing.assert_close(top.decode(top.encode(g, seed=0), 5),
@@ -156,3 +156,15 @@ def test_bad_arguments_and_messages_rejected():
         codec.decode(Message("mpdd", {"s": torch.tensor([1.0, np.nan, 0, 0]), "seed": 1}), 10)
     with pytest.raises(ValueError, match="flat"):
         codec.encode(torch.ones(2, 2), seed=0)
+
+
+def test_directions_do_not_depend_on_block_size(monkeypatch):
+    from sklearn_fed.neural_network import _codecs
+
+    codec = MPDDCodec(30)
+    d = 1000
+    whole = torch.cat([b for _, b in codec.directions(99, d)])
+    monkeypatch.setattr(_codecs, "BLOCK_ELEMENTS", 8 * 8 * 125)  # 8 directions per block
+    assert codec.block_rows(d) == 8
+    blocked = torch.cat([b for _, b in codec.directions(99, d)])
+    assert torch.equal(whole, blocked)

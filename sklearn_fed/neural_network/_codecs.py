@@ -15,11 +15,12 @@ codec                     payload                                    bytes
 ``LDPCodec``              d float32 (gradient plus noise)             4 d
 ========================  =========================================  ==========
 
-The MPDD directions are never stored as one ``m x d`` matrix: they are
-generated in blocks of at most :data:`BLOCK_ELEMENTS` entries, each block from
-its own generator seeded by ``(seed, block index)``. Direction ``j`` therefore
-depends only on ``(seed, j, d)``, and the server regenerates exactly the
-client's directions from the 8-byte seed alone.
+The MPDD directions are never stored as one ``m x d`` float matrix:
+Rademacher directions are drawn as packed bits (one byte holds 8 signs) from a
+PCG64 stream seeded by the 8-byte seed, in blocks of at most
+:data:`BLOCK_ELEMENTS` signs, and applied through a 256-entry lookup table per
+byte. Direction ``j`` depends only on ``(seed, j, d)``, so the server
+regenerates exactly the client's directions from the seed alone.
 """
 
 import math
@@ -127,38 +128,73 @@ class MPDDCodec:
         self.direction = direction
 
     def block_rows(self, d):
-        """Directions per generated block for a model of size ``d``."""
-        return max(1, min(self.n_directions, BLOCK_ELEMENTS // max(int(d), 1)))
+        """Directions per generated block for a model of size ``d`` (a multiple of 8)."""
+        n_bytes = (int(d) + 7) // 8
+        return max(8, (BLOCK_ELEMENTS // 8 // max(n_bytes, 1)) // 8 * 8)
+
+    def direction_bytes(self, seed, d):
+        """Yield ``(start, B)``: Rademacher directions packed as bits, ``B`` of shape ``(rows, ceil(d/8))``.
+
+        Bit ``k`` of direction ``j`` (big-endian within each byte, as
+        :func:`numpy.unpackbits`) is 1 for ``u_jk = +1`` and 0 for ``-1``.
+        All blocks come from one PCG64 stream seeded with ``seed``; every block
+        but the last consumes a multiple of 8 bytes, so direction ``j`` is the
+        same whatever the block size.
+        """
+        n_bytes = (int(d) + 7) // 8
+        rows = self.block_rows(d)
+        rng = np.random.Generator(np.random.PCG64(int(seed)))
+        for start in range(0, self.n_directions, rows):
+            n = min(rows, self.n_directions - start)
+            yield start, np.frombuffer(rng.bytes(n * n_bytes), dtype=np.uint8).reshape(n, n_bytes)
 
     def directions(self, seed, d):
-        """Yield ``(start, U_block)`` with ``U_block`` of shape ``(rows, d)``.
+        """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
 
-        Block ``b`` comes from a generator seeded with ``seed + b`` (mod 2**63),
-        so regenerating never needs anything but the seed.
+        Used by the Gaussian variant and to inspect directions; the Rademacher
+        encoder and decoder work on the packed bits directly.
         """
-        rows = self.block_rows(d)
+        d = int(d)
+        if self.direction == "rademacher":
+            for start, packed in self.direction_bytes(seed, d):
+                bits = np.unpackbits(packed, axis=1, count=d)
+                yield start, torch.from_numpy(bits.astype(np.float32) * 2.0 - 1.0)
+            return
+        rows = max(1, min(self.n_directions, BLOCK_ELEMENTS // max(d, 1)))
         gen = torch.Generator()
         for b, start in enumerate(range(0, self.n_directions, rows)):
             n = min(rows, self.n_directions - start)
             gen.manual_seed((int(seed) + b) % (1 << 63))
-            if self.direction == "rademacher":
-                block = torch.randint(0, 2, (n, d), generator=gen, dtype=torch.float32)
-                block.mul_(2.0).sub_(1.0)
-            else:
-                block = torch.randn((n, d), generator=gen, dtype=torch.float32)
-            yield start, block
+            yield start, torch.randn((n, d), generator=gen, dtype=torch.float32)
 
     def nbytes(self, d):
         """Bytes of one message: ``4 m + 8``."""
         return _FLOAT32 * self.n_directions + _SEED
 
+    # Rademacher fast path: with the 8 entries of a byte fixed, the 256 possible
+    # sign patterns give a lookup table, so U^T g and U s cost one lookup or one
+    # scatter per byte instead of 8 multiply-adds on a float matrix.
+    def _offsets(self, n_bytes):
+        return np.arange(n_bytes, dtype=np.intp) * 256
+
     def encode(self, g, *, seed):
         """Directional derivatives ``s = U^T g`` of a flat gradient ``g``."""
         g = _as_flat(g)
-        s = torch.empty(self.n_directions, dtype=torch.float32)
-        for start, block in self.directions(seed, g.shape[0]):
-            s[start:start + block.shape[0]] = block @ g
-        return Message(self.name, {"s": s, "seed": int(seed)}, self.nbytes(g.shape[0]))
+        d = g.shape[0]
+        s = np.empty(self.n_directions, dtype=np.float64)
+        if self.direction == "rademacher":
+            n_bytes = (d + 7) // 8
+            g8 = np.zeros(n_bytes * 8, dtype=np.float64)
+            g8[:d] = g.detach().cpu().numpy()
+            table = (g8.reshape(n_bytes, 8) @ _SIGNS.T).ravel()
+            off = self._offsets(n_bytes)
+            for start, packed in self.direction_bytes(seed, d):
+                s[start:start + packed.shape[0]] = np.take(table, packed + off).sum(1)
+        else:
+            for start, block in self.directions(seed, d):
+                s[start:start + block.shape[0]] = (block.double() @ g.double()).numpy()
+        s = torch.from_numpy(s.astype(np.float32))
+        return Message(self.name, {"s": s, "seed": int(seed)}, self.nbytes(d))
 
     def decode(self, message, d):
         """The server's estimate ``(1/m) U s``, with ``U`` regenerated from the seed."""
@@ -168,10 +204,28 @@ class MPDDCodec:
                 f"MPDD message must hold {self.n_directions} finite values, got shape "
                 f"{tuple(s.shape)}"
             )
-        out = torch.zeros(int(d), dtype=torch.float32)
-        for start, block in self.directions(message.payload["seed"], int(d)):
-            out.addmv_(block.T, s[start:start + block.shape[0]])
-        return out.div_(self.n_directions)
+        d = int(d)
+        s = s.numpy().astype(np.float64)
+        seed = message.payload["seed"]
+        if self.direction == "rademacher":
+            n_bytes = (d + 7) // 8
+            hist = np.zeros(n_bytes * 256, dtype=np.float64)
+            off = self._offsets(n_bytes)
+            for start, packed in self.direction_bytes(seed, d):
+                n = packed.shape[0]
+                hist += np.bincount((packed + off).ravel(),
+                                    weights=np.repeat(s[start:start + n], n_bytes),
+                                    minlength=n_bytes * 256)
+            out = (hist.reshape(n_bytes, 256) @ _SIGNS).ravel()[:d]
+        else:
+            out = np.zeros(d, dtype=np.float64)
+            for start, block in self.directions(seed, d):
+                out += block.double().T.numpy() @ s[start:start + block.shape[0]]
+        return torch.from_numpy((out / self.n_directions).astype(np.float32))
+
+
+# _SIGNS[v, b] = +1 if bit b (big-endian) of byte value v is set, else -1
+_SIGNS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64) * 2 - 1
 
 
 class FullCodec:
