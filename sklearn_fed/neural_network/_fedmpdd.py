@@ -27,14 +27,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from skorch import NeuralNetClassifier
+from skorch.utils import TeeGenerator
+from sklearn.exceptions import NotFittedError
 from sklearn.preprocessing import LabelEncoder
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils import check_random_state
 
 from .._clients import group_rows_by_client
 from .._compat import (
     Interval,
     StrOptions,
-    check_is_fitted,
+    _check_sample_weight,
     validate_data,
     validate_parameter_constraints,
 )
@@ -50,8 +53,9 @@ _SERVER = (1 << 32) - 1  # pseudo client index for the server's own randomness
 class _RoundIterator:
     """Yields one padded batch per round: the sampled participants' minibatches."""
 
-    def __init__(self, net, X, y, client_rows):
+    def __init__(self, net, X, y, client_rows, sample_weight=None):
         self.net, self.X, self.y = net, X, y
+        self.sample_weight = sample_weight
         self.client_rows = [r for r in client_rows if len(r)]
 
     def __len__(self):
@@ -77,8 +81,9 @@ class _RoundIterator:
             idx = torch.as_tensor(p)
             Xb[i, :len(p)] = self.X[idx]
             yb[i, :len(p)] = self.y[idx]
-            wb[i, :len(p)] = 1.0
-        yield Xb, yb, wb, torch.as_tensor(participants)
+            wb[i, :len(p)] = 1.0 if self.sample_weight is None else self.sample_weight[idx]
+        counts = torch.as_tensor([len(p) for p in picks], dtype=torch.float32)
+        yield Xb, yb, wb, counts, torch.as_tensor(participants)
 
 
 class FedMPDDClassifier(NeuralNetClassifier):
@@ -274,13 +279,16 @@ class FedMPDDClassifier(NeuralNetClassifier):
         return labels, [np.flatnonzero(assign == c) for c in labels]
 
     # ------------------------------------------------------------------- fit
-    def fit(self, X, y, clients=None, **fit_params):
+    def fit(self, X, y, sample_weight=None, clients=None, **fit_params):
         """Train for ``max_epochs`` rounds from a fresh model (unless ``warm_start``).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Per-row weights: a client's loss is the mean of its rows'
+            weighted losses.
         clients : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` partitions rows by ``partition``.
         **fit_params
@@ -291,18 +299,27 @@ class FedMPDDClassifier(NeuralNetClassifier):
         self
         """
         reset = not (self.warm_start and self.initialized_)
-        return self._fit(X, y, clients, reset, fit_params, partial=False)
+        return self._fit(X, y, sample_weight, clients, reset, fit_params)
 
-    def partial_fit(self, X, y, classes=None, clients=None, **fit_params):
-        """Run ``max_epochs`` more rounds, continuing from the current model."""
+    def partial_fit(self, X, y, classes=None, sample_weight=None, clients=None, **fit_params):
+        """Run ``max_epochs`` more rounds, continuing from the current model.
+
+        Parameters are as in :meth:`fit`; ``classes`` lists every label when
+        the first call does not see them all.
+        """
         reset = not self.initialized_
-        return self._fit(X, y, clients, reset, fit_params, partial=True, classes=classes)
+        return self._fit(X, y, sample_weight, clients, reset, fit_params, classes=classes)
 
-    def _fit(self, X, y, clients, reset, fit_params, partial, classes=None):
+    def _fit(self, X, y, sample_weight, clients, reset, fit_params, classes=None):
         self._check_fed_params()
         if y is None:
-            raise ValueError("FedMPDDClassifier requires y (class labels).")
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None."
+            )
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1)
+        check_classification_targets(y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float32)
         if reset:
             encoder = LabelEncoder().fit(y if classes is None else classes)
             classes_ = encoder.classes_
@@ -324,11 +341,15 @@ class FedMPDDClassifier(NeuralNetClassifier):
         self.classes_inferred_ = classes_
         self.clients_ = labels
         self.client_rows_ = rows
+        self.sample_weight_ = sample_weight
         if reset:
             self.communication_ = None
             self.initialize()
         self._n_classes_ = len(classes_)
-        super().partial_fit(X, y_enc, **fit_params)
+        try:
+            super().partial_fit(X, y_enc, **fit_params)
+        finally:
+            self.sample_weight_ = None  # do not keep a copy of the data weights
         self.classes_inferred_ = classes_
         return self
 
@@ -370,7 +391,9 @@ class FedMPDDClassifier(NeuralNetClassifier):
         rows = self.client_rows_
         if keep is not None:
             rows = [np.intersect1d(r, keep) for r in rows]
-        return _RoundIterator(self, X, y, rows)
+        sw = self.sample_weight_
+        return _RoundIterator(self, X, y, rows,
+                              None if sw is None else torch.as_tensor(sw, dtype=torch.float32))
 
     def _codec(self):
         return make_codec(
@@ -392,7 +415,7 @@ class FedMPDDClassifier(NeuralNetClassifier):
     def _params(self):
         return [(k, p) for k, p in self.module_.named_parameters() if p.requires_grad]
 
-    def _gradients_vmap(self, Xb, yb, wb):
+    def _gradients_vmap(self, Xb, yb, wb, nb):
         from torch.func import functional_call, grad_and_value, vmap
 
         names = [k for k, _ in self._params()]
@@ -400,47 +423,59 @@ class FedMPDDClassifier(NeuralNetClassifier):
         buffers = dict(self.module_.named_buffers())
         module = self.module_
 
-        def loss_fn(params, x, y, w):
+        def loss_fn(params, x, y, w, n):
             logits = functional_call(module, (params, buffers), (x,))
-            return (self._per_sample_loss(logits, y) * w).sum() / w.sum()
+            return (self._per_sample_loss(logits, y) * w).sum() / n
 
-        g, loss = vmap(grad_and_value(loss_fn), in_dims=(None, 0, 0, 0))(params, Xb, yb, wb)
+        g, loss = vmap(grad_and_value(loss_fn), in_dims=(None, 0, 0, 0, 0))(
+            params, Xb, yb, wb, nb)
         return torch.cat([g[k].reshape(Xb.shape[0], -1) for k in names], 1), loss
 
-    def _gradients_loop(self, Xb, yb, wb):
+    def _gradients_loop(self, Xb, yb, wb, nb):
         params = [p for _, p in self._params()]
         grads, losses = [], []
-        for x, y, w in zip(Xb, yb, wb):
-            keep = w > 0
-            logits = self.module_(x[keep])
-            loss = self._per_sample_loss(logits, y[keep]).mean()
+        for x, y, w, n in zip(Xb, yb, wb, nb):
+            k = int(n)  # rows past n are padding
+            logits = self.module_(x[:k])
+            loss = (self._per_sample_loss(logits, y[:k]) * w[:k]).sum() / n
             gs = torch.autograd.grad(loss, params)
             grads.append(torch.cat([g.reshape(-1) for g in gs]))
             losses.append(loss.detach())
         return torch.stack(grads), torch.stack(losses)
 
-    def client_gradients(self, Xb, yb, wb):
-        """Each participant's minibatch gradient, flat: shape ``(n_participants, d)``."""
+    def client_gradients(self, Xb, yb, wb, nb):
+        """Each participant's minibatch gradient, flat: shape ``(n_participants, d)``.
+
+        ``Xb``, ``yb``, ``wb`` are padded to a common minibatch width; ``nb``
+        holds each participant's true number of rows.
+        """
         mode = self.vectorize
         if mode is False or getattr(self, "_vmap_failed_", False):
-            return self._gradients_loop(Xb, yb, wb)
+            return self._gradients_loop(Xb, yb, wb, nb)
         try:
-            return self._gradients_vmap(Xb, yb, wb)
+            return self._gradients_vmap(Xb, yb, wb, nb)
         except Exception:
             if mode is True:
                 raise
-            self._vmap_failed_ = True
-            return self._gradients_loop(Xb, yb, wb)
+            self._vmap_failed_ = True  # e.g. in-place ops or data-dependent control flow
+            return self._gradients_loop(Xb, yb, wb, nb)
 
     def train_step(self, batch, **fit_params):
         """One communication round: gradients, encode, decode, average, step, ledger."""
-        Xb, yb, wb, participants = batch
+        Xb, yb, wb, nb, participants = batch
         self._set_training(True)
-        Xb, yb, wb = Xb.to(self.device), yb.to(self.device), wb.to(self.device)
-        grads, losses = self.client_gradients(Xb, yb, wb)
+        Xb, yb, wb, nb = (t.to(self.device) for t in (Xb, yb, wb, nb))
+        grads, losses = self.client_gradients(Xb, yb, wb, nb)
         grads = grads.detach().to("cpu", torch.float32)
         n_part, d = grads.shape
         round_index = len(self.history) - 1
+        bad = ~torch.isfinite(grads).all(1)
+        if bad.any():
+            who = self.clients_[participants[bad].tolist()[0]]
+            raise FloatingPointError(
+                f"client {who!r} computed a non-finite gradient in round {round_index}; "
+                "lower lr or scale the features (e.g. StandardScaler)."
+            )
         codec = self._codec()
         estimate = torch.zeros(d, dtype=torch.float32)
         uplink = 0
@@ -460,6 +495,9 @@ class FedMPDDClassifier(NeuralNetClassifier):
             n = p.numel()
             p.grad = estimate[offset:offset + n].view_as(p).to(p.device, p.dtype).clone()
             offset += n
+        # callbacks such as skorch's GradientNormClipping see the decoded average
+        self.notify("on_grad_computed", named_parameters=TeeGenerator(self.get_all_learnable_params()),
+                    batch=batch, training=True)
         self._step_optimizer(None)
         self._record_ledger(round_index, n_part, uplink, n_part * d * 4)
         return {"loss": losses.mean(), "y_pred": None}
@@ -478,10 +516,19 @@ class FedMPDDClassifier(NeuralNetClassifier):
     # -------------------------------------------------------------- predict
     def predict_proba(self, X):
         """Class probabilities (softmax of the module's logits)."""
-        check_is_fitted(self)
+        if not self.initialized_ or not hasattr(self, "classes_inferred_"):
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet; call 'fit' first."
+            )
         X = self._validate_X(X, reset=False)
         return super().predict_proba(X)
 
     def predict(self, X):
         """Predicted class labels."""
-        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[proba.argmax(axis=1)]
+
+    def _get_param_names(self):
+        # skorch keeps its bookkeeping set `_params_to_validate` in __dict__;
+        # it is rebuilt from the keyword arguments, so it is not a parameter.
+        return [k for k in super()._get_param_names() if k != "_params_to_validate"]
