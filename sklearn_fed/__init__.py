@@ -10,8 +10,21 @@ from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
 
+# torch-backed estimators load on first access, so `import sklearn_fed` stays torch-free
+_LAZY = {"FedMPDDClassifier": "sklearn_fed.neural_network"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ClientStatistics",
+    "FedMPDDClassifier",
     "FederatedRidge",
     "FederatedRidgeCV",
     "InvalidClientMessage",
