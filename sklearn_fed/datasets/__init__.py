@@ -1,3 +1,5 @@
 """Data generators from the papers and loaders that take a local path."""
 
-__all__ = []
+from ._mnist import load_mnist_idx
+
+__all__ = ["load_mnist_idx"]
