@@ -8,7 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sklearn_fed.neural_network._codecs import (  # noqa: E402
-    BLOCK_ELEMENTS,
     FullCodec,
     LDPCodec,
     MPDDCodec,
@@ -28,20 +27,20 @@ def _estimates(codec, g, n, seed0=0):
 
 
 def test_server_regenerates_client_directions_bit_for_bit():
-    d = BLOCK_ELEMENTS // 16  # 16 directions per block: two blocks
-    codec = MPDDCodec(n_directions=20)
+    d = 5000  # 192 directions per block: three blocks
+    codec = MPDDCodec(n_directions=400)
     assert codec.block_rows(d) < codec.n_directions
     seed = derive_seed(7, 2, 11)
     client = torch.cat([b for _, b in codec.directions(seed, d)])
     server = torch.cat([b for _, b in codec.directions(seed, d)])
-    assert client.shape == (20, d)
+    assert client.shape == (400, d)
     assert torch.equal(client, server)
     assert set(torch.unique(client).tolist()) == {-1.0, 1.0}
     g = torch.randn(d, generator=torch.Generator().manual_seed(0))
     msg = codec.encode(g, seed=seed)
     torch.testing.assert_close(msg.payload["s"], client @ g, rtol=1e-5, atol=1e-3)
     decoded = codec.decode(msg, d)
-    torch.testing.assert_close(decoded, client.T @ msg.payload["s"] / 20, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(decoded, client.T @ msg.payload["s"] / 400, rtol=1e-5, atol=1e-4)
     # another seed gives other directions
     other = torch.cat([b for _, b in codec.directions(seed + 10**6, d)])
     assert not torch.equal(client, other)
@@ -161,10 +160,10 @@ def test_bad_arguments_and_messages_rejected():
 def test_directions_do_not_depend_on_block_size(monkeypatch):
     from sklearn_fed.neural_network import _codecs
 
-    codec = MPDDCodec(30)
+    codec = MPDDCodec(203)
     d = 1000
     whole = torch.cat([b for _, b in codec.directions(99, d)])
-    monkeypatch.setattr(_codecs, "BLOCK_ELEMENTS", 8 * 8 * 125)  # 8 directions per block
-    assert codec.block_rows(d) == 8
+    monkeypatch.setattr(_codecs, "BLOCK_ELEMENTS", 64 * 1000)  # 64 directions per block
+    assert codec.block_rows(d) == 64
     blocked = torch.cat([b for _, b in codec.directions(99, d)])
     assert torch.equal(whole, blocked)

@@ -16,10 +16,10 @@ codec                     payload                                    bytes
 ========================  =========================================  ==========
 
 The MPDD directions are never stored as one ``m x d`` float matrix:
-Rademacher directions are drawn as packed bits (one byte holds 8 signs) from a
-PCG64 stream seeded by the 8-byte seed, in blocks of at most
-:data:`BLOCK_ELEMENTS` signs, and applied through a 256-entry lookup table per
-byte. Direction ``j`` depends only on ``(seed, j, d)``, so the server
+Rademacher directions are drawn as packed bits (one byte holds the signs of 8
+directions at one coordinate) from a PCG64 stream seeded by the 8-byte seed, in
+blocks of at most :data:`BLOCK_ELEMENTS` signs, and applied through 256-entry
+histograms and lookup tables that stay in cache. Direction ``j`` depends only on ``(seed, j, d)``, so the server
 regenerates exactly the client's directions from the seed alone.
 """
 
@@ -128,25 +128,26 @@ class MPDDCodec:
         self.direction = direction
 
     def block_rows(self, d):
-        """Directions per generated block for a model of size ``d`` (a multiple of 8)."""
-        n_bytes = (int(d) + 7) // 8
-        return max(8, (BLOCK_ELEMENTS // 8 // max(n_bytes, 1)) // 8 * 8)
+        """Directions per generated block for a model of size ``d`` (a multiple of 64)."""
+        groups = (BLOCK_ELEMENTS // 8) // max(int(d), 1) // 8 * 8
+        return 8 * max(8, groups)
 
     def direction_bytes(self, seed, d):
-        """Yield ``(start, B)``: Rademacher directions packed as bits, ``B`` of shape ``(rows, ceil(d/8))``.
+        """Yield ``(start, C)``: Rademacher signs packed 8 directions per byte.
 
-        Bit ``k`` of direction ``j`` (big-endian within each byte, as
-        :func:`numpy.unpackbits`) is 1 for ``u_jk = +1`` and 0 for ``-1``.
+        ``C`` has shape ``(groups, d)``; bit ``t`` (big-endian, as
+        :func:`numpy.unpackbits`) of ``C[q, k]`` is 1 when entry ``k`` of
+        direction ``start + 8 q + t`` is ``+1`` and 0 when it is ``-1``.
         All blocks come from one PCG64 stream seeded with ``seed``; every block
         but the last consumes a multiple of 8 bytes, so direction ``j`` is the
         same whatever the block size.
         """
-        n_bytes = (int(d) + 7) // 8
+        d = int(d)
         rows = self.block_rows(d)
         rng = np.random.Generator(np.random.PCG64(int(seed)))
         for start in range(0, self.n_directions, rows):
-            n = min(rows, self.n_directions - start)
-            yield start, np.frombuffer(rng.bytes(n * n_bytes), dtype=np.uint8).reshape(n, n_bytes)
+            groups = (min(rows, self.n_directions - start) + 7) // 8
+            yield start, np.frombuffer(rng.bytes(groups * d), dtype=np.uint8).reshape(groups, d)
 
     def directions(self, seed, d):
         """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
@@ -157,8 +158,9 @@ class MPDDCodec:
         d = int(d)
         if self.direction == "rademacher":
             for start, packed in self.direction_bytes(seed, d):
-                bits = np.unpackbits(packed, axis=1, count=d)
-                yield start, torch.from_numpy(bits.astype(np.float32) * 2.0 - 1.0)
+                n = min(8 * packed.shape[0], self.n_directions - start)
+                bits = np.unpackbits(packed.T[:, :, None], axis=2).reshape(d, -1)[:, :n]
+                yield start, torch.from_numpy(bits.T.astype(np.float32) * 2.0 - 1.0)
             return
         rows = max(1, min(self.n_directions, BLOCK_ELEMENTS // max(d, 1)))
         gen = torch.Generator()
@@ -171,25 +173,26 @@ class MPDDCodec:
         """Bytes of one message: ``4 m + 8``."""
         return _FLOAT32 * self.n_directions + _SEED
 
-    # Rademacher fast path: with the 8 entries of a byte fixed, the 256 possible
-    # sign patterns give a lookup table, so U^T g and U s cost one lookup or one
-    # scatter per byte instead of 8 multiply-adds on a float matrix.
-    def _offsets(self, n_bytes):
-        return np.arange(n_bytes, dtype=np.intp) * 256
-
+    # Rademacher fast path. A byte holds the signs of 8 directions at one
+    # coordinate, so for each group of 8 directions a 256-bin histogram of g
+    # (bin = byte value) gives the 8 derivatives through the 256 x 8 sign
+    # table, and decoding is one lookup per byte in a 256-entry table of
+    # signed sums of s. Tables stay in cache; no float U is ever formed.
     def encode(self, g, *, seed):
         """Directional derivatives ``s = U^T g`` of a flat gradient ``g``."""
         g = _as_flat(g)
         d = g.shape[0]
         s = np.empty(self.n_directions, dtype=np.float64)
         if self.direction == "rademacher":
-            n_bytes = (d + 7) // 8
-            g8 = np.zeros(n_bytes * 8, dtype=np.float64)
-            g8[:d] = g.detach().cpu().numpy()
-            table = (g8.reshape(n_bytes, 8) @ _SIGNS.T).ravel()
-            off = self._offsets(n_bytes)
+            g64 = g.detach().cpu().numpy().astype(np.float64)
             for start, packed in self.direction_bytes(seed, d):
-                s[start:start + packed.shape[0]] = np.take(table, packed + off).sum(1)
+                groups = packed.shape[0]
+                index = packed + (np.arange(groups, dtype=np.intp) * 256)[:, None]
+                hist = np.bincount(index.ravel(), weights=np.tile(g64, groups),
+                                   minlength=groups * 256).reshape(groups, 256)
+                block = (hist @ _SIGNS).ravel()
+                n = min(block.shape[0], self.n_directions - start)
+                s[start:start + n] = block[:n]
         else:
             for start, block in self.directions(seed, d):
                 s[start:start + block.shape[0]] = (block.double() @ g.double()).numpy()
@@ -207,18 +210,17 @@ class MPDDCodec:
         d = int(d)
         s = s.numpy().astype(np.float64)
         seed = message.payload["seed"]
+        out = np.zeros(d, dtype=np.float64)
         if self.direction == "rademacher":
-            n_bytes = (d + 7) // 8
-            hist = np.zeros(n_bytes * 256, dtype=np.float64)
-            off = self._offsets(n_bytes)
             for start, packed in self.direction_bytes(seed, d):
-                n = packed.shape[0]
-                hist += np.bincount((packed + off).ravel(),
-                                    weights=np.repeat(s[start:start + n], n_bytes),
-                                    minlength=n_bytes * 256)
-            out = (hist.reshape(n_bytes, 256) @ _SIGNS).ravel()[:d]
+                groups = packed.shape[0]
+                chunk = np.zeros(8 * groups)
+                n = min(8 * groups, self.n_directions - start)
+                chunk[:n] = s[start:start + n]
+                table = (chunk.reshape(groups, 8) @ _SIGNS.T).ravel()
+                index = packed + (np.arange(groups, dtype=np.intp) * 256)[:, None]
+                out += np.take(table, index).sum(0)
         else:
-            out = np.zeros(d, dtype=np.float64)
             for start, block in self.directions(seed, d):
                 out += block.double().T.numpy() @ s[start:start + block.shape[0]]
         return torch.from_numpy((out / self.n_directions).astype(np.float32))
