@@ -81,13 +81,12 @@ def digits_part(args):
     rows.append((f"budget {budget / 1e6:.2f} MB", "FedSGD, 10 rounds", acc_b1, up_b1, t3))
     rows.append((f"budget {budget / 1e6:.2f} MB", f"FedMPDD m={m}, {mp_rounds} rounds",
                  acc_b2, up_b2, t4))
-    print(flush=True)
     print(f"{'setting':<16} {'method':<28} {'test acc %':>10} {'uplink MB':>10} {'fit s':>7}")
     for r in rows:
         print(f"{r[0]:<16} {r[1]:<28} {r[2]:>10.1f} {r[3] / 1e6:>10.3f} {r[4]:>7.1f}")
     print(f"equal rounds: FedMPDD - FedSGD = {acc_mp - acc_sgd:+.1f} points (target: within 5)")
     print(f"fixed budget: FedMPDD - FedSGD = {acc_b2 - acc_b1:+.1f} points "
-          "(paper Table 4: +65.9 on MNIST LeNet; target here: >= +20)")
+          "(paper Table 4: +65.9 on MNIST LeNet; target here: >= +20)", flush=True)
     return rows
 
 
