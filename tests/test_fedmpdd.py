@@ -258,3 +258,23 @@ def test_inversion_audit_full_leaks_mpdd_does_not():
     assert full.ssim > 0.6
     assert mpdd.ssim < 0.3
     assert reconstruction_ssim(img, img) == pytest.approx(1.0)
+
+
+def test_missing_torch_names_the_extra(monkeypatch):
+    import importlib.util
+
+    import sklearn_fed.neural_network as nn_pkg
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "skorch" else real(name, *a))
+    with pytest.raises(ImportError, match=r"sklearn-fed\[nn\]"):
+        nn_pkg.__getattr__("FedMPDDClassifier")
+
+
+def test_verbose_prints_ledger_table(iris, capsys):
+    X, y = iris
+    FedMPDDClassifier(n_clients=3, n_directions=4, max_epochs=2, verbose=1,
+                      random_state=0).fit(X, y)
+    out = capsys.readouterr().out
+    assert "uplink_bytes_total" in out and "train_loss" in out
