@@ -87,7 +87,9 @@ class Message:
 def _as_flat(g):
     g = torch.as_tensor(g)
     if g.ndim != 1:
-        raise ValueError(f"a gradient must be a flat vector, got shape {tuple(g.shape)}")
+        raise ValueError(
+            f"a gradient must be a flat vector, got shape {tuple(g.shape)}"
+        )
     return g.to(torch.float32)
 
 
@@ -123,7 +125,9 @@ class MPDDCodec:
         if int(n_directions) < 1:
             raise ValueError(f"n_directions must be >= 1, got {n_directions}")
         if direction not in ("rademacher", "gaussian"):
-            raise ValueError(f"direction must be 'rademacher' or 'gaussian', got {direction!r}")
+            raise ValueError(
+                f"direction must be 'rademacher' or 'gaussian', got {direction!r}"
+            )
         self.n_directions = int(n_directions)
         self.direction = direction
 
@@ -147,7 +151,8 @@ class MPDDCodec:
         rng = np.random.Generator(np.random.PCG64(int(seed)))
         for start in range(0, self.n_directions, rows):
             groups = (min(rows, self.n_directions - start) + 7) // 8
-            yield start, np.frombuffer(rng.bytes(groups * d), dtype=np.uint8).reshape(groups, d)
+            raw = rng.bytes(groups * d)
+            yield start, np.frombuffer(raw, dtype=np.uint8).reshape(groups, d)
 
     def directions(self, seed, d):
         """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
@@ -227,7 +232,7 @@ class MPDDCodec:
 
 
 # _SIGNS[v, b] = +1 if bit b (big-endian) of byte value v is set, else -1
-_SIGNS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64) * 2 - 1
+_SIGNS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1) * 2.0 - 1.0
 
 
 class FullCodec:
@@ -332,8 +337,8 @@ class TopKCodec:
         g = _as_flat(g)
         k = min(self.k, g.shape[0])
         idx = torch.topk(g.abs(), k).indices
-        return Message(self.name, {"values": g[idx].clone(), "indices": idx.to(torch.int32)},
-                       self.nbytes(g.shape[0]))
+        payload = {"values": g[idx].clone(), "indices": idx.to(torch.int32)}
+        return Message(self.name, payload, self.nbytes(g.shape[0]))
 
     def decode(self, message, d):
         out = torch.zeros(int(d), dtype=torch.float32)

@@ -71,8 +71,9 @@ class _RoundIterator:
         picks = []
         for c in participants:
             rows = self.client_rows[c]
-            b = len(rows) if net.batch_size in (-1, None) else min(net.batch_size, len(rows))
-            picks.append(rows if b == len(rows) else np.sort(rng.choice(rows, b, replace=False)))
+            full = net.batch_size in (-1, None) or net.batch_size >= len(rows)
+            picks.append(rows if full else np.sort(rng.choice(rows, net.batch_size,
+                                                              replace=False)))
         width = max(len(p) for p in picks)
         Xb = torch.zeros((n_part, width) + tuple(self.X.shape[1:]), dtype=self.X.dtype)
         yb = torch.zeros((n_part, width), dtype=self.y.dtype)
@@ -81,7 +82,8 @@ class _RoundIterator:
             idx = torch.as_tensor(p)
             Xb[i, :len(p)] = self.X[idx]
             yb[i, :len(p)] = self.y[idx]
-            wb[i, :len(p)] = 1.0 if self.sample_weight is None else self.sample_weight[idx]
+            sw = self.sample_weight
+            wb[i, :len(p)] = 1.0 if sw is None else sw[idx]
         counts = torch.as_tensor([len(p) for p in picks], dtype=torch.float32)
         yield Xb, yb, wb, counts, torch.as_tensor(participants)
 
@@ -239,7 +241,9 @@ class FedMPDDClassifier(NeuralNetClassifier):
         params = {k: getattr(self, k) for k in self._fed_constraints}
         if params["batch_size"] == -1:
             params["batch_size"] = "-1"
-        validate_parameter_constraints(self._fed_constraints, params, type(self).__name__)
+        validate_parameter_constraints(
+            self._fed_constraints, params, type(self).__name__
+        )
 
     def _validate_X(self, X, reset):
         X = validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1)
@@ -272,8 +276,9 @@ class FedMPDDClassifier(NeuralNetClassifier):
             assign = partition_label_shards(y_enc, self.n_clients, classes_per_client=2,
                                             random_state=seed)
         else:
-            assign = partition_dirichlet(y_enc, self.n_clients, alpha=self.dirichlet_alpha,
-                                         random_state=seed)
+            assign = partition_dirichlet(
+                y_enc, self.n_clients, alpha=self.dirichlet_alpha, random_state=seed
+            )
         assign = np.asarray(assign)
         labels = np.unique(assign)
         return labels, [np.flatnonzero(assign == c) for c in labels]
@@ -301,22 +306,29 @@ class FedMPDDClassifier(NeuralNetClassifier):
         reset = not (self.warm_start and self.initialized_)
         return self._fit(X, y, sample_weight, clients, reset, fit_params)
 
-    def partial_fit(self, X, y, classes=None, sample_weight=None, clients=None, **fit_params):
+    def partial_fit(
+        self, X, y, classes=None, sample_weight=None, clients=None, **fit_params
+    ):
         """Run ``max_epochs`` more rounds, continuing from the current model.
 
         Parameters are as in :meth:`fit`; ``classes`` lists every label when
         the first call does not see them all.
         """
         reset = not self.initialized_
-        return self._fit(X, y, sample_weight, clients, reset, fit_params, classes=classes)
+        return self._fit(
+            X, y, sample_weight, clients, reset, fit_params, classes=classes
+        )
 
     def _fit(self, X, y, sample_weight, clients, reset, fit_params, classes=None):
         self._check_fed_params()
         if y is None:
             raise ValueError(
-                f"{type(self).__name__} requires y to be passed, but the target y is None."
+                f"{type(self).__name__} requires y to be passed, "
+                "but the target y is None."
             )
-        X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1)
+        X, y = validate_data(
+            self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1
+        )
         check_classification_targets(y)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float32)
@@ -327,7 +339,9 @@ class FedMPDDClassifier(NeuralNetClassifier):
             classes_ = self.classes_
             unknown = np.setdiff1d(np.unique(y), classes_)
             if len(unknown):
-                raise ValueError(f"y has labels {unknown.tolist()} not seen at the first fit")
+                raise ValueError(
+                    f"y has labels {unknown.tolist()} not seen at the first fit"
+                )
         y_enc = np.searchsorted(classes_, y).astype(np.int64)
         if reset:
             rs = self.random_state
@@ -392,8 +406,9 @@ class FedMPDDClassifier(NeuralNetClassifier):
         if keep is not None:
             rows = [np.intersect1d(r, keep) for r in rows]
         sw = self.sample_weight_
-        return _RoundIterator(self, X, y, rows,
-                              None if sw is None else torch.as_tensor(sw, dtype=torch.float32))
+        if sw is not None:
+            sw = torch.as_tensor(sw, dtype=torch.float32)
+        return _RoundIterator(self, X, y, rows, sw)
 
     def _codec(self):
         return make_codec(
@@ -457,7 +472,8 @@ class FedMPDDClassifier(NeuralNetClassifier):
         except Exception:
             if mode is True:
                 raise
-            self._vmap_failed_ = True  # e.g. in-place ops or data-dependent control flow
+            # e.g. in-place ops or data-dependent control flow in the module
+            self._vmap_failed_ = True
             return self._gradients_loop(Xb, yb, wb, nb)
 
     def train_step(self, batch, **fit_params):
@@ -482,7 +498,8 @@ class FedMPDDClassifier(NeuralNetClassifier):
         if self.communication_ is None:
             self.communication_ = CommunicationLedger(n_parameters=d)
         for g, c in zip(grads, participants.tolist()):
-            message = codec.encode(g, seed=derive_seed(self.seed_, round_index, c))  # client
+            seed = derive_seed(self.seed_, round_index, c)
+            message = codec.encode(g, seed=seed)  # client
             estimate += codec.decode(message, d)  # server, from the message alone
             uplink += message.nbytes
             self.communication_.record_upload(self.clients_[c], message.nbytes)
@@ -493,11 +510,13 @@ class FedMPDDClassifier(NeuralNetClassifier):
         offset = 0
         for _, p in self._params():
             n = p.numel()
-            p.grad = estimate[offset:offset + n].view_as(p).to(p.device, p.dtype).clone()
+            chunk = estimate[offset:offset + n].view_as(p)
+            p.grad = chunk.to(p.device, p.dtype).clone()
             offset += n
         # callbacks such as skorch's GradientNormClipping see the decoded average
-        self.notify("on_grad_computed", named_parameters=TeeGenerator(self.get_all_learnable_params()),
-                    batch=batch, training=True)
+        learnable = TeeGenerator(self.get_all_learnable_params())
+        self.notify("on_grad_computed", named_parameters=learnable, batch=batch,
+                    training=True)
         self._step_optimizer(None)
         self._record_ledger(round_index, n_part, uplink, n_part * d * 4)
         return {"loss": losses.mean(), "y_pred": None}
@@ -508,7 +527,8 @@ class FedMPDDClassifier(NeuralNetClassifier):
         h.record("round", round_index)
         h.record("participants", n_part)
         h.record("uplink_bytes", int(uplink))
-        h.record("uplink_bytes_total", int(previous.get("uplink_bytes_total", 0) + uplink))
+        up_total = previous.get("uplink_bytes_total", 0) + uplink
+        h.record("uplink_bytes_total", int(up_total))
         h.record("downlink_bytes", int(downlink))
         h.record("downlink_bytes_total",
                  int(previous.get("downlink_bytes_total", 0) + downlink))
