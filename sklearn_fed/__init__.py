@@ -5,6 +5,12 @@ The ridge family (exact, from client sufficient statistics) lives in
 Importing :mod:`sklearn_fed` never imports torch.
 """
 
+from .baselines import (
+    DPFedAvgRegressor,
+    FedAvgRegressor,
+    FedNovaRegressor,
+    FedProxRegressor,
+)
 from .linear_model import FederatedRidge, FederatedRidgeCV
 from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
@@ -12,6 +18,10 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "ClientStatistics",
+    "DPFedAvgRegressor",
+    "FedAvgRegressor",
+    "FedNovaRegressor",
+    "FedProxRegressor",
     "FederatedRidge",
     "FederatedRidgeCV",
     "InvalidClientMessage",
