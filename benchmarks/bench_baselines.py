@@ -6,7 +6,8 @@ runs the same algorithm one client at a time in Python (interleaved, median of
 
 ``--convergence``: FedAvg/FedProx on the one-shot paper's default synthetic
 setting (Sec. V-A: K=20, n_k=500 with 20% held out, d=100, alpha=0.01,
-gamma=0.5, eta=0.01, E=5): test MSE after R rounds beside centralized Ridge.
+gamma=0.5, eta=0.01, E=5): test MSE after R rounds beside centralized Ridge,
+and the distance of the final coefficients to Ridge's.
 ``--dp``: DP-FedAvg-100 test MSE across epsilon (Table V's budgets).
 
     python benchmarks/bench_baselines.py [--repeats 3] [--convergence] [--dp]
@@ -86,8 +87,10 @@ def bench_convergence(trials, checkpoints=(10, 50, 100, 200, 300, 500)):
     rows = {}
     for seed in range(trials):
         X, Xt, y, yt, clients, _ = make_heterogeneous_regression(random_state=seed)
-        central = mean_squared_error(yt, Ridge(alpha=0.01).fit(X, y).predict(Xt))
-        rows.setdefault(("Centralized Ridge", "-"), []).append({r: central for r in checkpoints})
+        ridge = Ridge(alpha=0.01).fit(X, y)
+        central = mean_squared_error(yt, ridge.predict(Xt))
+        rows.setdefault(("Centralized Ridge", "-"), []).append(
+            {**{r: central for r in checkpoints}, "dist": 0.0})
         for name, cls, extra in [("FedAvg", FedAvgRegressor, {}),
                                  ("FedProx mu=0.01", FedProxRegressor, {"mu": 0.01})]:
             for batch in (None, 32):
@@ -98,16 +101,18 @@ def bench_convergence(trials, checkpoints=(10, 50, 100, 200, 300, 500)):
                     est.partial_fit(X, y, clients=clients)
                     if r in checkpoints:
                         found[r] = mean_squared_error(yt, est.predict(Xt))
+                found["dist"] = np.linalg.norm(est.coef_ - ridge.coef_)
                 rows.setdefault((name, "full" if batch is None else batch), []).append(found)
     central = np.mean([t[checkpoints[0]] for t in rows[("Centralized Ridge", "-")]])
     print(f"| {'method':<18} | {'batch':>5} | "
-          + " | ".join(f"R={r:<6}" for r in checkpoints) + " | gap at R=500 |")
-    print("|" + "|".join("-" * w for w in [20, 7] + [10] * len(checkpoints) + [14]) + "|")
+          + " | ".join(f"R={r:<6}" for r in checkpoints) + " | gap at R=500 | ||w - w_ridge|| |")
+    print("|" + "|".join("-" * w for w in [20, 7] + [10] * len(checkpoints) + [14, 17]) + "|")
     for (name, batch), found in rows.items():
         means = [np.mean([t[r] for t in found]) for r in checkpoints]
         gap = means[-1] / central - 1
         print(f"| {name:<18} | {str(batch):>5} | "
-              + " | ".join(f"{m:<8.6f}" for m in means) + f" | {gap:>+11.3%} |")
+              + " | ".join(f"{m:<8.6f}" for m in means) + f" | {gap:>+11.3%} | "
+              f"{np.mean([t['dist'] for t in found]):>15.1e} |")
 
 
 def bench_dp(trials):

@@ -100,7 +100,8 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
     means, rounds then optimize ``w`` alone (for a fixed ``w`` the best ``b``
     is ``y_mean - x_mean w``, which turns ``F`` into the centered problem),
     and ``intercept_ = y_mean - x_mean @ coef_``. Subclasses set the proximal
-    weight (``_proximal_mu``), the server's aggregation (``_aggregate``) and any extra uplink values.
+    weight (``_proximal_mu``), the server's aggregation (``_aggregate``) and
+    any extra uplink values (``_extra_uplink_values``).
     """
 
     _parameter_constraints: dict = {
@@ -129,9 +130,6 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
         1), ``steps`` (K,) their numbers of local steps.
         """
         return np.einsum("k,kdt->dt", p, local_coef)
-
-    def _check_extra_params(self):
-        """Subclass hook: validate parameters the constraints cannot express."""
 
     # ---------------------------------------------------------------- public
     @_fit_context(prefer_skip_nested_validation=True)
@@ -177,7 +175,10 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
         The first call starts from a zero model. Later calls continue from the
         current model and random state, so ``fit`` with ``n_rounds=R`` followed
         by one ``partial_fit`` on the same rows equals ``fit`` with
-        ``n_rounds=R + 1``. A call that raises leaves the estimator unchanged.
+        ``n_rounds=R + 1``. Client weights and the centering means are taken
+        from the rows of each call (pass the same rows to continue training);
+        a client's setup bytes are counted the first time its label is seen.
+        A call that raises leaves the estimator unchanged.
 
         Parameters
         ----------
@@ -237,7 +238,6 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- internals
     def _validate(self, X, y, sample_weight, clients, *, reset):
-        self._check_extra_params()
         X, y = validate_data(
             self,
             X,
