@@ -49,13 +49,13 @@ _COMMON_ATTRIBUTES = """coef_ : ndarray of shape (n_features,) or (n_targets, n_
         weighted means up, the totals down), ``n_participants``.
     n_rounds_ : int
         Rounds run so far (``len(history_)``).
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (n_clients,)
         Client labels of the last call.
     n_clients_ : int
         Number of clients of the last call.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen during fit, when ``X`` has string column names."""
 
 
