@@ -5,7 +5,7 @@ The ridge family (exact, from client sufficient statistics) lives in
 Importing :mod:`sklearn_fed` never imports torch.
 """
 
-from .linear_model import FederatedRidge, FederatedRidgeCV
+from .linear_model import FederatedRidge, FederatedRidgeCV, IncrementalFederatedRidge
 from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
@@ -14,6 +14,7 @@ __all__ = [
     "ClientStatistics",
     "FederatedRidge",
     "FederatedRidgeCV",
+    "IncrementalFederatedRidge",
     "InvalidClientMessage",
     "__version__",
     "merge_statistics",

@@ -5,3 +5,7 @@ from ._federated_ridge import FederatedRidge
 from ._federated_ridge_cv import FederatedRidgeCV
 
 __all__ = ["BaseFederatedRidge", "FederatedRidge", "FederatedRidgeCV", "solve_ridge"]
+
+from ._incremental import IncrementalFederatedRidge  # noqa: E402
+
+__all__ += ["IncrementalFederatedRidge"]
