@@ -258,6 +258,12 @@ def _backward_error(gram, alpha, coef_t, moment):
     return np.linalg.norm(residual) / scale if scale > 0 else 0.0
 
 
+def _copy_rng(rng):
+    new = np.random.RandomState()
+    new.set_state(rng.get_state())
+    return new
+
+
 # ---------------------------------------------------------------------- estimator
 class IncrementalFederatedRidge(BaseFederatedRidge):
     """Federated ridge built round by round (FedDelta) with low-rank solver updates.
@@ -469,6 +475,10 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
                 )
         return self._round(state, X, y, sample_weight, labels, rows)
 
+    def __sklearn_is_fitted__(self):
+        # Rounds may run (and be skipped for lack of quorum) before any model exists.
+        return hasattr(self, "coef_")
+
     # ------------------------------------------------------------------ rounds
     def _initial_state(self):
         return {
@@ -493,7 +503,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         alpha = self._checked_alpha(n_targets)
         d = X.shape[1]
         state = dict(previous)
-        state["rng"] = copy.deepcopy(previous["rng"])
+        state["rng"] = _copy_rng(previous["rng"])
         state["pending"] = {k: list(v) for k, v in previous["pending"].items()}
         state["nodes"] = list(previous["nodes"])
         state["leaders"] = list(previous["leaders"])
@@ -501,12 +511,14 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         state["history"] = list(previous["history"])
         state["n_targets"] = n_targets
         state["single_target"] = y.ndim == 1
-        ledger = (
-            self._new_ledger(d, n_targets)
-            if previous["ledger"] is None
-            else copy.deepcopy(previous["ledger"])
-        )
+        ledger = self._new_ledger(d, n_targets)
+        if previous["ledger"] is not None:
+            old = previous["ledger"]
+            ledger.uplink_bytes_per_client = dict(old.uplink_bytes_per_client)
+            ledger.downlink_bytes, ledger.rounds = old.downlink_bytes, old.rounds
         rng = state["rng"]
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)  # row slicing per client
         known = set(state["nodes"])
         for label, client_rows in zip(labels, rows):
             key = label.item() if hasattr(label, "item") else label

@@ -84,8 +84,8 @@ def elect_leader(nodes, bids=None, *, fanout=3, n_rounds=3, random_state=None):
         for i in rng.permutation(k):
             if fanout <= 0:
                 break
-            peers = rng.choice(np.delete(np.arange(k), i), size=fanout, replace=False)
-            for j in peers:
+            peers = rng.choice(k - 1, size=fanout, replace=False)
+            for j in peers + (peers >= i):  # skip self
                 winner = better(best[i], best[j])
                 best[i] = best[j] = winner
                 messages += 2
