@@ -8,5 +8,6 @@ or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
 
 # name -> module (relative to this package); imported only when run.
 EXPERIMENTS = {}
+EXPERIMENTS["feddelta"] = "feddelta"
 
 __all__ = ["EXPERIMENTS"]
