@@ -8,11 +8,13 @@ cheaper or when a residual check against them fails.
 """
 
 import copy
+import time
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
+from scipy.linalg.blas import dsyrk
 from sklearn.utils import check_random_state
 
 from .._compat import Interval, StrOptions, _fit_context
@@ -109,6 +111,14 @@ def _client_contribution(X, y, sw, centered):
     return _Contribution(n, weight_sum, x_mean, y_mean, factor, None, moment, target_ss)
 
 
+def _gram_of(rows):
+    """``rows^T rows``; BLAS syrk (half the flops of a product) for many rows."""
+    if rows.shape[0] < 64:
+        return rows.T @ rows
+    upper = dsyrk(1.0, np.asfortranarray(rows.T), trans=0, lower=0)
+    return np.triu(upper) + np.triu(upper, 1).T
+
+
 def _aggregate_round(aggregate, contributions, centered, single_target):
     """Exact statistics after the round, and the round's update of ``G``.
 
@@ -143,12 +153,12 @@ def _aggregate_round(aggregate, contributions, centered, single_target):
     rows = np.vstack(factors) if factors else np.zeros((0, d))
     dense = sum(grams) if grams else None
     if aggregate is not None:
-        gram = aggregate.gram + rows.T @ rows
+        gram = aggregate.gram + _gram_of(rows)
         moment = aggregate.moment + moment
         target_ss = aggregate.target_ss + target_ss
         n = aggregate.n_samples
     else:
-        gram = rows.T @ rows
+        gram = _gram_of(rows)
         n = 0
     if dense is not None:
         gram = gram + dense
@@ -353,7 +363,8 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         One dict per round: ``leader``, ``dropped_leaders``, ``contributors``,
         ``skipped``, ``update`` (route used), ``rank`` (rows of the round's
         update factor), ``uplink_bytes``, ``broadcast_bytes``,
-        ``gossip_converged`` (fraction of nodes that heard the winning bid).
+        ``gossip_converged`` (fraction of nodes that heard the winning bid),
+        ``leader_seconds`` (time the leader spent merging and solving).
 
     See Also
     --------
@@ -564,6 +575,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
             "uplink_bytes": 0,
             "broadcast_bytes": 0,
             "gossip_converged": converged,
+            "leader_seconds": 0.0,
         }
         if leader is None or len(ready) < self.min_clients:
             record["skipped"] = True
@@ -589,6 +601,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
             ledger.record_upload(key, contribution.nbytes)
             record["uplink_bytes"] += contribution.nbytes
 
+        start = time.perf_counter()
         aggregate, update_rows, dense = _aggregate_round(
             state["aggregate"], contributions, self.fit_intercept, y.ndim == 1
         )
@@ -598,6 +611,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
             previous["solvers"], aggregate, update_rows, dense, alpha, previous["aggregate"]
         )
         record["update"] = route
+        record["leader_seconds"] = time.perf_counter() - start
         # Broadcast: the round's update (factor rows or packed dense part),
         # the changes of means/moment, and the model, to every node.
         matrix = d * (d + 1) // 2 if dense is not None else update_rows.size
