@@ -143,13 +143,20 @@ def main(argv=None):
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--drift-rounds", type=int, default=1000)
     parser.add_argument("--drift-dim", type=int, default=100)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="BLAS threads (1: stable on shared machines)"
+    )
     args = parser.parse_args(argv)
     args.dims = (100, 1000)
     if args.quick:
         args.dims, args.rounds, args.drift_rounds, args.drift_dim = (100,), 3, 100, 20
-    bench_routes(args)
-    bench_drift(args)
-    bench_sgd(args)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(args.threads):
+        print(f"BLAS threads: {args.threads}")
+        bench_routes(args)
+        bench_drift(args)
+        bench_sgd(args)
 
 
 if __name__ == "__main__":

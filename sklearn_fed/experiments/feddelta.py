@@ -61,6 +61,31 @@ def _datasets(data_dir):
             print(f"[skip] {name}: {path} not found")
 
 
+def _exact_ridge(X, y, weight, alpha):
+    """Ridge coefficients in extended precision (long double), as the judge.
+
+    One-hot columns make the centered Gram singular up to ``alpha``, so two
+    float64 solvers legitimately differ by ~eps * cond; this reference says
+    which is closer to the exact answer.
+    """
+    L = np.longdouble
+    X, y, w = X.astype(L), y.astype(L), weight.astype(L)
+    Xc = X - (w @ X) / w.sum()
+    yc = y - (w @ y) / w.sum()
+    system = (Xc * w[:, None]).T @ Xc + L(alpha) * np.eye(X.shape[1], dtype=L)
+    rhs = (Xc * w[:, None]).T @ yc
+    n = len(rhs)
+    M = np.hstack([system, rhs[:, None]])
+    for i in range(n):  # Gauss-Jordan with partial pivoting
+        p = i + int(np.argmax(np.abs(M[i:, i])))
+        M[[i, p]] = M[[p, i]]
+        M[i] = M[i] / M[i, i]
+        for j in range(n):
+            if j != i:
+                M[j] = M[j] - M[j, i] * M[i]
+    return M[:, -1].astype(np.float64)
+
+
 def run_scenario(X_train, y_train, X_test, y_test, scenario, *, rounds, nodes, alpha, seed,
                  cap=None):
     """Stream one scenario; returns a dict of R^2, coefficient error and timings."""
@@ -95,12 +120,17 @@ def run_scenario(X_train, y_train, X_test, y_test, scenario, *, rounds, nodes, a
     seen = counts > 0
     central = Ridge(alpha=alpha).fit(X_train[seen], y_train[seen], sample_weight=counts[seen])
     central_time = time.perf_counter() - start
-    error = np.linalg.norm(model.coef_ - central.coef_) / np.linalg.norm(central.coef_)
+    exact = _exact_ridge(X_train[seen], y_train[seen], counts[seen], alpha)
+
+    def error(coef):
+        return np.linalg.norm(coef - exact) / np.linalg.norm(exact)
+
     return {
         "rows": int(counts.sum()),
         "r2_fed": r2_score(y_test, model.predict(X_test)),
         "r2_central": r2_score(y_test, central.predict(X_test)),
-        "coef_rel_err": error,
+        "err_fed": error(model.coef_),
+        "err_central": error(central.coef_),
         "time_fed": elapsed,
         "time_central": central_time,
         "routes": sorted({h["update"] for h in model.round_history_}),
@@ -116,7 +146,7 @@ def run(args):
     )
     header = (
         f"{'dataset':<10} {'scenario':<12} {'rows':>9} {'R2 fed':>8} {'R2 cent':>8} "
-        f"{'|dR2|':>9} {'coef err':>9} {'paper C/D':>10}"
+        f"{'|dR2|':>9} {'err fed':>9} {'err cent':>9} {'paper C/D':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -133,12 +163,17 @@ def run(args):
                 alpha=args.alpha, seed=args.seed, cap=cap,
             )
             delta = abs(result["r2_fed"] - result["r2_central"])
-            worst = max(worst, result["coef_rel_err"])
+            # float64 solvers differ by ~eps * cond; judge against the exact answer
+            worst = max(worst, result["err_fed"] / max(result["err_central"], 1e-8))
             label = f"({scenario[0]}:{scenario[1]})"
             print(
                 f"{name:<10} {label:<12} {result['rows']:>9d} {result['r2_fed']:>8.4f} "
-                f"{result['r2_central']:>8.4f} {delta:>9.1e} {result['coef_rel_err']:>9.1e} "
+                f"{result['r2_central']:>8.4f} {delta:>9.1e} {result['err_fed']:>9.1e} {result['err_central']:>9.1e} "
                 f"{paper_text:>10}"
             )
-    print(f"worst relative coefficient difference vs centralized Ridge: {worst:.1e}")
-    return 0 if worst <= 1e-8 else 1
+    print(
+        "err = relative coefficient error against a long-double solution of the same "
+        "ridge problem;\nworst err fed / max(err cent, 1e-8): "
+        f"{worst:.2f} (<= 1 means as exact as centralized Ridge)"
+    )
+    return 0 if worst <= 1.0 else 1
