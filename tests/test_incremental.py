@@ -310,3 +310,24 @@ def test_pipeline_with_metadata_routing():
         est = IncrementalFederatedRidge().set_fit_request(clients=True)
         pipe = make_pipeline(StandardScaler(), est).fit(X, y, clients=clients)
         assert pipe[-1].n_clients_ == 4
+
+
+def test_csv_loaders(tmp_path):
+    from sklearn_fed.datasets import load_california_housing_csv, load_insurance_csv
+
+    path = tmp_path / "insurance.csv"
+    path.write_text(
+        "age,sex,bmi,children,smoker,region,charges\n"
+        "19,female,27.9,0,yes,southwest,100.5\n"
+        "18,male,,1,no,southeast,200.0\n"
+        "40,male,30.0,2,no,northeast,300.0\n"
+    )
+    X, y, names = load_insurance_csv(path, return_feature_names=True)
+    assert X.shape == (2, 9) and y.tolist() == [100.5, 300.0]  # row with missing bmi dropped
+    assert names[:3] == ["age", "bmi", "children"]
+    np.testing.assert_array_equal(X[:, names.index("smoker=yes")], [1.0, 0.0])
+    np.testing.assert_array_equal(X[:, names.index("region=northeast")], [0.0, 1.0])
+    bad = tmp_path / "housing.csv"
+    bad.write_text("longitude,latitude\n1,2\n")
+    with pytest.raises(ValueError, match="missing column"):
+        load_california_housing_csv(bad)
