@@ -38,7 +38,9 @@ def stream(n=240, d=6, t=None, offset=0.0, seed=0):
     return X, y, rng
 
 
-@parametrize_with_checks([IncrementalFederatedRidge(), IncrementalFederatedRidge(update="spectral")])
+@parametrize_with_checks(
+    [IncrementalFederatedRidge(), IncrementalFederatedRidge(update="spectral")]
+)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

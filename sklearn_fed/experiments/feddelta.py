@@ -168,7 +168,8 @@ def run(args):
             label = f"({scenario[0]}:{scenario[1]})"
             print(
                 f"{name:<10} {label:<12} {result['rows']:>9d} {result['r2_fed']:>8.4f} "
-                f"{result['r2_central']:>8.4f} {delta:>9.1e} {result['err_fed']:>9.1e} {result['err_central']:>9.1e} "
+                f"{result['r2_central']:>8.4f} {delta:>9.1e} {result['err_fed']:>9.1e} "
+                f"{result['err_central']:>9.1e} "
                 f"{paper_text:>10}"
             )
     print(
