@@ -333,3 +333,20 @@ def test_csv_loaders(tmp_path):
     bad.write_text("longitude,latitude\n1,2\n")
     with pytest.raises(ValueError, match="missing column"):
         load_california_housing_csv(bad)
+
+
+def test_message_sizes_are_wire_sizes():
+    from sklearn_fed.linear_model._incremental import _client_contribution
+
+    rng = np.random.default_rng(0)
+    for n, d in [(1, 5), (3, 5), (4, 9), (12, 5)]:
+        X, y = rng.normal(size=(n, d)), rng.normal(size=(n, 2))
+        for centered in (True, False):
+            message = _client_contribution(X, y, None, centered)
+            assert len(message.to_bytes()) == message.nbytes
+            if message.factor is not None:  # R^T R is the client's (centered) Gram
+                Xc = X - X.mean(axis=0) if centered else X
+                np.testing.assert_allclose(
+                    message.factor.T @ message.factor, Xc.T @ Xc, atol=1e-12
+                )
+                assert message.factor.shape[0] == min(n - centered, d)

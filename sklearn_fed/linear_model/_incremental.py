@@ -8,6 +8,8 @@ cheaper or when a residual check against them fails.
 """
 
 import copy
+import hashlib
+import struct
 import time
 from numbers import Integral, Real
 
@@ -51,6 +53,23 @@ class _Contribution:
         self.gram = gram
         self.moment = moment
         self.target_ss = target_ss
+
+    def to_bytes(self):
+        """Wire form: header, float64 payload (the upper trapezoid of ``factor``
+        or the packed ``gram``), SHA-256; ``len(to_bytes()) == nbytes``."""
+        d, t = self.moment.shape
+        p = -1 if self.factor is None else self.factor.shape[0]
+        header = struct.pack("<8sHhIIQd", b"SKFEDRND", 1, p, d, t, self.n_samples,
+                             self.weight_sum)
+        if self.factor is not None:
+            matrix = self.factor[np.triu_indices(p, m=d)]
+        else:
+            matrix = self.gram[np.triu_indices(d)]
+        payload = np.concatenate(
+            [self.x_mean, self.y_mean, matrix, self.moment.ravel(), self.target_ss]
+        ).astype("<f8")
+        body = header + payload.tobytes()
+        return body + hashlib.sha256(body).digest()
 
     @property
     def nbytes(self):
@@ -340,9 +359,9 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         Intercept; ``0.0`` when ``fit_intercept=False``.
     n_features_in_ : int
         Number of features.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Feature names, when ``X`` has string column names.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (n_clients,)
         Labels of all nodes seen so far (the candidates for leader).
     n_clients_ : int
         Number of nodes.
