@@ -21,7 +21,13 @@ import numpy as np
 
 from sklearn_fed import FESCRidge
 from sklearn_fed.datasets import make_fesc_regression
-from sklearn_fed.experiments.fesc import markdown_table, plot_histogram, plot_mse, simulate, summary_rows
+from sklearn_fed.experiments.fesc import (
+    markdown_table,
+    plot_histogram,
+    plot_mse,
+    simulate,
+    summary_rows,
+)
 from sklearn_fed.simulation import sample_client_sizes
 
 # %%

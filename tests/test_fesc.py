@@ -214,6 +214,8 @@ def test_failed_partial_fit_leaves_estimator_unchanged():
         est.partial_fit(X[:, :2], y, clients=np.zeros(100))
     with pytest.raises(ValueError, match="client 5 has total sample weight 0"):
         est.partial_fit(X[:4], y[:4], sample_weight=[0, 0, 0, 1.0], clients=[5, 5, 5, 0])
+    with pytest.raises(ValueError, match="client 'b' has total sample weight 0"):
+        est.fit(X[:4], y[:4], sample_weight=[0, 0, 0, 1.0], clients=["b", "b", "b", "a"])
     for key, value in state.items():
         if isinstance(value, np.ndarray):
             np.testing.assert_array_equal(vars(est)[key], value)

@@ -33,7 +33,8 @@ def test_make_fesc_regression_is_the_papers_model():
 def test_demo_quick_writes_figures_and_tables(tmp_path, capsys):
     assert EXPERIMENTS["fesc"] == "fesc"
     out = tmp_path / "demo"
-    code = main(["fesc", "--quick", "--out", str(out), "--no-progress", "--distribution", "pareto"])
+    argv = ["fesc", "--quick", "--out", str(out), "--no-progress", "--distribution", "pareto"]
+    code = main(argv)
     assert code == 0
     for name in ("sizes_hist.png", "mse_vs_gamma.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -47,7 +47,11 @@ def make_fesc_regression(sizes, n_features=10, *, noise=1.0, shuffle=False, rand
     ((8, 2), [0, 0, 0, 1, 1, 1, 1, 1], (2,))
     """
     rng = check_random_state(random_state)
-    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
+    if (
+        isinstance(n_features, bool)
+        or not isinstance(n_features, (int, np.integer))
+        or n_features < 1
+    ):
         raise ValueError(f"n_features must be an int >= 1, got {n_features!r}.")
     if not np.isfinite(noise) or noise < 0:
         raise ValueError(f"noise must be a finite float >= 0, got {noise!r}.")

@@ -129,7 +129,8 @@ def summary_rows(results):
         for name in ESTIMATORS:
             values = results["mse"][name][g]
             row[f"mse_{name}"] = float(values.mean())
-            row[f"se_{name}"] = float(values.std(ddof=1) / math.sqrt(n_repeats)) if n_repeats > 1 else float("nan")
+            se = values.std(ddof=1) / math.sqrt(n_repeats) if n_repeats > 1 else math.nan
+            row[f"se_{name}"] = float(se)
         row["fesc_over_federated"] = row["mse_fesc"] / row["mse_federated"]
         row["fesc_K"] = float(results["n_selected"][g].mean())
         rows.append(row)
@@ -174,7 +175,9 @@ def write_outputs(results, out):
     os.makedirs(out, exist_ok=True)
     rows = summary_rows(results)
     fig = Figure(figsize=(6, 4), layout="constrained")
-    plot_histogram(results["sizes"], fig.add_subplot(), law=results["law"], gamma=results["gammas"][-1])
+    plot_histogram(
+        results["sizes"], fig.add_subplot(), law=results["law"], gamma=results["gammas"][-1]
+    )
     fig.savefig(os.path.join(out, "sizes_hist.png"), dpi=110)
     fig = Figure(figsize=(6.5, 4.5), layout="constrained")
     plot_mse(results, fig.add_subplot())
@@ -190,7 +193,8 @@ def write_outputs(results, out):
 
 def markdown_table(rows):
     header = (
-        "| gamma | mean rows/client | centralized | plain federated | FESC | FESC / plain | FESC K |\n"
+        "| gamma | mean rows/client | centralized | plain federated | FESC "
+        "| FESC / plain | FESC K |\n"
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     )
     lines = [header]
@@ -216,7 +220,8 @@ def verdict(rows):
         f"plain/centralized = {last['mse_federated'] / last['mse_centralized']:.3f}, "
         f"FESC/centralized = {last['mse_fesc'] / last['mse_centralized']:.3f} at gamma "
         f"{last['gamma']:.1f} (vs {rows[0]['mse_federated'] / rows[0]['mse_centralized']:.1f} "
-        f"and {rows[0]['mse_fesc'] / rows[0]['mse_centralized']:.1f} at gamma {rows[0]['gamma']:.1f})",
+        f"and {rows[0]['mse_fesc'] / rows[0]['mse_centralized']:.1f} "
+        f"at gamma {rows[0]['gamma']:.1f})",
     ]
     return lines
 

@@ -190,8 +190,7 @@ class FESCRidge(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
-        self._statistics = None
-        return self._absorb(X, y, sample_weight, labels, rows)
+        return self._absorb(X, y, sample_weight, labels, rows, reset=True)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
@@ -227,12 +226,12 @@ class FESCRidge(BaseFederatedRidge):
                 raise ValueError(
                     "fit_intercept changed since the first partial_fit; call fit to restart."
                 )
-        return self._absorb(X, y, sample_weight, labels, rows)
+        return self._absorb(X, y, sample_weight, labels, rows, reset=first_call)
 
     # ------------------------------------------------------------- internals
-    def _absorb(self, X, y, sample_weight, labels, rows):
+    def _absorb(self, X, y, sample_weight, labels, rows, *, reset):
         """Merge a batch into per-client statistics, re-solve, assign at the end."""
-        previous = getattr(self, "_statistics", None)
+        previous = None if reset else self._statistics
         statistics = {} if previous is None else dict(previous)
         local = {} if previous is None else dict(self._local)
         touched = []
@@ -241,7 +240,8 @@ class FESCRidge(BaseFederatedRidge):
             statistics[key] = stats if key not in statistics else statistics[key].merge(stats)
             touched.append(key)
         order = list(statistics) if previous is None else list(self._order)
-        order += [key for key in touched if key not in set(order)]
+        known = set(order)
+        order += [key for key in touched if key not in known]
         sizes = np.array([statistics[key].weight_sum for key in order])
         empty = np.flatnonzero(sizes <= 0)
         if empty.size:
