@@ -1,7 +1,7 @@
 """
-=====================================================
+=======================================================
 How client sample sizes drive one-shot averaging (FESC)
-=====================================================
+=======================================================
 
 One-shot model averaging fits a ridge model on every client and averages
 the local coefficients. With ``m`` clients whose sizes follow a law of mean

@@ -112,28 +112,28 @@ class FESCRidge(BaseFederatedRidge):
         Combined intercept; ``0.0`` when ``fit_intercept=False``.
     alpha_ : float
         The penalty used by the local fits.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (n_clients,)
         Client labels, sorted in :meth:`fit`; :meth:`partial_fit` appends new ones.
     n_clients_ : int
         Number of clients.
-    client_sizes_ : ndarray of shape (n_clients_,)
+    client_sizes_ : ndarray of shape (n_clients,)
         ``n_i`` of every client: its row count, or its total sample weight when
         ``sample_weight`` is given.
-    client_weights_ : ndarray of shape (n_clients_,)
+    client_weights_ : ndarray of shape (n_clients,)
         Combination weights ``w_i`` in ``clients_`` order: non-negative, sum 1.
     n_selected_clients_ : int
         Number of clients with a positive weight (``K`` of Eq. 10 for FESC).
-    local_coefs_ : ndarray of shape (n_clients_, n_features) or \
-            (n_clients_, n_targets, n_features)
+    local_coefs_ : ndarray of shape (n_clients, n_features) or \
+            (n_clients, n_targets, n_features)
         Local ridge coefficients ``theta_i``.
-    local_intercepts_ : ndarray of shape (n_clients_,) or (n_clients_, n_targets)
+    local_intercepts_ : ndarray of shape (n_clients,) or (n_clients, n_targets)
         Local intercepts.
     communication_ : CommunicationLedger
         Bytes of the messages ``(n_i, theta_i, intercept_i)`` (float64 each)
         and of the model broadcast.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen during fit, when ``X`` has string column names.
 
     See Also
