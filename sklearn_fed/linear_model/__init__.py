@@ -2,6 +2,14 @@
 
 from ._base import BaseFederatedRidge, solve_ridge
 from ._federated_ridge import FederatedRidge
+from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
 
-__all__ = ["BaseFederatedRidge", "FederatedRidge", "FederatedRidgeCV", "solve_ridge"]
+__all__ = [
+    "BaseFederatedRidge",
+    "FESCRidge",
+    "FederatedRidge",
+    "FederatedRidgeCV",
+    "fesc_weights",
+    "solve_ridge",
+]
