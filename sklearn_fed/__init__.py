@@ -5,13 +5,19 @@ The ridge family (exact, from client sufficient statistics) lives in
 Importing :mod:`sklearn_fed` never imports torch.
 """
 
-from .linear_model import FederatedRidge, FederatedRidgeCV, IncrementalFederatedRidge
+from .linear_model import (
+    FederatedRidge,
+    FederatedRidgeCV,
+    FESCRidge,
+    IncrementalFederatedRidge,
+)
 from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "ClientStatistics",
+    "FESCRidge",
     "FederatedRidge",
     "FederatedRidgeCV",
     "IncrementalFederatedRidge",

@@ -7,7 +7,10 @@ or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
 """
 
 # name -> module (relative to this package); imported only when run.
-EXPERIMENTS = {}
-EXPERIMENTS["feddelta"] = "feddelta"
+EXPERIMENTS = {
+    "feddelta": "feddelta",
+    "fesc": "fesc",
+    "oneshot": "oneshot",
+}
 
 __all__ = ["EXPERIMENTS"]

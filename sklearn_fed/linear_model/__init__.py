@@ -2,10 +2,16 @@
 
 from ._base import BaseFederatedRidge, solve_ridge
 from ._federated_ridge import FederatedRidge
+from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
+from ._incremental import IncrementalFederatedRidge
 
-__all__ = ["BaseFederatedRidge", "FederatedRidge", "FederatedRidgeCV", "solve_ridge"]
-
-from ._incremental import IncrementalFederatedRidge  # noqa: E402
-
-__all__ += ["IncrementalFederatedRidge"]
+__all__ = [
+    "BaseFederatedRidge",
+    "FESCRidge",
+    "FederatedRidge",
+    "FederatedRidgeCV",
+    "IncrementalFederatedRidge",
+    "fesc_weights",
+    "solve_ridge",
+]
