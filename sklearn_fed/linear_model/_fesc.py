@@ -6,6 +6,7 @@ from numbers import Real
 
 import numpy as np
 
+from .._clients import label_array
 from .._compat import Interval, StrOptions, _fit_context
 from ._base import BaseFederatedRidge, solve_ridge
 
@@ -282,7 +283,7 @@ class FESCRidge(BaseFederatedRidge):
         self._n_targets = n_targets
         self._centered = self.fit_intercept
         self.alpha_ = alpha
-        self.clients_ = np.asarray(order)
+        self.clients_ = label_array(order)
         self.n_clients_ = len(order)
         self.client_sizes_ = sizes
         self.client_weights_ = weights

@@ -19,6 +19,7 @@ from scipy import linalg
 from scipy.linalg.blas import dsyrk
 from sklearn.utils import check_random_state
 
+from .._clients import label_array
 from .._compat import Interval, StrOptions, _fit_context
 from ..simulation import elect_leader
 from ..statistics import ClientStatistics
@@ -712,7 +713,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         state["ledger"] = ledger
         self._state = state
         self.communication_ = ledger
-        self.clients_ = np.asarray(state["nodes"])
+        self.clients_ = label_array(state["nodes"])
         self.n_clients_ = len(state["nodes"])
         self.n_rounds_ = len(state["leaders"])
         self.leaders_ = list(state["leaders"])
