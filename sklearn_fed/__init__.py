@@ -5,7 +5,12 @@ The ridge family (exact, from client sufficient statistics) lives in
 Importing :mod:`sklearn_fed` never imports torch.
 """
 
-from .linear_model import FederatedRidge, FederatedRidgeCV
+from .linear_model import (
+    FederatedRidge,
+    FederatedRidgeCV,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
+)
 from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
@@ -17,4 +22,6 @@ __all__ = [
     "InvalidClientMessage",
     "__version__",
     "merge_statistics",
+    "PrivateFederatedRidge",
+    "ProjectedFederatedRidge",
 ]
