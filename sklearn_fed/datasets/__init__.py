@@ -1,3 +1,5 @@
 """Data generators from the papers and loaders that take a local path."""
 
-__all__ = []
+from ._synthetic import make_heterogeneous_regression
+
+__all__ = ["make_heterogeneous_regression"]
