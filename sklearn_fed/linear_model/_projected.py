@@ -128,6 +128,15 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         self.fit_intercept = fit_intercept
         self.random_state = random_state
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # A fixed m < d keeps only an m-dimensional random subspace of the
+        # coefficients: for isotropic features about (1 - m/d) of the signal is
+        # lost whatever the data, so no R^2 floor can be promised. "auto"
+        # picks m from the JL bound (distances kept within eps), so it can.
+        tags.regressor_tags.poor_score = self.n_components != "auto"
+        return tags
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None, clients=None):
         """Fit on the projected statistics of every client.
