@@ -7,6 +7,8 @@ or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
 """
 
 # name -> module (relative to this package); imported only when run.
-EXPERIMENTS = {}
+EXPERIMENTS = {
+    "oneshot": "oneshot",
+}
 
 __all__ = ["EXPERIMENTS"]
