@@ -22,7 +22,16 @@ extensions = [
 ]
 
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": False}
+# Methods every scikit-learn estimator has (documented by scikit-learn, whose
+# docstrings point into its own glossary) are left out of our API pages.
+autodoc_default_options = {
+    "members": True,
+    "inherited-members": False,
+    "exclude-members": (
+        "set_fit_request,set_partial_fit_request,set_score_request,"
+        "get_metadata_routing,score,get_params,set_params"
+    ),
+}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 templates_path = ["_templates"]

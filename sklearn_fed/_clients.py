@@ -27,9 +27,11 @@ def group_rows_by_client(clients, n_samples):
 
     Examples
     --------
-    >>> labels, rows = group_rows_by_client(["b", "a", "b"], 3)
-    >>> labels.tolist(), [r.tolist() for r in rows]
-    (['a', 'b'], [[1], [0, 2]])
+    >>> labels, rows = group_rows_by_client(["b", "a", "b", "c", "c"], 5)
+    >>> labels.tolist()
+    ['a', 'b', 'c']
+    >>> rows
+    [slice(1, 2, None), array([0, 2]), slice(3, 5, None)]
     """
     if clients is None:
         return np.array([0]), [slice(0, n_samples)]

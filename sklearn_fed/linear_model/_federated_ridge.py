@@ -42,9 +42,9 @@ class FederatedRidge(BaseFederatedRidge):
         Intercept; ``0.0`` when ``fit_intercept=False``.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during fit, when ``X`` has string column names.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
         Labels of the clients whose statistics were aggregated.
     n_clients_ : int
         Number of clients.
@@ -70,7 +70,7 @@ class FederatedRidge(BaseFederatedRidge):
     >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
     True
     >>> fed.n_clients_, fed.communication_.uplink_bytes
-    (3, 564)
+    (3, 540)
     """
 
     def __init__(self, alpha=1.0, *, fit_intercept=True):

@@ -179,30 +179,24 @@ class FederatedRidgeCV(BaseFederatedRidge):
                 for held, rest in zip(statistics, _complements(statistics))
             ]
         )  # (n_clients, n_targets, n_alphas)
-        aggregate = merge_statistics(statistics)
-        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
-        for label, stats in zip(labels, statistics):
-            ledger.record_upload(label, stats.nbytes)
-        self._finish(sse, aggregate.weight_sum, aggregate, alphas, ledger, labels, dtype)
+        total_weight = sum(stats.weight_sum for stats in statistics)
+        self._finish(sse, total_weight, labels, statistics, alphas, dtype)
 
     def _fit_folds(self, X, y, sample_weight, clients, labels, rows, alphas):
         """Hold out the test rows of each fold given by ``cv``."""
         splits = list(check_cv(self.cv).split(X, y, groups=clients))
-        centered = self.fit_intercept
 
         def stats(index):
-            return ClientStatistics.from_data(X, y, sample_weight, centered=centered, rows=index)
+            return ClientStatistics.from_data(
+                X, y, sample_weight, centered=self.fit_intercept, rows=index
+            )
 
         sse = np.stack([_held_out_sse(stats(test), stats(train), alphas) for train, test in splits])
-        statistics = [s for _, s in self._statistics_by_client(X, y, sample_weight, labels, rows)]
-        aggregate = merge_statistics(statistics)
-        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
-        for label, client_stats in zip(labels, statistics):
-            ledger.record_upload(label, client_stats.nbytes)
         held_out_weight = sum(
             len(test) if sample_weight is None else sample_weight[test].sum() for _, test in splits
         )
-        self._finish(sse, held_out_weight, aggregate, alphas, ledger, list(labels), X.dtype)
+        statistics = [s for _, s in self._statistics_by_client(X, y, sample_weight, labels, rows)]
+        self._finish(sse, held_out_weight, list(labels), statistics, alphas, X.dtype)
 
     def _fit_leave_one_sample_out(self, X, y, sample_weight, alphas):
         """Closed-form LOO: e_i = r_i / (1 - h_ii) for every alpha at once."""
@@ -219,15 +213,18 @@ class FederatedRidgeCV(BaseFederatedRidge):
         if self.fit_intercept:
             leverage += (w / stats.weight_sum)[:, None]
         loo = residual / (1.0 - leverage[:, None, :])
-        squared = w[:, None, None] * loo**2  # squared errors in sqrt(w)-scaled space
-        ledger = self._new_ledger(stats.n_features, stats.n_targets)
-        ledger.record_upload(0, stats.nbytes)
-        self._finish(squared, X.shape[0], stats, alphas, ledger, [0], X.dtype)
+        squared = w[:, None, None] * loo**2  # squared errors in sqrt(w)-scaled space, as RidgeCV
+        self._finish(squared, X.shape[0], [0], [stats], alphas, X.dtype)
 
-    def _finish(self, errors, denominator, aggregate, alphas, ledger, labels, dtype):
+    def _finish(self, errors, denominator, labels, statistics, alphas, dtype):
+        """Pick alpha from held-out errors, refit on all statistics, set attributes."""
+        aggregate = merge_statistics(statistics)
         criterion = errors.sum(axis=(0, 1)) / (denominator * aggregate.n_targets)
         best = int(np.argmin(criterion))
         coef = solve_ridge(aggregate.gram, aggregate.moment, alphas[best])
+        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
+        for label, stats in zip(labels, statistics):
+            ledger.record_upload(label, stats.nbytes)
         ledger.record_broadcast(len(labels), ledger.n_parameters)
         self.alpha_ = float(alphas[best])
         self.best_score_ = float(-criterion[best])
