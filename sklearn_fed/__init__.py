@@ -8,6 +8,7 @@ Importing :mod:`sklearn_fed` never imports torch.
 from .linear_model import (
     FederatedRidge,
     FederatedRidgeCV,
+    FESCRidge,
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
@@ -17,6 +18,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "ClientStatistics",
+    "FESCRidge",
     "FederatedRidge",
     "FederatedRidgeCV",
     "InvalidClientMessage",

@@ -2,12 +2,17 @@
 
 from ._base import BaseFederatedRidge, solve_ridge
 from ._federated_ridge import FederatedRidge
+from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
 from ._private import PrivateFederatedRidge
 from ._projected import ProjectedFederatedRidge
 
 __all__ = [
-    "BaseFederatedRidge", "FederatedRidge", "FederatedRidgeCV",
+    "BaseFederatedRidge",
+    "FESCRidge",
+    "FederatedRidge",
+    "FederatedRidgeCV",
+    "fesc_weights",
     "PrivateFederatedRidge",
     "ProjectedFederatedRidge",
     "solve_ridge",
