@@ -1,4 +1,7 @@
-"""PrivateFederatedRidge and the privacy module: calibration, clipping, noise, secure sum, accounting."""
+"""PrivateFederatedRidge and the privacy module.
+
+Calibration, clipping, noise, secure aggregation, accounting.
+"""
 
 import math
 import warnings

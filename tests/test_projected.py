@@ -1,4 +1,4 @@
-"""ProjectedFederatedRidge: shared random projection, exactness without projection, communication."""
+"""ProjectedFederatedRidge: shared projection, exactness when m >= d, communication."""
 
 import numpy as np
 import pytest

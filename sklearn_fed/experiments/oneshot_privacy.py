@@ -31,7 +31,7 @@ from ..linear_model import PrivateFederatedRidge
 from ..linear_model._base import solve_ridge
 from ..linear_model._private import joint_sensitivity, project_psd
 
-DESCRIPTION = "One-shot ridge paper, Table V: private one-shot MSE vs epsilon (honest sensitivity)."
+DESCRIPTION = "One-shot ridge paper, Table V: private one-shot MSE vs epsilon (valid sensitivity)."
 
 EPSILONS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, math.inf)
 # Table V, "One-Shot (Private)" column.

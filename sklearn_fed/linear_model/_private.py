@@ -165,7 +165,9 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+        Coefficients, in the dtype of ``X``.
     intercept_ : float or ndarray of shape (n_targets,)
+        Intercept; ``0.0`` when ``fit_intercept=False``.
     epsilon_ : float
         Epsilon of the last release.
     delta_ : float
@@ -183,9 +185,13 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     n_releases_ : int
         Number of releases composed in ``privacy_spent_``.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-    clients_ : ndarray of shape (n_clients_,)
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during fit, when ``X`` has string column names.
+    clients_ : ndarray of shape (n_clients,)
+        Labels of the clients whose releases were aggregated.
     n_clients_ : int
+        Number of clients.
     communication_ : CommunicationLedger
         Uplink counts 8 bytes per released value.
 

@@ -71,13 +71,14 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
     coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
         ``R w~`` in the original feature space.
     intercept_ : float or ndarray of shape (n_targets,)
+        Intercept; ``0.0`` when ``fit_intercept=False``.
     n_components_ : int
         ``m`` actually used (``n_features`` when no projection was made).
     projected_ : bool
         Whether a projection was made (``m < d``).
     projection_seed_ : int
         The broadcast seed.
-    components_ : ndarray or sparse matrix of shape (n_components_, n_features)
+    components_ : ndarray or sparse matrix of shape (m, n_features)
         ``R^T``; ``None`` when not projected.
     uplink_values_ : dict
         Per client: ``"projected"`` ``m(m+1)/2 + m`` values (Gram triangle and
@@ -85,8 +86,14 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
     communication_ : CommunicationLedger
         Actual bytes: each client's m-dimensional statistics message; the
         downlink counts the seed (8 bytes per client) and the model.
-    n_features_in_, feature_names_in_, clients_, n_clients_
-        As in :class:`FederatedRidge`.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of features seen during fit, when ``X`` has string column names.
+    clients_ : ndarray of shape (n_clients,)
+        Labels of the clients whose statistics were aggregated.
+    n_clients_ : int
+        Number of clients.
 
     Examples
     --------

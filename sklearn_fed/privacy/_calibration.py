@@ -7,7 +7,8 @@ in Euclidean norm, when one row is added or removed), adding independent
 * classic (Dwork & Roth 2014, Thm A.1): ``sigma = Delta sqrt(2 ln(1.25/delta)) / epsilon``,
   proved only for ``epsilon < 1``;
 * analytic (Balle & Wang 2018): the smallest ``sigma`` with
-  ``Phi(Delta/(2 sigma) - epsilon sigma/Delta) - e^epsilon Phi(-Delta/(2 sigma) - epsilon sigma/Delta) <= delta``,
+  ``Phi(D/(2 s) - e s/D) - exp(e) Phi(-D/(2 s) - e s/D) <= delta`` (``s = sigma``,
+  ``D = Delta``, ``e = epsilon``),
   valid for every ``epsilon > 0`` and never larger than the classic value where
   both apply. Computed by ``dp_accounting.get_sigma_gaussian`` (extra ``dp``).
 """
