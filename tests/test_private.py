@@ -324,3 +324,19 @@ def test_clients_through_pipeline_and_grid_search():
         search.fit(X, y, groups=clients)
     assert search.best_params_["epsilon"] == np.inf
     assert search.best_estimator_.n_clients_ == 4
+
+
+def test_missing_dp_accounting_names_the_extra(monkeypatch):
+    import sys
+
+    from sklearn_fed.privacy import _calibration
+
+    _calibration._analytic_multiplier.cache_clear()
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)
+    with pytest.raises(ImportError, match=r"sklearn-fed\[dp\]"):
+        analytic_gaussian_std(0.37, 1e-5)
+    # Classic calibration and ε = inf need no optional dependency.
+    assert classic_gaussian_std(0.5, 1e-5) > 0
+    X, y, clients = _data(n=60)
+    model = PrivateFederatedRidge(epsilon=np.inf).fit(X, y, clients=clients)
+    assert model.privacy_spent_[0] == math.inf
