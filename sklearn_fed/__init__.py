@@ -10,18 +10,22 @@ from .linear_model import (
     FederatedRidgeCV,
     FESCRidge,
     IncrementalFederatedRidge,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
 )
 from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "__version__",
     "ClientStatistics",
-    "FESCRidge",
     "FederatedRidge",
     "FederatedRidgeCV",
+    "FESCRidge",
     "IncrementalFederatedRidge",
     "InvalidClientMessage",
-    "__version__",
     "merge_statistics",
+    "PrivateFederatedRidge",
+    "ProjectedFederatedRidge",
 ]

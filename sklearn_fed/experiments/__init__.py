@@ -11,6 +11,8 @@ EXPERIMENTS = {
     "feddelta": "feddelta",
     "fesc": "fesc",
     "oneshot": "oneshot",
+    "oneshot-table5": "oneshot_privacy",
+    "oneshot-table7": "oneshot_projection",
 }
 
 __all__ = ["EXPERIMENTS"]

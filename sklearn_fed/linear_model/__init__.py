@@ -5,6 +5,8 @@ from ._federated_ridge import FederatedRidge
 from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
 from ._incremental import IncrementalFederatedRidge
+from ._private import PrivateFederatedRidge
+from ._projected import ProjectedFederatedRidge
 
 __all__ = [
     "BaseFederatedRidge",
@@ -13,5 +15,7 @@ __all__ = [
     "FederatedRidgeCV",
     "IncrementalFederatedRidge",
     "fesc_weights",
+    "PrivateFederatedRidge",
+    "ProjectedFederatedRidge",
     "solve_ridge",
 ]
