@@ -37,7 +37,6 @@ numpydoc_class_members_toctree = False
 templates_path = ["_templates"]
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 html_theme = "pydata_sphinx_theme"
-html_static_path = ["_static"]
 html_theme_options = {"navigation_with_keys": False}
 # MathJax is loaded from a CDN by the browser when a page is viewed; the build
 # itself stays offline.

@@ -11,12 +11,20 @@ from .baselines import (
     FedNovaRegressor,
     FedProxRegressor,
 )
-from .linear_model import FederatedRidge, FederatedRidgeCV
+from .linear_model import (
+    FederatedRidge,
+    FederatedRidgeCV,
+    FESCRidge,
+    IncrementalFederatedRidge,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
+)
 from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "__version__",
     "ClientStatistics",
     "DPFedAvgRegressor",
     "FedAvgRegressor",
@@ -24,7 +32,10 @@ __all__ = [
     "FedProxRegressor",
     "FederatedRidge",
     "FederatedRidgeCV",
+    "FESCRidge",
+    "IncrementalFederatedRidge",
     "InvalidClientMessage",
-    "__version__",
     "merge_statistics",
+    "PrivateFederatedRidge",
+    "ProjectedFederatedRidge",
 ]

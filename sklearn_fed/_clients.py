@@ -2,7 +2,7 @@
 
 import numpy as np
 
-__all__ = ["group_rows_by_client"]
+__all__ = ["group_rows_by_client", "label_array"]
 
 
 def group_rows_by_client(clients, n_samples):
@@ -66,3 +66,23 @@ def group_rows_by_client(clients, n_samples):
         else:
             rows.append(idx)
     return labels, rows
+
+
+def label_array(labels):
+    """Client labels as an ndarray, keeping mixed types (e.g. 1 and "a") as objects.
+
+    ``np.asarray([1, "a"])`` would silently turn ``1`` into ``"1"``.
+
+    Examples
+    --------
+    >>> label_array([1, "a"]).tolist(), label_array([3, 1]).dtype.kind
+    ([1, 'a'], 'i')
+    """
+    labels = list(labels)
+    array = np.asarray(labels)
+    if array.ndim != 1 or array.tolist() != [
+        label.item() if hasattr(label, "item") else label for label in labels
+    ]:
+        array = np.empty(len(labels), dtype=object)
+        array[:] = labels
+    return array

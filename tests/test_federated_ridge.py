@@ -279,3 +279,12 @@ def test_no_warning_on_regular_fit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         FederatedRidge().fit(X, y, clients=np.arange(len(X)) % 3)
+
+
+def test_mixed_type_client_labels_are_kept():
+    X, y, _ = _data(n=40, d=2)
+    clients = np.array([1, "a"] * 20, dtype=object)
+    fed = FederatedRidge().fit(X, y, clients=clients)
+    assert sorted(map(str, fed.clients_.tolist())) == ["1", "a"]
+    assert 1 in fed.clients_.tolist() and "a" in fed.clients_.tolist()
+    assert set(fed.communication_.uplink_bytes_per_client) == {1, "a"}

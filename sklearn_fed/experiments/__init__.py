@@ -8,7 +8,11 @@ or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
 
 # name -> module (relative to this package); imported only when run.
 EXPERIMENTS = {
+    "feddelta": "feddelta",
+    "fesc": "fesc",
     "oneshot": "oneshot",
+    "oneshot-table5": "oneshot_privacy",
+    "oneshot-table7": "oneshot_projection",
 }
 
 __all__ = ["EXPERIMENTS"]

@@ -4,6 +4,7 @@ import copy
 
 import numpy as np
 
+from .._clients import label_array
 from .._compat import _fit_context
 from ..statistics import merge_statistics
 from ._base import BaseFederatedRidge, solve_ridge
@@ -193,6 +194,6 @@ class FederatedRidge(BaseFederatedRidge):
     def _commit(self, aggregate, ledger, labels, coef, dtype):
         self._aggregate = aggregate
         self.communication_ = ledger
-        self.clients_ = np.asarray(labels)
+        self.clients_ = label_array(labels)
         self.n_clients_ = len(labels)
         self._set_coef(aggregate, coef, dtype)

@@ -7,6 +7,7 @@ from scipy import linalg
 from sklearn.model_selection import check_cv
 from sklearn.utils.extmath import safe_sparse_dot
 
+from .._clients import label_array
 from .._compat import Interval, _fit_context
 from ..statistics import ClientStatistics, merge_statistics
 from ._base import BaseFederatedRidge, solve_ridge
@@ -230,7 +231,7 @@ class FederatedRidgeCV(BaseFederatedRidge):
         self.best_score_ = float(-criterion[best])
         self.cv_results_ = errors[:, 0, :] if aggregate.single_target else errors
         self.communication_ = ledger
-        self.clients_ = np.asarray(labels)
+        self.clients_ = label_array(labels)
         self.n_clients_ = len(labels)
         self._set_coef(aggregate, coef, dtype)
 
