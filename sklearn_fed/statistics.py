@@ -491,7 +491,10 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         upper = dsyrk(1.0, Xb.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
         moment += Xb.T @ yb
         target_ss += np.einsum("ij,ij->j", yb, yb)
-    gram = np.triu(upper) + np.triu(upper, 1).T
+    # Only the upper triangle was written (the lower one is still zero), so
+    # U + U^T mirrors it in one pass; the diagonal was doubled, restore it.
+    gram = upper + upper.T
+    np.fill_diagonal(gram, np.diag(upper))
     return weight_sum, x_mean, y_mean, gram, moment, target_ss
 
 
