@@ -371,6 +371,7 @@ def run(args):
         n_rounds = 60 if args.quick else 300
         result = convergence(n_rounds, data)
         text = figure3_table(result)
+        setting = "quick: n_k=100, d=20, seed 0" if args.quick else "seed 0"
         title = f"Figure 3 (convergence, {n_rounds} rounds; {setting})"
         if args.out:
             os.makedirs(args.out, exist_ok=True)
