@@ -6,7 +6,7 @@ Table III of the one-shot federated ridge paper: test MSE of the one-shot
 sigma-fusion (:class:`~sklearn_fed.FederatedRidge`) and of centralized ridge as
 client feature distributions drift apart (heterogeneity gamma from 0 to 1). The
 two curves coincide because the merged statistics are those of the pooled rows
-(Theorem 5). ``python -m sklearn_fed.experiments oneshot`` prints the full tables
+(Theorem 5). ``python -m sklearn_fed.experiments oneshot-table3`` prints the full table
 beside the paper's numbers.
 """
 

@@ -10,7 +10,11 @@ or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
 EXPERIMENTS = {
     "feddelta": "feddelta",
     "fesc": "fesc",
-    "oneshot": "oneshot",
+    "oneshot-figure3": "oneshot",
+    "oneshot-table2": "oneshot",
+    "oneshot-table3": "oneshot",
+    "oneshot-table4": "oneshot",
+    "oneshot-table6": "oneshot",
     "oneshot-table5": "oneshot_privacy",
     "oneshot-table7": "oneshot_projection",
 }
