@@ -22,13 +22,21 @@ extensions = [
 ]
 
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": False}
+# Methods every scikit-learn estimator has (documented by scikit-learn, whose
+# docstrings point into its own glossary) are left out of our API pages.
+autodoc_default_options = {
+    "members": True,
+    "inherited-members": False,
+    "exclude-members": (
+        "set_fit_request,set_partial_fit_request,set_score_request,"
+        "get_metadata_routing,score,get_params,set_params"
+    ),
+}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 templates_path = ["_templates"]
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 html_theme = "pydata_sphinx_theme"
-html_static_path = ["_static"]
 html_theme_options = {"navigation_with_keys": False}
 # MathJax is loaded from a CDN by the browser when a page is viewed; the build
 # itself stays offline.

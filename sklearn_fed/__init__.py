@@ -5,7 +5,20 @@ The ridge family (exact, from client sufficient statistics) lives in
 Importing :mod:`sklearn_fed` never imports torch.
 """
 
-from .linear_model import FederatedRidge, FederatedRidgeCV
+from .baselines import (
+    DPFedAvgRegressor,
+    FedAvgRegressor,
+    FedNovaRegressor,
+    FedProxRegressor,
+)
+from .linear_model import (
+    FederatedRidge,
+    FederatedRidgeCV,
+    FESCRidge,
+    IncrementalFederatedRidge,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
+)
 from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
@@ -23,11 +36,19 @@ def __getattr__(name):
 
 
 __all__ = [
+    "__version__",
     "ClientStatistics",
     "FedMPDDClassifier",
+    "DPFedAvgRegressor",
+    "FedAvgRegressor",
+    "FedNovaRegressor",
+    "FedProxRegressor",
     "FederatedRidge",
     "FederatedRidgeCV",
+    "FESCRidge",
+    "IncrementalFederatedRidge",
     "InvalidClientMessage",
-    "__version__",
     "merge_statistics",
+    "PrivateFederatedRidge",
+    "ProjectedFederatedRidge",
 ]

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-__all__ = ["group_rows_by_client"]
+__all__ = ["group_rows_by_client", "label_array"]
 
 
 def group_rows_by_client(clients, n_samples):
@@ -27,9 +27,11 @@ def group_rows_by_client(clients, n_samples):
 
     Examples
     --------
-    >>> labels, rows = group_rows_by_client(["b", "a", "b"], 3)
-    >>> labels.tolist(), [r.tolist() for r in rows]
-    (['a', 'b'], [[1], [0, 2]])
+    >>> labels, rows = group_rows_by_client(["b", "a", "b", "c", "c"], 5)
+    >>> labels.tolist()
+    ['a', 'b', 'c']
+    >>> rows
+    [slice(1, 2, None), array([0, 2]), slice(3, 5, None)]
     """
     if clients is None:
         return np.array([0]), [slice(0, n_samples)]
@@ -64,3 +66,23 @@ def group_rows_by_client(clients, n_samples):
         else:
             rows.append(idx)
     return labels, rows
+
+
+def label_array(labels):
+    """Client labels as an ndarray, keeping mixed types (e.g. 1 and "a") as objects.
+
+    ``np.asarray([1, "a"])`` would silently turn ``1`` into ``"1"``.
+
+    Examples
+    --------
+    >>> label_array([1, "a"]).tolist(), label_array([3, 1]).dtype.kind
+    ([1, 'a'], 'i')
+    """
+    labels = list(labels)
+    array = np.asarray(labels)
+    if array.ndim != 1 or array.tolist() != [
+        label.item() if hasattr(label, "item") else label for label in labels
+    ]:
+        array = np.empty(len(labels), dtype=object)
+        array[:] = labels
+    return array

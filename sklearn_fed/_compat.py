@@ -5,11 +5,12 @@ import here means an upgrade breaks this file and nothing else.
 """
 
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_params
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 __all__ = [
     "Interval",
+    "Options",
     "StrOptions",
     "_check_sample_weight",
     "_fit_context",

@@ -447,20 +447,29 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
     x_mean = np.zeros(d)
     y_mean = np.zeros(t)
     for start in range(0, n, block):
-        if contiguous:  # a view: the copy below is the block's only copy
+        if contiguous:  # a view: no copy until the centering below
             take = slice(first + start, first + min(start + block, n))
         else:
             take = rows[start : start + block]
-        Xb = np.array(X[take], dtype=np.float64, order="C")
+        Xv = X[take]
         yb = np.array(y[take], dtype=np.float64)
         wb = None if sample_weight is None else sample_weight[take]
-        wsum = float(Xb.shape[0]) if wb is None else float(wb.sum())
+        wsum = float(Xv.shape[0]) if wb is None else float(wb.sum())
         if wsum == 0:
             continue
-        mx = (Xb.sum(axis=0) if wb is None else wb @ Xb) / wsum
-        my = (yb.sum(axis=0) if wb is None else wb @ yb) / wsum
+        # Means by BLAS gemv (fast, multi-threaded), always in float64.
+        weights = np.ones(Xv.shape[0]) if wb is None else wb
+        if Xv.dtype == np.float64 and contiguous:
+            mx = (weights @ Xv) / wsum
+            # One pass makes the block's only copy, already centered.
+            Xb = np.subtract(Xv, mx) if centered else Xv.copy()
+        else:  # a gathered or float32 block: convert once, center in place
+            Xb = np.asarray(Xv, dtype=np.float64)
+            mx = (weights @ Xb) / wsum
+            if centered:
+                Xb -= mx
+        my = (weights @ yb) / wsum
         if centered:
-            Xb -= mx
             yb -= my
         if wb is not None:
             root = np.sqrt(wb)[:, None]
@@ -482,7 +491,10 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         upper = dsyrk(1.0, Xb.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
         moment += Xb.T @ yb
         target_ss += np.einsum("ij,ij->j", yb, yb)
-    gram = np.triu(upper) + np.triu(upper, 1).T
+    # Only the upper triangle was written (the lower one is still zero), so
+    # U + U^T mirrors it in one pass; the diagonal was doubled, restore it.
+    gram = upper + upper.T
+    np.fill_diagonal(gram, np.diag(upper))
     return weight_sum, x_mean, y_mean, gram, moment, target_ss
 
 

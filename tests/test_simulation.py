@@ -55,7 +55,13 @@ def test_partition_by_sizes():
 # ------------------------------------------------------------------ label skew
 @pytest.mark.parametrize(
     "n_per_class, n_clients, c",
-    [([30] * 10, 100, 2), ([30] * 10, 20, 3), ([5, 40, 12, 3], 6, 2), ([9, 9, 9], 3, 3), ([4] * 5, 2, 3)],
+    [
+        ([30] * 10, 100, 2),
+        ([30] * 10, 20, 3),
+        ([5, 40, 12, 3], 6, 2),
+        ([9, 9, 9], 3, 3),
+        ([4] * 5, 2, 3),
+    ],
 )
 def test_label_shards_exact_classes(n_per_class, n_clients, c):
     rng = np.random.RandomState(0)

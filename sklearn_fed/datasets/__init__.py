@@ -1,5 +1,14 @@
 """Data generators from the papers and loaders that take a local path."""
 
+from ._fesc import make_fesc_regression
 from ._mnist import load_mnist_idx
+from ._synthetic import make_heterogeneous_regression
+from ._tabular import load_california_housing_csv, load_insurance_csv
 
-__all__ = ["load_mnist_idx"]
+__all__ = [
+    "load_california_housing_csv",
+    "load_insurance_csv",
+    "load_mnist_idx",
+    "make_fesc_regression",
+    "make_heterogeneous_regression",
+]

@@ -9,6 +9,15 @@ or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
 # name -> module (relative to this package); imported only when run.
 EXPERIMENTS = {
     "fedmpdd": "fedmpdd",
+    "feddelta": "feddelta",
+    "fesc": "fesc",
+    "oneshot-figure3": "oneshot",
+    "oneshot-table2": "oneshot",
+    "oneshot-table3": "oneshot",
+    "oneshot-table4": "oneshot",
+    "oneshot-table6": "oneshot",
+    "oneshot-table5": "oneshot_privacy",
+    "oneshot-table7": "oneshot_projection",
 }
 
 __all__ = ["EXPERIMENTS"]

@@ -1,7 +1,10 @@
 """Command line: ``sklearn-fed reproduce NAME [options]`` or ``python -m sklearn_fed.experiments NAME``."""
 
 import argparse
+import contextlib
 import importlib
+import io
+import os
 import sys
 
 from . import EXPERIMENTS
@@ -15,8 +18,14 @@ def build_parser():
     commands = parser.add_subparsers(dest="name", metavar="NAME")
     for name, module_name in sorted(EXPERIMENTS.items()):
         module = importlib.import_module(f".{module_name}", __package__)
-        sub = commands.add_parser(name, help=module.DESCRIPTION, description=module.DESCRIPTION)
+        # one module may serve several names (DESCRIPTIONS: name -> line)
+        description = getattr(module, "DESCRIPTIONS", {}).get(name, module.DESCRIPTION)
+        sub = commands.add_parser(name, help=description, description=description)
         module.add_arguments(sub)
+        if not any("--out" in action.option_strings for action in sub._actions):
+            # modules that do not write files themselves: OUT/NAME.md gets their printout
+            sub.add_argument("--out", default=None, help="folder to write NAME.md into")
+            sub.set_defaults(tee_out=True)
         sub.set_defaults(run=module.run)
     return parser
 
@@ -33,7 +42,31 @@ def main(argv=None):
         print(f"error: {what}; choose one of: {known}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    return int(args.run(args) or 0)
+    if not (getattr(args, "tee_out", False) and args.out):
+        return int(args.run(args) or 0)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, buffer)):
+        code = int(args.run(args) or 0)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"{args.name}.md"), "w", encoding="utf-8") as f:
+        f.write(buffer.getvalue())
+    return code
+
+
+class _Tee(io.TextIOBase):
+    """Write to several text streams at once."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
 
 
 if __name__ == "__main__":

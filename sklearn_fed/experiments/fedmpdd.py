@@ -141,6 +141,15 @@ def run(args):
     import torch
 
     torch.set_num_threads(1)  # small models: threads only add contention here
+    if args.data_dir:
+        import sys
+
+        need = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+        missing = [n for n in need if not (Path(args.data_dir) / n).is_file()]
+        if missing:
+            print(f"error: --data-dir {args.data_dir!r} lacks {', '.join(missing)} "
+                  "(the MNIST idx files)", file=sys.stderr)
+            return 2
     if not args.skip_digits:
         digits_part(args)
     if args.data_dir:

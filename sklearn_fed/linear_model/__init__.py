@@ -2,6 +2,20 @@
 
 from ._base import BaseFederatedRidge, solve_ridge
 from ._federated_ridge import FederatedRidge
+from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
+from ._incremental import IncrementalFederatedRidge
+from ._private import PrivateFederatedRidge
+from ._projected import ProjectedFederatedRidge
 
-__all__ = ["BaseFederatedRidge", "FederatedRidge", "FederatedRidgeCV", "solve_ridge"]
+__all__ = [
+    "BaseFederatedRidge",
+    "FESCRidge",
+    "FederatedRidge",
+    "FederatedRidgeCV",
+    "IncrementalFederatedRidge",
+    "fesc_weights",
+    "PrivateFederatedRidge",
+    "ProjectedFederatedRidge",
+    "solve_ridge",
+]

@@ -171,15 +171,11 @@ class BaseFederatedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         """Set ``coef_`` and ``intercept_`` shaped and typed like sklearn's Ridge."""
         if self.fit_intercept:
             intercept = (aggregate.y_mean - coef @ aggregate.x_mean).astype(dtype)
+            self.intercept_ = intercept[0] if aggregate.single_target else intercept
         else:
-            intercept = np.zeros(aggregate.n_targets, dtype=dtype)
+            self.intercept_ = 0.0
         coef = coef.astype(dtype, copy=False)
-        if aggregate.single_target:
-            self.coef_ = coef[0]
-            self.intercept_ = intercept[0] if self.fit_intercept else 0.0
-        else:
-            self.coef_ = coef
-            self.intercept_ = intercept
+        self.coef_ = coef[0] if aggregate.single_target else coef
 
     def _new_ledger(self, n_features, n_targets):
         return CommunicationLedger(n_parameters=(n_features + self.fit_intercept) * n_targets)

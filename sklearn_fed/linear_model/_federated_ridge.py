@@ -4,6 +4,7 @@ import copy
 
 import numpy as np
 
+from .._clients import label_array
 from .._compat import _fit_context
 from ..statistics import merge_statistics
 from ._base import BaseFederatedRidge, solve_ridge
@@ -42,9 +43,9 @@ class FederatedRidge(BaseFederatedRidge):
         Intercept; ``0.0`` when ``fit_intercept=False``.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during fit, when ``X`` has string column names.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
         Labels of the clients whose statistics were aggregated.
     n_clients_ : int
         Number of clients.
@@ -70,7 +71,7 @@ class FederatedRidge(BaseFederatedRidge):
     >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
     True
     >>> fed.n_clients_, fed.communication_.uplink_bytes
-    (3, 564)
+    (3, 540)
     """
 
     def __init__(self, alpha=1.0, *, fit_intercept=True):
@@ -193,6 +194,6 @@ class FederatedRidge(BaseFederatedRidge):
     def _commit(self, aggregate, ledger, labels, coef, dtype):
         self._aggregate = aggregate
         self.communication_ = ledger
-        self.clients_ = np.asarray(labels)
+        self.clients_ = label_array(labels)
         self.n_clients_ = len(labels)
         self._set_coef(aggregate, coef, dtype)

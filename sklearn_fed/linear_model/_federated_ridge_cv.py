@@ -4,8 +4,10 @@ from numbers import Real
 
 import numpy as np
 from scipy import linalg
+from sklearn.model_selection import check_cv
 from sklearn.utils.extmath import safe_sparse_dot
 
+from .._clients import label_array
 from .._compat import Interval, _fit_context
 from ..statistics import ClientStatistics, merge_statistics
 from ._base import BaseFederatedRidge, solve_ridge
@@ -34,6 +36,13 @@ class FederatedRidgeCV(BaseFederatedRidge):
     With ``clients=None`` it is leave-one-*sample*-out CV on the rows, computed
     in closed form, and agrees with :class:`sklearn.linear_model.RidgeCV`.
 
+    With ``cv`` given (an int, a splitter such as
+    :class:`~sklearn.model_selection.GroupKFold`, or an iterable of
+    ``(train, test)`` index pairs), the folds are the held-out groups instead:
+    each fold's test rows are scored from their own statistics against a model
+    built from the fold's training statistics; ``clients`` is passed to the
+    splitter as ``groups``.
+
     Read more in the :ref:`User Guide <federated_ridge_cv>`.
 
     Parameters
@@ -42,6 +51,10 @@ class FederatedRidgeCV(BaseFederatedRidge):
         Positive candidate penalties.
     fit_intercept : bool, default=True
         Whether to fit an intercept.
+    cv : int, cross-validation generator, iterable or None, default=None
+        ``None``: leave-one-client-out (or leave-one-sample-out when
+        ``clients=None``). Otherwise the folds to hold out, as in
+        :func:`~sklearn.model_selection.check_cv`.
 
     Attributes
     ----------
@@ -50,8 +63,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
     best_score_ : float
         Negative criterion at ``alpha_`` (like RidgeCV's default scoring).
     cv_results_ : ndarray of shape (n_groups, n_alphas) or (n_groups, n_targets, n_alphas)
-        Held-out squared error of each client (sum over its rows, weighted), or
-        of each row when ``clients=None``, for each alpha.
+        Held-out squared error of each client (sum over its rows, weighted), of
+        each row when ``clients=None``, or of each fold when ``cv`` is given,
+        for each alpha.
     coef_, intercept_, n_features_in_, feature_names_in_, clients_, n_clients_, communication_
         As in :class:`FederatedRidge`, for the final fit with ``alpha_``.
 
@@ -74,11 +88,13 @@ class FederatedRidgeCV(BaseFederatedRidge):
     _parameter_constraints: dict = {
         "alphas": ["array-like", Interval(Real, 0, None, closed="neither")],
         "fit_intercept": ["boolean"],
+        "cv": ["cv_object"],
     }
 
-    def __init__(self, alphas=(0.1, 1.0, 10.0), *, fit_intercept=True):
+    def __init__(self, alphas=(0.1, 1.0, 10.0), *, fit_intercept=True, cv=None):
         self.alphas = alphas
         self.fit_intercept = fit_intercept
+        self.cv = cv
 
     def _checked_alphas(self):
         alphas = np.atleast_1d(np.asarray(self.alphas, dtype=np.float64))
@@ -112,6 +128,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
+        if self.cv is not None:
+            self._fit_folds(X, y, sample_weight, clients, labels, rows, alphas)
+            return self
         if clients is None:
             self._fit_leave_one_sample_out(X, y, sample_weight, alphas)
             return self
@@ -139,6 +158,11 @@ class FederatedRidgeCV(BaseFederatedRidge):
         self : FederatedRidgeCV
         """
         alphas = self._checked_alphas()
+        if self.cv is not None:
+            raise ValueError(
+                "fit_statistics holds out one client at a time; cv must be None "
+                f"(got cv={self.cv!r})."
+            )
         parsed = self._read_messages(messages)
         if len(parsed) < 2:
             raise ValueError("leave-one-client-out CV needs at least 2 client messages.")
@@ -156,11 +180,24 @@ class FederatedRidgeCV(BaseFederatedRidge):
                 for held, rest in zip(statistics, _complements(statistics))
             ]
         )  # (n_clients, n_targets, n_alphas)
-        aggregate = merge_statistics(statistics)
-        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
-        for label, stats in zip(labels, statistics):
-            ledger.record_upload(label, stats.nbytes)
-        self._finish(sse, aggregate.weight_sum, aggregate, alphas, ledger, labels, dtype)
+        total_weight = sum(stats.weight_sum for stats in statistics)
+        self._finish(sse, total_weight, labels, statistics, alphas, dtype)
+
+    def _fit_folds(self, X, y, sample_weight, clients, labels, rows, alphas):
+        """Hold out the test rows of each fold given by ``cv``."""
+        splits = list(check_cv(self.cv).split(X, y, groups=clients))
+
+        def stats(index):
+            return ClientStatistics.from_data(
+                X, y, sample_weight, centered=self.fit_intercept, rows=index
+            )
+
+        sse = np.stack([_held_out_sse(stats(test), stats(train), alphas) for train, test in splits])
+        held_out_weight = sum(
+            len(test) if sample_weight is None else sample_weight[test].sum() for _, test in splits
+        )
+        statistics = [s for _, s in self._statistics_by_client(X, y, sample_weight, labels, rows)]
+        self._finish(sse, held_out_weight, list(labels), statistics, alphas, X.dtype)
 
     def _fit_leave_one_sample_out(self, X, y, sample_weight, alphas):
         """Closed-form LOO: e_i = r_i / (1 - h_ii) for every alpha at once."""
@@ -177,21 +214,24 @@ class FederatedRidgeCV(BaseFederatedRidge):
         if self.fit_intercept:
             leverage += (w / stats.weight_sum)[:, None]
         loo = residual / (1.0 - leverage[:, None, :])
-        squared = w[:, None, None] * loo**2  # squared errors in sqrt(w)-scaled space
-        ledger = self._new_ledger(stats.n_features, stats.n_targets)
-        ledger.record_upload(0, stats.nbytes)
-        self._finish(squared, X.shape[0], stats, alphas, ledger, [0], X.dtype)
+        squared = w[:, None, None] * loo**2  # squared errors in sqrt(w)-scaled space, as RidgeCV
+        self._finish(squared, X.shape[0], [0], [stats], alphas, X.dtype)
 
-    def _finish(self, errors, denominator, aggregate, alphas, ledger, labels, dtype):
+    def _finish(self, errors, denominator, labels, statistics, alphas, dtype):
+        """Pick alpha from held-out errors, refit on all statistics, set attributes."""
+        aggregate = merge_statistics(statistics)
         criterion = errors.sum(axis=(0, 1)) / (denominator * aggregate.n_targets)
         best = int(np.argmin(criterion))
         coef = solve_ridge(aggregate.gram, aggregate.moment, alphas[best])
+        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
+        for label, stats in zip(labels, statistics):
+            ledger.record_upload(label, stats.nbytes)
         ledger.record_broadcast(len(labels), ledger.n_parameters)
         self.alpha_ = float(alphas[best])
         self.best_score_ = float(-criterion[best])
         self.cv_results_ = errors[:, 0, :] if aggregate.single_target else errors
         self.communication_ = ledger
-        self.clients_ = np.asarray(labels)
+        self.clients_ = label_array(labels)
         self.n_clients_ = len(labels)
         self._set_coef(aggregate, coef, dtype)
 

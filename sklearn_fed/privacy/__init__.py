@@ -1,4 +1,8 @@
-"""Privacy: mechanisms, accounting, and attacks used for audits."""
+"""Privacy: Gaussian calibration, simulated secure aggregation, accounting, audits."""
+
+from ._accounting import PrivacyLedger
+from ._calibration import analytic_gaussian_std, classic_gaussian_std, gaussian_noise_std
+from ._secure_aggregation import SecureAggregator
 
 # gradient-inversion audit (needs torch): loaded on first access
 _INVERSION = ("gradient_inversion", "inversion_audit", "reconstruction_ssim")
@@ -12,4 +16,13 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["gradient_inversion", "inversion_audit", "reconstruction_ssim"]
+__all__ = [
+    "PrivacyLedger",
+    "SecureAggregator",
+    "analytic_gaussian_std",
+    "classic_gaussian_std",
+    "gaussian_noise_std",
+    "gradient_inversion",
+    "inversion_audit",
+    "reconstruction_ssim",
+]

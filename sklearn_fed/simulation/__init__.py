@@ -1,6 +1,7 @@
 """Simulating federated clients: partitions of rows, dropout, communication ledgers."""
 
 from ._dropout import drop_clients
+from ._gossip import GossipElection, elect_leader
 from ._ledger import CommunicationLedger, fedavg_bytes
 from ._partition import (
     partition_by_sizes,
@@ -14,7 +15,9 @@ from ._sample_sizes import SAMPLE_SIZE_LAWS, sample_client_sizes, sample_size_di
 __all__ = [
     "SAMPLE_SIZE_LAWS",
     "CommunicationLedger",
+    "GossipElection",
     "drop_clients",
+    "elect_leader",
     "fedavg_bytes",
     "partition_by_sizes",
     "partition_dirichlet",

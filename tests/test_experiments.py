@@ -1,0 +1,147 @@
+"""End-to-end runs of every reproduction (``--quick``) through the CLI entry point."""
+
+import re
+
+import numpy as np
+import pytest
+
+from sklearn_fed.experiments import EXPERIMENTS
+from sklearn_fed.experiments.__main__ import main
+
+
+def _run(name, tmp_path, *extra):
+    out = tmp_path / name
+    code = main([name, "--quick", "--out", str(out), *extra])
+    assert code == 0
+    return out
+
+
+def _mse_pairs(text, column):
+    """(paper, ours) floats from 'paper / ours' cells of a markdown column."""
+    pairs = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) > column and re.fullmatch(r"[\d.]+ / [\d.]+", cells[column]):
+            pairs.append(tuple(float(v) for v in cells[column].split(" / ")))
+    return pairs
+
+
+def test_registry_lists_the_reproductions():
+    expected = {f"oneshot-table{i}" for i in range(2, 8)} | {"oneshot-figure3", "feddelta", "fesc"}
+    assert expected <= set(EXPERIMENTS)
+    assert "oneshot" not in EXPERIMENTS
+
+
+def test_oneshot_table2(tmp_path, capsys):
+    text = (_run("oneshot-table2", tmp_path) / "oneshot-table2.md").read_text()
+    for row in ("One-Shot", "FedAvg-100", "FedAvg-200", "FedAvg-500", "FedProx-200", "Centralized"):
+        assert re.search(rf"^\| {row} \| ", text, re.M), row
+    assert "equal to centralized to round-off" in text
+    assert "reproduced" in text or "differs" in text
+    assert "Table II" in capsys.readouterr().out
+
+
+def test_oneshot_table2_exactness():
+    from sklearn_fed.experiments.oneshot import QUICK_DATA, one_shot_vs_centralized
+
+    result = one_shot_vs_centralized(n_trials=2, **QUICK_DATA)
+    np.testing.assert_allclose(result["one_shot"], result["centralized"], rtol=1e-9, atol=0)
+    assert result["max_coef_gap"] < 1e-10
+
+
+def test_oneshot_table3(tmp_path):
+    text = (_run("oneshot-table3", tmp_path) / "oneshot-table3.md").read_text()
+    rows = re.findall(r"^\| (\d\.\d) \|.*\| (yes|NO) \|", text, re.M)
+    assert [g for g, _ in rows] == ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0"]
+    assert all(equal == "yes" for _, equal in rows)
+    # One-Shot column equals the Oracle column (ours) in every row
+    one_shot, oracle = _mse_pairs(text, 1), _mse_pairs(text, 4)
+    assert len(one_shot) == len(oracle) == 6
+    np.testing.assert_allclose([o for _, o in one_shot], [o for _, o in oracle], rtol=1e-4)
+
+
+def test_oneshot_table4(tmp_path):
+    text = (_run("oneshot-table4", tmp_path) / "oneshot-table4.md").read_text()
+    assert [int(d) for d in re.findall(r"^\| (\d+) \|", text, re.M)] == [50, 100, 200, 400]
+    assert text.count("reproduced by the paper's count") == 4
+
+
+def test_oneshot_table6(tmp_path):
+    text = (_run("oneshot-table6", tmp_path) / "oneshot-table6.md").read_text()
+    rows = re.findall(r"^\| (\d+) \|.*\| (yes|NO) \|", text, re.M)
+    assert [int(k) for k, _ in rows] == [10, 20, 50, 100, 200, 500]
+    assert all(equal == "yes" for _, equal in rows)
+
+
+def test_oneshot_figure3(tmp_path):
+    out = _run("oneshot-figure3", tmp_path)
+    png = (out / "oneshot-figure3.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "oneshot-figure3.md").read_text()
+    assert "| 1 |" in text and "| 60 |" in text and "Centralized" in text
+    fedavg = [float(v) for v in re.findall(r"^\| \d+ \| ([\d.]+) \|", text, re.M)]
+    assert fedavg[-1] < fedavg[0]  # FedAvg's test MSE decreases with rounds
+
+
+def test_oneshot_table5(tmp_path):
+    text = (_run("oneshot-table5", tmp_path) / "oneshot-table5.md").read_text()
+    assert "Table V" in text
+    for eps in ("0.1", "1.0", "10.0", "inf"):
+        assert re.search(rf"^\|\s*{re.escape(eps)}\s*\|", text, re.M), eps
+
+
+def test_oneshot_table7(tmp_path):
+    text = (_run("oneshot-table7", tmp_path) / "oneshot-table7.md").read_text()
+    assert "Table VII" in text
+    assert re.search(r"^\|\s*1000\s*\|", text, re.M)
+
+
+def test_fesc(tmp_path):
+    out = _run("fesc", tmp_path, "--no-progress")
+    assert (out / "mse_vs_gamma.md").read_text().count("|") > 10
+    assert (out / "mse_vs_gamma.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _tiny_csvs(folder, rng):
+    (folder / "california_housing").mkdir(parents=True)
+    (folder / "insurance").mkdir()
+    lines = ["longitude,latitude,housing_median_age,total_rooms,total_bedrooms,population,"
+             "households,median_income,median_house_value,ocean_proximity"]
+    for i in range(400):
+        row = rng.uniform(1, 10, size=8)
+        value = 1e5 * row[7] + 1e3 * rng.standard_normal()
+        lines.append(",".join(f"{v:.4f}" for v in row) + f",{value:.1f},"
+                     + ("NEAR BAY" if i % 2 else "INLAND"))
+    (folder / "california_housing" / "housing.csv").write_text("\n".join(lines) + "\n")
+    lines = ["age,sex,bmi,children,smoker,region,charges"]
+    for i in range(400):
+        age, bmi = rng.integers(18, 65), rng.uniform(18, 40)
+        charges = 250 * age + 300 * bmi + rng.normal(0, 500)
+        lines.append(f"{age},{'male' if i % 2 else 'female'},{bmi:.2f},{i % 4},"
+                     f"{'yes' if i % 5 == 0 else 'no'},{['north', 'south'][i % 2]},{charges:.2f}")
+    (folder / "insurance" / "insurance.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_feddelta_with_data_dir(tmp_path):
+    data = tmp_path / "data"
+    _tiny_csvs(data, np.random.default_rng(0))
+    text = (_run("feddelta", tmp_path, "--data-dir", str(data)) / "feddelta.md").read_text()
+    for dataset in ("diabetes", "housing", "insurance"):
+        assert len(re.findall(rf"^{dataset}\s", text, re.M)) == 4, dataset  # four scenarios
+    worst = float(re.search(r"worst err fed / max\(err cent, 1e-8\): ([\d.e+-]+)", text)[1])
+    assert worst <= 1.0  # as exact as centralized Ridge
+
+
+def test_unknown_experiment_is_a_clear_error(capsys):
+    assert main(["no-such-table"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown experiment 'no-such-table'" in err and "oneshot-table2" in err
+    assert main([]) == 2
+    assert main(["oneshot"]) == 2  # the old name is gone
+
+
+def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):
+    missing = tmp_path / "nowhere"
+    assert main(["feddelta", "--quick", "--data-dir", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "--data-dir" in err and "nowhere" in err and "housing" in err

@@ -1,0 +1,352 @@
+"""IncrementalFederatedRidge: exactness after every round, quorum, leaders, bad input."""
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.datasets import load_diabetes
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sklearn_fed import IncrementalFederatedRidge
+from sklearn_fed.simulation import elect_leader
+
+RTOL = 1e-8
+UPDATES = ["auto", "woodbury", "spectral", "refactor"]
+
+
+def rel_err(model, reference):
+    coef = np.linalg.norm(np.asarray(model.coef_) - reference.coef_) / np.linalg.norm(
+        reference.coef_
+    )
+    scale = max(np.linalg.norm(reference.intercept_), 1.0)
+    intercept = np.linalg.norm(np.asarray(model.intercept_) - reference.intercept_) / scale
+    return max(coef, intercept)
+
+
+def stream(n=240, d=6, t=None, offset=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * rng.uniform(0.5, 3, size=d) + offset
+    coef = rng.normal(size=(d,) if t is None else (d, t))
+    y = X @ coef + rng.normal(size=(n,) if t is None else (n, t)) + 3.0
+    return X, y, rng
+
+
+@parametrize_with_checks(
+    [IncrementalFederatedRidge(), IncrementalFederatedRidge(update="spectral")]
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+@pytest.mark.parametrize("update", UPDATES)
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_equals_ridge_after_every_round_weighted_multioutput(update, fit_intercept):
+    X, y, rng = stream(n=300, d=8, t=2, offset=50.0)
+    sw = rng.uniform(0.1, 3.0, size=len(y))
+    model = IncrementalFederatedRidge(
+        alpha=0.7, fit_intercept=fit_intercept, update=update, random_state=0
+    )
+    for batch in np.array_split(np.arange(len(y)), 25):
+        clients = rng.integers(0, 5, size=len(batch))  # some clients absent some rounds
+        model.partial_fit(X[batch], y[batch], sample_weight=sw[batch], clients=clients)
+        seen = slice(0, batch[-1] + 1)
+        ref = Ridge(alpha=0.7, fit_intercept=fit_intercept).fit(
+            X[seen], y[seen], sample_weight=sw[seen]
+        )
+        assert rel_err(model, ref) <= RTOL
+    assert model.n_samples_seen_ == len(y) and model.n_samples_pending_ == 0
+    assert model.coef_.shape == (2, 8)
+
+
+@pytest.mark.parametrize("update", ["auto", "woodbury", "spectral"])
+def test_one_row_rounds_with_absent_clients(update):
+    X, y, rng = stream(n=60, d=10)
+    model = IncrementalFederatedRidge(alpha=0.1, update=update, random_state=1)
+    for i in range(len(y)):
+        model.partial_fit(X[i : i + 1], y[i : i + 1], clients=[int(rng.integers(0, 7))])
+        if i >= 1:
+            ref = Ridge(alpha=0.1).fit(X[: i + 1], y[: i + 1])
+            assert rel_err(model, ref) <= RTOL
+    used = {h["update"] for h in model.round_history_}
+    if update == "woodbury":
+        assert "woodbury" in used  # the low-rank route is really exercised
+    if update == "spectral":
+        assert "spectral" in used
+
+
+def test_auto_takes_low_rank_route_when_rank_is_small():
+    X, y, _ = stream(n=400, d=80)
+    model = IncrementalFederatedRidge(alpha=1.0, random_state=0)
+    model.partial_fit(X[:200], y[:200], clients=np.arange(200) % 4)
+    for start in range(200, 240, 4):  # 4 clients x 1 row: rank 4 <= d / 8
+        model.partial_fit(X[start : start + 4], y[start : start + 4], clients=np.arange(4))
+        assert model.round_history_[-1]["rank"] == 4
+    assert model.round_history_[-1]["update"] == "woodbury"
+    assert rel_err(model, Ridge(alpha=1.0).fit(X[:240], y[:240])) <= RTOL
+
+
+@pytest.mark.parametrize("update", UPDATES)
+def test_alpha_changed_mid_stream(update):
+    X, y, rng = stream(n=200, d=7, offset=10.0)
+    model = IncrementalFederatedRidge(alpha=1.0, update=update, random_state=0)
+    batches = np.array_split(np.arange(200), 10)
+    alphas = [1.0, 1.0, 5.0, 5.0, 0.01, 0.01, 2.0, 2.0, 2.0, 0.5]
+    for alpha, batch in zip(alphas, batches):
+        model.set_params(alpha=alpha)
+        model.partial_fit(X[batch], y[batch], clients=batch % 3)
+        ref = Ridge(alpha=alpha).fit(X[: batch[-1] + 1], y[: batch[-1] + 1])
+        assert rel_err(model, ref) <= RTOL
+    if update == "spectral":  # the delta-lambda term went through Eq. 13-17
+        assert [h["update"] for h in model.round_history_][2] == "spectral"
+
+
+def test_per_target_alpha():
+    X, y, _ = stream(n=120, d=5, t=3)
+    alpha = np.array([0.1, 1.0, 0.1])
+    model = IncrementalFederatedRidge(alpha=alpha, update="woodbury", random_state=0)
+    for batch in np.array_split(np.arange(120), 6):
+        model.partial_fit(X[batch], y[batch], clients=batch % 2)
+    assert rel_err(model, Ridge(alpha=alpha).fit(X, y)) <= RTOL
+
+
+def test_quorum_skips_rounds_without_losing_rows():
+    X, y, _ = stream(n=200, d=5)
+    model = IncrementalFederatedRidge(alpha=0.5, min_clients=3, min_samples=4, random_state=0)
+    # round 0: 2 clients only -> skipped; round 1: client 2 has 2 rows (< min_samples)
+    plan = [
+        (np.arange(0, 20), np.repeat([0, 1], 10)),
+        (np.arange(20, 22), np.array([2, 2])),
+        (np.arange(22, 60), np.arange(38) % 4),
+        (np.arange(60, 63), np.array([5, 5, 5])),
+        (np.arange(63, 200), np.arange(137) % 6),  # client 5 gets more rows
+    ]
+    for rows, clients in plan:
+        model.partial_fit(X[rows], y[rows], clients=clients)
+    assert model.skipped_rounds_ == [0, 1, 3]
+    assert len(model.leaders_) == model.n_rounds_ == 5
+    assert model.n_samples_seen_ == 200 and model.n_samples_pending_ == 0
+    assert rel_err(model, Ridge(alpha=0.5).fit(X, y)) <= RTOL
+    history = model.round_history_
+    assert history[0]["uplink_bytes"] == 0 and history[0]["broadcast_bytes"] == 0
+    assert history[2]["uplink_bytes"] > 0
+    assert model.communication_.uplink_bytes == sum(h["uplink_bytes"] for h in history)
+    assert model.communication_.downlink_bytes == sum(h["broadcast_bytes"] for h in history)
+
+
+def test_first_round_skipped_is_not_fitted():
+    from sklearn.exceptions import NotFittedError
+
+    X, y, _ = stream(n=20, d=3)
+    model = IncrementalFederatedRidge(min_clients=2).fit(X, y)
+    assert model.skipped_rounds_ == [0] and model.n_samples_pending_ == 20
+    with pytest.raises(NotFittedError):
+        model.predict(X)
+
+
+def test_leader_dropout_reelects_and_loses_nothing():
+    X, y, rng = stream(n=300, d=6)
+    model = IncrementalFederatedRidge(alpha=0.2, leader_dropout=0.5, random_state=3)
+    for batch in np.array_split(np.arange(290), 20):
+        model.partial_fit(X[batch], y[batch], clients=batch % 6)
+    assert model.n_samples_pending_ > 0
+    dropped = [h["dropped_leaders"] for h in model.round_history_]
+    assert sum(map(len, dropped)) > 0
+    for record in model.round_history_:
+        assert record["leader"] not in record["dropped_leaders"]
+        assert not set(record["dropped_leaders"]) & set(record["contributors"])
+    # rows of dropped leaders waited; a last round without dropout flushes them
+    model.set_params(leader_dropout=0.0)
+    model.partial_fit(X[290:], y[290:], clients=np.arange(10) % 6)
+    assert model.n_samples_pending_ == 0 and model.n_samples_seen_ == 300
+    assert rel_err(model, Ridge(alpha=0.2).fit(X, y)) <= RTOL
+
+
+def test_deterministic_with_random_state():
+    X, y, _ = stream(n=150, d=4)
+
+    def run(seed):
+        model = IncrementalFederatedRidge(leader_dropout=0.3, random_state=seed)
+        for batch in np.array_split(np.arange(150), 10):
+            model.partial_fit(X[batch], y[batch], clients=batch % 8)
+        return model
+
+    a, b, c = run(7), run(7), run(8)
+    assert a.leaders_ == b.leaders_
+    assert [h["dropped_leaders"] for h in a.round_history_] == [
+        h["dropped_leaders"] for h in b.round_history_
+    ]
+    assert a.leaders_ != c.leaders_
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+def test_gossip_election():
+    result = elect_leader(list("abcdefgh"), bids=[1, 2, 9, 3, 9, 0, 1, 2], random_state=0)
+    assert result.leader in ("c", "e")
+    winners = {
+        elect_leader(range(6), bids=[5, 5, 5, 1, 1, 1], random_state=s).leader
+        for s in range(40)
+    }
+    assert winners == {0, 1, 2}  # ties broken at random among the best
+    full = elect_leader(range(30), fanout=3, n_rounds=3, random_state=0)
+    assert full.converged_fraction == 1.0 and full.n_messages == 2 * 3 * 3 * 30
+    none = elect_leader(range(30), fanout=1, n_rounds=0, random_state=0)
+    assert none.converged_fraction == pytest.approx(1 / 30)
+    with pytest.raises(ValueError, match="one value per node"):
+        elect_leader(range(3), bids=[1, 2])
+
+
+@pytest.mark.parametrize("update", ["woodbury", "spectral"])
+def test_thousand_round_drift(update):
+    X, y, rng = stream(n=1000, d=4, offset=3.0)
+    model = IncrementalFederatedRidge(alpha=0.05, update=update, random_state=0)
+    for i in range(0, 1000):
+        model.partial_fit(X[i : i + 1], y[i : i + 1], clients=[i % 3])
+    assert rel_err(model, Ridge(alpha=0.05).fit(X, y)) <= RTOL
+    assert model.n_rounds_ == 1000
+
+
+def test_drift_without_checks_is_small():
+    # No residual check and no periodic refactorization: pure SMW for 1000 rounds.
+    X, y, rng = stream(n=2000, d=6, offset=1.0, seed=4)
+    model = IncrementalFederatedRidge(alpha=0.5, update="spectral", tol=None, random_state=0)
+    for batch in np.array_split(np.arange(2000), 1000):
+        model.partial_fit(X[batch], y[batch], clients=batch % 2)
+    assert {h["update"] for h in model.round_history_[1:]} == {"spectral"}
+    assert rel_err(model, Ridge(alpha=0.5).fit(X, y)) <= RTOL
+
+
+def test_refactor_every():
+    X, y, _ = stream(n=40, d=30)
+    model = IncrementalFederatedRidge(update="woodbury", refactor_every=3, random_state=0)
+    for i in range(10):
+        model.partial_fit(X[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4], clients=[0, 0, 1, 1])
+    routes = [h["update"] for h in model.round_history_]
+    assert routes[:7] == ["refactor", "woodbury", "woodbury", "refactor"] + ["woodbury"] * 2 + [
+        "refactor"
+    ]
+
+
+def test_sparse_and_float32():
+    X, y, _ = stream(n=120, d=6)
+    X[X < 0.3] = 0
+    dense = IncrementalFederatedRidge(random_state=0)
+    sparse = IncrementalFederatedRidge(random_state=0)
+    for batch in np.array_split(np.arange(120), 4):
+        dense.partial_fit(X[batch], y[batch], clients=batch % 3)
+        sparse.partial_fit(sp.csr_matrix(X[batch]), y[batch], clients=batch % 3)
+    np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-10)
+    f32 = IncrementalFederatedRidge().fit(X.astype(np.float32), y)
+    assert f32.coef_.dtype == np.float32
+
+
+def test_bad_input_leaves_state_unchanged():
+    X, y, _ = stream(n=100, d=5)
+    model = IncrementalFederatedRidge(alpha=0.3, random_state=0)
+    model.partial_fit(X[:50], y[:50], clients=np.arange(50) % 3)
+    before = pickle.dumps(model)
+    coef = model.coef_.copy()
+    bad_nan = X[50:60].copy()
+    bad_nan[2, 1] = np.nan
+    with pytest.raises(ValueError, match="features"):
+        model.partial_fit(X[50:60, :4], y[50:60])
+    with pytest.raises(ValueError, match="NaN"):
+        model.partial_fit(bad_nan, y[50:60])
+    with pytest.raises(ValueError, match="clients must hold one label per row"):
+        model.partial_fit(X[50:60], y[50:60], clients=[0, 1])
+    with pytest.raises(ValueError, match="targets"):
+        model.partial_fit(X[50:60], np.c_[y[50:60], y[50:60]])
+    with pytest.raises(ValueError, match="alpha"):
+        model.set_params(alpha=np.array([1.0, 2.0])).partial_fit(X[50:60], y[50:60])
+    model.set_params(alpha=0.3)
+    assert pickle.dumps(model) == before
+    np.testing.assert_array_equal(model.coef_, coef)
+    model.partial_fit(X[50:], y[50:], clients=np.arange(50) % 3)
+    assert rel_err(model, Ridge(alpha=0.3).fit(X, y)) <= RTOL
+
+
+def test_fit_resets_and_clone():
+    X, y, _ = stream(n=80, d=4)
+    model = IncrementalFederatedRidge(random_state=0)
+    model.partial_fit(X[:40], y[:40])
+    model.fit(X[40:], y[40:], clients=np.arange(40) % 2)
+    assert model.n_rounds_ == 1 and model.n_samples_seen_ == 40
+    assert rel_err(model, Ridge().fit(X[40:], y[40:])) <= RTOL
+    fresh = clone(model)
+    assert not hasattr(fresh, "coef_")
+    copied = copy.deepcopy(model).partial_fit(X[:40], y[:40])
+    assert rel_err(copied, Ridge().fit(np.r_[X[40:], X[:40]], np.r_[y[40:], y[:40]])) <= RTOL
+
+
+def test_pipeline_and_grid_search_with_clients():
+    X, y = load_diabetes(return_X_y=True)
+    clients = np.arange(len(y)) % 5
+    pipe = make_pipeline(StandardScaler(), IncrementalFederatedRidge(alpha=1.0))
+    pipe.fit(X, y, incrementalfederatedridge__clients=clients)
+    ref = make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(X, y)
+    np.testing.assert_allclose(pipe.predict(X), ref.predict(X), rtol=1e-9)
+    search = GridSearchCV(
+        IncrementalFederatedRidge(), {"alpha": [0.01, 1.0, 100.0]}, cv=GroupKFold(5)
+    )
+    search.fit(X, y, groups=clients, clients=clients)
+    ref_search = GridSearchCV(Ridge(), {"alpha": [0.01, 1.0, 100.0]}, cv=GroupKFold(5))
+    ref_search.fit(X, y, groups=clients)
+    assert search.best_params_ == ref_search.best_params_
+    np.testing.assert_allclose(
+        search.cv_results_["mean_test_score"], ref_search.cv_results_["mean_test_score"]
+    )
+
+
+def test_pipeline_with_metadata_routing():
+    import sklearn
+
+    X, y = load_diabetes(return_X_y=True)
+    clients = np.arange(len(y)) % 4
+    with sklearn.config_context(enable_metadata_routing=True):
+        est = IncrementalFederatedRidge().set_fit_request(clients=True)
+        pipe = make_pipeline(StandardScaler(), est).fit(X, y, clients=clients)
+        assert pipe[-1].n_clients_ == 4
+
+
+def test_csv_loaders(tmp_path):
+    from sklearn_fed.datasets import load_california_housing_csv, load_insurance_csv
+
+    path = tmp_path / "insurance.csv"
+    path.write_text(
+        "age,sex,bmi,children,smoker,region,charges\n"
+        "19,female,27.9,0,yes,southwest,100.5\n"
+        "18,male,,1,no,southeast,200.0\n"
+        "40,male,30.0,2,no,northeast,300.0\n"
+    )
+    X, y, names = load_insurance_csv(path, return_feature_names=True)
+    assert X.shape == (2, 9) and y.tolist() == [100.5, 300.0]  # row with missing bmi dropped
+    assert names[:3] == ["age", "bmi", "children"]
+    np.testing.assert_array_equal(X[:, names.index("smoker=yes")], [1.0, 0.0])
+    np.testing.assert_array_equal(X[:, names.index("region=northeast")], [0.0, 1.0])
+    bad = tmp_path / "housing.csv"
+    bad.write_text("longitude,latitude\n1,2\n")
+    with pytest.raises(ValueError, match="missing column"):
+        load_california_housing_csv(bad)
+
+
+def test_message_sizes_are_wire_sizes():
+    from sklearn_fed.linear_model._incremental import _client_contribution
+
+    rng = np.random.default_rng(0)
+    for n, d in [(1, 5), (3, 5), (4, 9), (12, 5)]:
+        X, y = rng.normal(size=(n, d)), rng.normal(size=(n, 2))
+        for centered in (True, False):
+            message = _client_contribution(X, y, None, centered)
+            assert len(message.to_bytes()) == message.nbytes
+            if message.factor is not None:  # R^T R is the client's (centered) Gram
+                Xc = X - X.mean(axis=0) if centered else X
+                np.testing.assert_allclose(
+                    message.factor.T @ message.factor, Xc.T @ Xc, atol=1e-12
+                )
+                assert message.factor.shape[0] == min(n - centered, d)

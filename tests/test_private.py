@@ -1,0 +1,342 @@
+"""PrivateFederatedRidge and the privacy module.
+
+Calibration, clipping, noise, secure aggregation, accounting.
+"""
+
+import math
+import warnings
+
+import dp_accounting
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn import config_context
+from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MaxAbsScaler
+from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sklearn_fed import FederatedRidge, PrivateFederatedRidge
+from sklearn_fed.linear_model._private import (
+    clip_rows,
+    joint_sensitivity,
+    project_psd,
+    released_sums,
+)
+from sklearn_fed.privacy import (
+    PrivacyLedger,
+    SecureAggregator,
+    analytic_gaussian_std,
+    classic_gaussian_std,
+    gaussian_noise_std,
+)
+from sklearn_fed.statistics import ClientStatistics
+
+
+def _data(n=300, d=4, t=None, seed=0, scale=0.6):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * scale / np.sqrt(d)
+    coef = rng.normal(size=(d,) if t is None else (d, t))
+    y = X @ coef + 0.05 * rng.normal(size=(n,) if t is None else (n, t))
+    clients = rng.integers(0, 4, size=n)
+    return X, y, clients
+
+
+@parametrize_with_checks([PrivateFederatedRidge()])
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+# ------------------------------------------------------------ noise switched off
+@pytest.mark.parametrize("noise", ["local", "distributed"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("t", [None, 2])
+def test_infinite_epsilon_equals_federated_ridge_on_clipped_rows(noise, fit_intercept, t):
+    X, y, clients = _data(t=t, scale=2.0)  # many rows outside the unit ball
+    X[0] *= 1e4
+    Xc, yc = clip_rows(X, y, 0.8, 1.5)
+    private = PrivateFederatedRidge(
+        alpha=0.3, epsilon=np.inf, feature_bound=0.8, target_bound=1.5, noise=noise,
+        fit_intercept=fit_intercept,
+    ).fit(X, y, clients=clients)
+    exact = FederatedRidge(alpha=0.3, fit_intercept=fit_intercept).fit(Xc, yc, clients=clients)
+    # Distributed goes through 24-bit fixed point: resolution 6e-8 per value.
+    tol = 1e-10 if noise == "local" else 1e-6
+    assert_allclose(private.coef_, exact.coef_, rtol=tol, atol=tol)
+    assert_allclose(private.intercept_, exact.intercept_, rtol=tol, atol=tol)
+    assert private.noise_std_ == 0.0
+    assert private.privacy_spent_[0] == math.inf
+
+
+def test_sparse_input_matches_dense():
+    X, y, clients = _data(scale=2.0)
+    X[X < 0] = 0
+    kwargs = dict(epsilon=0.7, random_state=3)
+    dense = PrivateFederatedRidge(**kwargs).fit(X, y, clients=clients)
+    sparse = PrivateFederatedRidge(**kwargs).fit(sp.csr_matrix(X), y, clients=clients)
+    assert_allclose(sparse.coef_, dense.coef_, rtol=1e-9, atol=1e-12)
+
+
+# --------------------------------------------------------------------- clipping
+def test_clip_rows_enforces_bounds_and_keeps_inner_rows():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 5)) * rng.uniform(0.01, 3, size=(200, 1))
+    y = rng.normal(size=200) * 3
+    Xc, yc = clip_rows(X, y, 1.0, 2.0)
+    norms = np.linalg.norm(X, axis=1)
+    assert np.all(np.linalg.norm(Xc, axis=1) <= 1.0 + 1e-12)
+    assert np.all(np.abs(yc) <= 2.0)
+    inner = norms <= 1.0
+    assert_array_equal(Xc[inner], X[inner])
+    # Clipping only rescales: direction is kept.
+    assert_allclose(Xc[~inner] * norms[~inner, None], X[~inner], rtol=1e-12)
+    Y = rng.normal(size=(200, 3)) * 3
+    _, Yc = clip_rows(X, Y, 1.0, 2.0)
+    assert np.all(np.linalg.norm(Yc, axis=1) <= 2.0 + 1e-12)
+
+
+def test_one_row_moves_release_by_at_most_the_sensitivity():
+    """Brute force: for random rows (any scale), the released vector moves by <= Delta."""
+    rng = np.random.default_rng(2)
+    bx, by = 1.7, 0.6
+    for fit_intercept in (True, False):
+        delta = joint_sensitivity(bx, by, fit_intercept)
+        worst = 0.0
+        for _ in range(300):
+            x = rng.normal(size=(1, 6)) * rng.uniform(0, 4)
+            y = rng.normal(size=1) * rng.uniform(0, 4)
+            xc, yc = clip_rows(x, y, bx, by)
+            stats = ClientStatistics.from_data(xc, yc, centered=False)
+            worst = max(worst, np.linalg.norm(released_sums(stats, fit_intercept)))
+        assert worst <= delta + 1e-12
+        # The bound is attained by an axis-aligned row at the bounds.
+        x = np.zeros((1, 6))
+        x[0, 2] = bx
+        stats = ClientStatistics.from_data(x, np.array([by]), centered=False)
+        assert_allclose(np.linalg.norm(released_sums(stats, fit_intercept)), delta)
+
+
+# ------------------------------------------------------------------ calibration
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 5.0])
+def test_analytic_sigma_matches_dp_accounting(epsilon):
+    model = PrivateFederatedRidge(epsilon=epsilon, feature_bound=2.0, target_bound=0.5)
+    X, y, clients = _data()
+    model.fit(X, y, clients=clients)
+    expected_delta = math.sqrt(1 + 4 + 0.25 + 16 + 4 * 0.25)
+    assert_allclose(model.sensitivity_, expected_delta)
+    assert_allclose(
+        model.noise_std_, expected_delta * dp_accounting.get_sigma_gaussian(epsilon, 1e-5)
+    )
+    # And the Gaussian mechanism with that noise multiplier spends exactly epsilon.
+    spent = dp_accounting.get_epsilon_gaussian(model.noise_std_ / model.sensitivity_, 1e-5)
+    assert_allclose(spent, epsilon, rtol=1e-6)
+    assert_allclose(model.privacy_spent_[0], epsilon, rtol=1e-3)
+
+
+def test_classic_calibration_formula_and_its_validity_range():
+    assert_allclose(
+        classic_gaussian_std(0.5, 1e-5, 3.0), 3.0 * math.sqrt(2 * math.log(1.25e5)) / 0.5
+    )
+    # The classic bound is looser than the analytic one where both hold.
+    assert classic_gaussian_std(0.5, 1e-5) > analytic_gaussian_std(0.5, 1e-5)
+    with pytest.warns(UserWarning, match="epsilon < 1"):
+        classic_gaussian_std(2.0, 1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        classic_gaussian_std(0.9, 1e-5)
+    with pytest.raises(ValueError, match="calibration"):
+        gaussian_noise_std(1.0, 1e-5, calibration="laplace")
+    with pytest.raises(ValueError, match="delta"):
+        analytic_gaussian_std(1.0, 1.5)
+
+
+@pytest.mark.parametrize("noise", ["local", "distributed"])
+def test_empirical_noise_std_matches_calibration(noise):
+    """Statistical test at fixed seeds: the noise on the aggregate has the promised std."""
+    X, y, clients = _data(n=120, d=3)
+    K = len(np.unique(clients))
+    truth = PrivateFederatedRidge(epsilon=np.inf).fit(X, y, clients=clients)._noisy_sums
+    errors = []
+    for seed in range(150):
+        model = PrivateFederatedRidge(epsilon=0.8, noise=noise, random_state=seed)
+        model.fit(X, y, clients=clients)
+        errors.append(model._noisy_sums - truth)
+    errors = np.concatenate(errors)
+    tau = model.noise_std_
+    expected = tau * math.sqrt(K) if noise == "local" else tau
+    # n = 150 * 15 = 2250 draws: relative std error of the std is 1/sqrt(2n) = 1.5%.
+    assert abs(errors.std() / expected - 1) < 0.06
+    assert abs(errors.mean()) < 4 * expected / math.sqrt(errors.size)
+
+
+def test_distributed_noise_is_smaller_on_the_aggregate():
+    X, y, clients = _data(n=400, d=3)
+    local = [PrivateFederatedRidge(epsilon=0.3, random_state=s).fit(X, y, clients=clients)
+             for s in range(30)]
+    distributed = [
+        PrivateFederatedRidge(epsilon=0.3, noise="distributed", random_state=s).fit(
+            X, y, clients=clients)
+        for s in range(30)
+    ]
+    exact = FederatedRidge(alpha=1.0).fit(*clip_rows(X, y, 1.0, 1.0), clients=clients).coef_
+    err_local = np.mean([np.linalg.norm(m.coef_ - exact) for m in local])
+    err_dist = np.mean([np.linalg.norm(m.coef_ - exact) for m in distributed])
+    assert err_dist < err_local
+
+
+# -------------------------------------------------------------- post-processing
+def test_psd_projection():
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(6, 6))
+    noisy = A + A.T
+    projected = project_psd(noisy)
+    assert np.linalg.eigvalsh(projected).min() > -1e-10
+    assert_allclose(projected, projected.T)
+    psd = A @ A.T
+    assert_allclose(project_psd(psd), psd, atol=1e-10)
+    # Nearest in Frobenius norm: no random PSD matrix is closer.
+    best = np.linalg.norm(projected - noisy)
+    for _ in range(50):
+        B = rng.normal(size=(6, 6))
+        assert np.linalg.norm(projected + 0.01 * B @ B.T - noisy) >= best - 1e-12
+
+
+# ---------------------------------------------------------- secure aggregation
+def test_secure_aggregation_masks_cancel_exactly_and_hide_each_message():
+    rng = np.random.default_rng(5)
+    K = 5
+    values = [rng.normal(size=40) * 100 for _ in range(K)]
+    agg = SecureAggregator(K, seed=11)
+    masked = [agg.mask(k, v) for k, v in enumerate(values)]
+    encoded = [agg.encode(v) for v in values]
+    # Exact cancellation: the masked sum equals the sum of the encoded values bit for bit.
+    plain_sum = np.zeros(40, dtype=np.uint64)
+    for e in encoded:
+        plain_sum += e
+    masked_sum = np.zeros(40, dtype=np.uint64)
+    for m in masked:
+        masked_sum += m
+    assert_array_equal(masked_sum, plain_sum)
+    assert_allclose(agg.aggregate(masked), np.sum(values, axis=0), atol=K * 2.0**-24)
+    for k in range(K):
+        assert not np.any(masked[k] == encoded[k])
+        assert np.abs(agg.decode(masked[k]) - values[k]).min() > 1e3
+    # Different seeds give different masks; same seed gives the same.
+    assert_array_equal(SecureAggregator(K, seed=11).mask(0, values[0]), masked[0])
+    assert not np.any(SecureAggregator(K, seed=12).mask(0, values[0]) == masked[0])
+
+
+def test_secure_aggregation_refuses_overflow_and_missing_clients():
+    agg = SecureAggregator(4, seed=0)
+    with pytest.raises(OverflowError, match="client 2"):
+        agg.mask(2, np.array([agg.max_abs_value]))
+    messages = [agg.mask(k, np.ones(3)) for k in range(3)]
+    with pytest.raises(ValueError, match="all 4"):
+        agg.aggregate(messages)
+    with pytest.raises(ValueError, match="non-finite"):
+        agg.encode(np.array([np.nan]))
+
+
+# ------------------------------------------------------------------- accounting
+def test_two_releases_cost_more_than_one():
+    ledger = PrivacyLedger()
+    ledger.record(3.0)
+    one = ledger.epsilon(1e-5)
+    ledger.record(3.0)
+    two = ledger.epsilon(1e-5)
+    assert two > one
+    # Tighter than naive composition (2 * one) for Gaussian mechanisms.
+    assert two < 2 * one
+    X, y, clients = _data()
+    model = PrivateFederatedRidge(epsilon=1.0, random_state=0).fit(X, y, clients=clients)
+    first = model.privacy_spent_[0]
+    model.partial_fit(X, y, clients=clients)
+    assert model.n_releases_ == 2
+    assert model.privacy_spent_[0] > first * 1.3
+    expected = two_releases(model.noise_std_ / model.sensitivity_)
+    assert_allclose(model.privacy_spent_[0], expected, rtol=1e-5)
+
+
+def two_releases(multiplier):
+    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    accountant.compose(dp_accounting.GaussianDpEvent(multiplier), 2)
+    return accountant.get_epsilon(1e-5)
+
+
+def test_partial_fit_sums_releases():
+    X, y, clients = _data(n=400)
+    full = PrivateFederatedRidge(epsilon=np.inf).fit(X, y, clients=clients)
+    part = PrivateFederatedRidge(epsilon=np.inf)
+    part.partial_fit(X[:150], y[:150], clients=clients[:150])
+    part.partial_fit(X[150:], y[150:], clients=clients[150:])
+    assert_allclose(part.coef_, full.coef_, rtol=1e-10)
+    assert part.n_clients_ == full.n_clients_
+
+
+# -------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "params, name",
+    [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"delta": 0.0}, "delta"),
+        ({"delta": 1.0}, "delta"),
+        ({"feature_bound": 0.0}, "feature_bound"),
+        ({"target_bound": -2.0}, "target_bound"),
+        ({"noise": "central"}, "noise"),
+        ({"calibration": "laplace"}, "calibration"),
+    ],
+)
+def test_bad_parameters_raise_clear_errors(params, name):
+    X, y, clients = _data(n=50)
+    with pytest.raises(InvalidParameterError, match=name):
+        PrivateFederatedRidge(**params).fit(X, y, clients=clients)
+
+
+def test_failed_partial_fit_leaves_estimator_unchanged():
+    X, y, clients = _data()
+    model = PrivateFederatedRidge(random_state=0).fit(X, y, clients=clients)
+    before = (model.coef_.copy(), model.privacy_spent_, model._noisy_sums.copy())
+    with pytest.raises(ValueError):
+        model.partial_fit(X[:, :2], y)
+    with pytest.raises(ValueError, match="targets"):
+        model.partial_fit(X, np.c_[y, y])
+    assert_array_equal(model.coef_, before[0])
+    assert model.privacy_spent_ == before[1]
+    assert_array_equal(model._noisy_sums, before[2])
+
+
+# -------------------------------------------------------------------- pipelines
+def test_clients_through_pipeline_and_grid_search():
+    X, y, clients = _data(n=200)
+    pipe = make_pipeline(MaxAbsScaler(), PrivateFederatedRidge(epsilon=5.0, random_state=0))
+    pipe.fit(X, y, privatefederatedridge__clients=clients)
+    assert pipe[-1].n_clients_ == 4
+    with config_context(enable_metadata_routing=True):
+        ridge = PrivateFederatedRidge(epsilon=5.0, random_state=0).set_fit_request(
+            clients="groups"
+        )
+        search = GridSearchCV(
+            ridge, {"epsilon": [1.0, np.inf]}, cv=GroupKFold(n_splits=4)
+        )
+        search.fit(X, y, groups=clients)
+    assert search.best_params_["epsilon"] == np.inf
+    assert search.best_estimator_.n_clients_ == 4
+
+
+def test_missing_dp_accounting_names_the_extra(monkeypatch):
+    import sys
+
+    from sklearn_fed.privacy import _calibration
+
+    _calibration._analytic_multiplier.cache_clear()
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)
+    with pytest.raises(ImportError, match=r"sklearn-fed\[dp\]"):
+        analytic_gaussian_std(0.37, 1e-5)
+    # Classic calibration and ε = inf need no optional dependency.
+    assert classic_gaussian_std(0.5, 1e-5) > 0
+    X, y, clients = _data(n=60)
+    model = PrivateFederatedRidge(epsilon=np.inf).fit(X, y, clients=clients)
+    assert model.privacy_spent_[0] == math.inf

@@ -1,0 +1,200 @@
+"""ClientStatistics: exact computation, merging, serialization and validation."""
+
+import dataclasses
+import struct
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sklearn_fed import ClientStatistics, InvalidClientMessage, merge_statistics
+
+
+def _reference(X, y, w, centered=True):
+    """Two-pass float64 reference computed on a full centered copy."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+    W = w.sum()
+    mx, my = w @ X / W, w @ y / W
+    if centered:
+        X, y = X - mx, y - my
+    return W, mx, my, (X * w[:, None]).T @ X, (X * w[:, None]).T @ y, w @ (y * y)
+
+
+def _assert_close(stats, ref, rtol=1e-12):
+    W, mx, my, gram, moment, tss = ref
+    assert stats.weight_sum == pytest.approx(W, rel=1e-14)
+    np.testing.assert_allclose(stats.x_mean, mx, rtol=1e-14)
+    np.testing.assert_allclose(stats.y_mean, my, rtol=1e-12, atol=1e-14)
+    scale = np.abs(gram).max()
+    np.testing.assert_allclose(stats.gram, gram, rtol=0, atol=rtol * scale)
+    np.testing.assert_allclose(stats.moment, moment, rtol=0, atol=rtol * np.abs(moment).max())
+    np.testing.assert_allclose(stats.target_ss, tss, rtol=rtol)
+
+
+@pytest.mark.parametrize("centered", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_from_data_matches_reference(centered, weighted, monkeypatch):
+    # Small blocks so the blocked path and its Chan merges are exercised.
+    monkeypatch.setattr("sklearn_fed.statistics._BLOCK_BYTES", 8 * 4 * 7)
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(101, 4)), rng.normal(size=(101, 2))
+    w = rng.uniform(0, 2, size=101) if weighted else np.ones(101)
+    stats = ClientStatistics.from_data(X, y, w if weighted else None, centered=centered)
+    _assert_close(stats, _reference(X, y, w, centered))
+    assert stats.n_samples == 101 and not stats.single_target
+
+
+def test_offset_1e6_keeps_precision(monkeypatch):
+    monkeypatch.setattr("sklearn_fed.statistics._BLOCK_BYTES", 8 * 3 * 50)
+    rng = np.random.default_rng(1)
+    noise = rng.normal(size=(2000, 3))
+    X = noise + 1e6
+    y = noise @ [1.0, 2.0, 3.0]
+    stats = ClientStatistics.from_data(X, y)
+    exact = np.cov(noise.T, bias=True) * 2000  # centered Gram does not see the offset
+    np.testing.assert_allclose(stats.gram, exact, rtol=1e-9)
+    # The naive raw-Gram formula loses every digit at this offset.
+    naive = X.T @ X - 2000 * np.outer(X.mean(0), X.mean(0))
+    assert np.abs(naive - exact).max() > 1e-3 * np.abs(exact).max()
+
+
+def test_rows_subset_and_sparse_match_dense():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(60, 5)) * (rng.uniform(size=(60, 5)) < 0.4)
+    y, w = rng.normal(size=60), rng.uniform(size=60)
+    rows = np.flatnonzero(rng.uniform(size=60) < 0.5)
+    dense = ClientStatistics.from_data(X, y, w, rows=rows)
+    subset = ClientStatistics.from_data(X[rows], y[rows], w[rows])
+    sparse = ClientStatistics.from_data(sp.csr_matrix(X), y, w, rows=rows)
+    for other in (subset, sparse):
+        np.testing.assert_allclose(dense.gram, other.gram, atol=1e-12)
+        np.testing.assert_allclose(dense.moment, other.moment, atol=1e-12)
+        np.testing.assert_allclose(dense.target_ss, other.target_ss, rtol=1e-12)
+        assert dense.n_samples == other.n_samples == len(rows)
+
+
+def test_float32_accumulates_in_float64():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(500, 3)).astype(np.float32)
+    stats = ClientStatistics.from_data(X, X[:, 0])
+    assert stats.gram.dtype == np.float64
+    _assert_close(stats, _reference(X, X[:, 0], np.ones(500)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_merge_is_exact_for_any_partition(centered):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 4)) + 1e6 * rng.uniform(size=4)
+    y = rng.normal(size=300)
+    w = rng.uniform(size=300)
+    clients = rng.integers(0, 17, size=300)
+    parts = [
+        ClientStatistics.from_data(X, y, w, centered=centered, rows=np.flatnonzero(clients == k))
+        for k in range(17)
+    ]
+    whole = ClientStatistics.from_data(X, y, w, centered=centered)
+    merged = merge_statistics(parts)
+    np.testing.assert_allclose(merged.gram, whole.gram, rtol=1e-9, atol=1e-9 * np.abs(whole.gram).max())
+    np.testing.assert_allclose(merged.moment, whole.moment, rtol=1e-9, atol=1e-9 * np.abs(whole.moment).max())
+    np.testing.assert_allclose(merged.x_mean, whole.x_mean, rtol=1e-14)
+    assert merged.n_samples == 300
+
+
+def test_merge_rejects_incompatible():
+    a = ClientStatistics.from_data(np.ones((3, 2)), np.ones(3))
+    with pytest.raises(ValueError, match="features"):
+        a.merge(ClientStatistics.from_data(np.ones((3, 3)), np.ones(3)))
+    with pytest.raises(ValueError, match="centered"):
+        a.merge(ClientStatistics.from_data(np.ones((3, 2)), np.ones(3), centered=False))
+
+
+def _stats(seed=5, d=4, t=1):
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=(40, t)) if t > 1 else rng.normal(size=40)
+    return ClientStatistics.from_data(rng.normal(size=(40, d)), y)
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_bytes_round_trip_is_exact(t):
+    stats = _stats(t=t)
+    data = stats.to_bytes()
+    assert len(data) == stats.nbytes
+    back = ClientStatistics.from_bytes(data)
+    for field in dataclasses.fields(stats):
+        np.testing.assert_array_equal(getattr(back, field.name), getattr(stats, field.name))
+
+
+def test_wire_format_has_no_pickle_and_documented_header():
+    data = _stats().to_bytes()
+    assert data[:8] == b"SKFEDSTA"
+    version, flags, d, t, n = struct.unpack_from("<HHIIQ", data, 8)
+    assert (version, flags, d, t, n) == (1, 3, 4, 1, 40)
+    assert b"\x80\x04" not in data[:2]  # not a pickle protocol header
+
+
+def test_truncated_message_names_the_client():
+    data = _stats().to_bytes()
+    for cut in (0, 10, len(data) - 1):
+        with pytest.raises(InvalidClientMessage, match="client 'site-7'") as info:
+            ClientStatistics.from_bytes(data[:cut], client="site-7")
+        assert info.value.client == "site-7"
+
+
+def test_tampered_message_fails_checksum():
+    data = bytearray(_stats().to_bytes())
+    data[60] ^= 1
+    with pytest.raises(InvalidClientMessage, match="checksum"):
+        ClientStatistics.from_bytes(bytes(data), client=3)
+
+
+def test_bad_magic_and_version():
+    data = bytearray(_stats().to_bytes())
+    with pytest.raises(InvalidClientMessage, match="magic"):
+        ClientStatistics.from_bytes(b"X" + bytes(data[1:]))
+    data[8] = 9
+    with pytest.raises(InvalidClientMessage, match="version 9"):
+        ClientStatistics.from_bytes(bytes(data))
+
+
+def _with(stats, **changes):
+    return dataclasses.replace(stats, **changes)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: {"n_samples": 0}, "zero rows"),
+        (lambda s: {"weight_sum": -1.0}, "weight_sum"),
+        (lambda s: {"x_mean": s.x_mean * np.nan}, "x_mean contains NaN"),
+        (lambda s: {"gram": s.gram - 10 * np.abs(s.gram).max() * np.eye(4)}, "negative diagonal"),
+        (lambda s: {"gram": s.gram + np.diag([0, 0, 0, 1e-3]) @ np.ones((4, 4))}, "not symmetric"),
+        (lambda s: {"target_ss": -s.target_ss}, "target_ss is negative"),
+        (lambda s: {"moment": s.moment * 1e6}, "Cauchy-Schwarz"),
+        (lambda s: {"gram": s.gram[:3, :3]}, "gram has shape"),
+    ],
+)
+def test_validation_rejects_impossible_statistics(change, message):
+    stats = _stats()
+    with pytest.raises(InvalidClientMessage, match=message):
+        _with(stats, **change(stats)).validate(client="a")
+
+
+def test_validation_rejects_indefinite_gram():
+    stats = _stats()
+    # Symmetric with a positive diagonal, but |G_01| > sqrt(G_00 G_11).
+    gram = stats.gram.copy()
+    gram[0, 1] = gram[1, 0] = 2 * np.sqrt(gram[0, 0] * gram[1, 1])
+    bad = _with(stats, gram=gram)
+    with pytest.raises(InvalidClientMessage, match="positive semi-definite"):
+        bad.validate()
+
+
+def test_validation_of_expected_shape():
+    with pytest.raises(InvalidClientMessage, match="has 4 features, expected 5"):
+        _stats().validate(client=1, n_features=5)
+
+
+def test_negative_sample_weight_is_rejected():
+    with pytest.raises(ValueError, match="non-negative"):
+        ClientStatistics.from_data(np.ones((2, 2)), np.ones(2), np.array([1.0, -1.0]))
