@@ -16,12 +16,12 @@ steps are exact in exact arithmetic and lose no digits to the offset.
 import hashlib
 import hmac
 import struct
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
-from scipy.linalg.blas import dsyr, dsyrk
 
 __all__ = ["ClientStatistics", "InvalidClientMessage", "merge_statistics"]
 
@@ -37,6 +37,7 @@ _CHECKSUM_BYTES = 32  # SHA-256 of header and payload
 _FLAG_CENTERED = 1
 _FLAG_SINGLE_TARGET = 2
 _MAX_FEATURES = 2**20  # refuse to even size a message that claims more
+_workspace = threading.local()
 
 
 class InvalidClientMessage(ValueError):
@@ -430,8 +431,67 @@ def _check_compatible(a, b):
         raise ValueError("cannot merge centered with uncentered statistics.")
 
 
+def _scratch(n_rows, n_cols):
+    """A reusable C-ordered float64 work block (one per thread).
+
+    Each client's statistics need one block of centered rows; reusing the
+    memory across blocks and clients avoids faulting in fresh pages every time.
+    """
+    size = n_rows * n_cols
+    cached = getattr(_workspace, "buffer", None)
+    if cached is None or cached.size < size:
+        cached = _workspace.buffer = np.empty(size)
+    return cached[:size].reshape(n_rows, n_cols)
+
+
+def _chan_add(total, mean, weight, block_products, block_mean, block_weight, centered):
+    """Add one block's (centered) products to the running ones (Chan et al.)."""
+    new_weight = weight + block_weight
+    if centered and weight > 0:
+        delta = block_mean - mean
+        block_products = block_products + (weight * block_weight / new_weight) * np.outer(
+            delta, delta
+        )
+    return total + block_products, mean + (block_weight / new_weight) * (block_mean - mean), new_weight
+
+
+def _raw_block_products(Xv, yv, centered):
+    """Centered products of an unweighted block straight from its raw products.
+
+    ``sum x x^T - S S^T / n`` cancels digits in proportion to mean^2 / variance;
+    when every column's mean is within one standard deviation of zero that
+    factor is at most 2 (under one bit), so the block can be read by BLAS in
+    place, with no centered copy. Otherwise returns None and the caller shifts.
+    """
+    n, t = yv.shape
+    raw_xx = Xv.T @ Xv  # numpy runs syrk on the view: no copy
+    y_and_ones = np.column_stack([yv, np.ones(n)])
+    raw_xy_and_sums = Xv.T @ y_and_ones  # moment and column sums in one pass
+    raw_xy = raw_xy_and_sums[:, :t]
+    raw_yy = yv.T @ yv
+    sums = np.concatenate([raw_xy_and_sums[:, t], y_and_ones[:, :t].sum(axis=0)])
+    mean = sums / n
+    second = np.concatenate([np.diag(raw_xx), np.diag(raw_yy)]) / n
+    if centered and np.any(mean**2 > 0.5 * second):  # mean^2 > variance
+        return None
+    products = np.block([[raw_xx, raw_xy], [raw_xy.T, raw_yy]])
+    if centered:
+        products -= np.outer(sums, sums) / n
+    return (mean, products), float(n)
+
+
 def _dense_statistics(X, y, sample_weight, centered, rows):
-    """Blocked, single-pass statistics of dense rows (see module docstring)."""
+    """Blocked, single-pass statistics of dense rows (see module docstring).
+
+    Each block is shifted into a work array ``[X - s, y - s_y, 1]`` (rows
+    scaled by ``sqrt(w)``), where the shift ``s`` is the mean of the block's
+    first rows (the running mean after the first block): it removes any large
+    offset, so no digits cancel. One BLAS product ``work^T work`` then yields,
+    in a single read of the block, the shifted Gram, moment and target sums of
+    squares together with the column sums and the weight; the exact centered
+    block statistics follow from ``B - S S^T / W``, and blocks are merged with
+    the Chan update.
+    """
     contiguous = isinstance(rows, slice)
     if contiguous:
         first, stop, _ = rows.indices(X.shape[0])
@@ -439,63 +499,52 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
     else:
         n = len(rows)
     d, t = X.shape[1], y.shape[1]
-    block = max(1, _BLOCK_BYTES // (8 * max(d, 1)))
-    upper = np.zeros((d, d), order="F")  # syrk/syr update the upper triangle
-    moment = np.zeros((d, t))
-    target_ss = np.zeros(t)
+    p = d + t
+    block = max(1, _BLOCK_BYTES // (8 * (p + 1)))
+    total = np.zeros((p, p))  # centered (or raw) products of [x, y]
     weight_sum = 0.0
-    x_mean = np.zeros(d)
-    y_mean = np.zeros(t)
+    mean = np.zeros(p)
     for start in range(0, n, block):
-        if contiguous:  # a view: no copy until the centering below
+        if contiguous:  # a view: nothing is copied until the shift below
             take = slice(first + start, first + min(start + block, n))
         else:
             take = rows[start : start + block]
-        Xv = X[take]
-        yb = np.array(y[take], dtype=np.float64)
-        wb = None if sample_weight is None else sample_weight[take]
-        wsum = float(Xv.shape[0]) if wb is None else float(wb.sum())
+        Xv, yv = X[take], y[take]
+        if sample_weight is None and Xv.dtype == np.float64:
+            fast = _raw_block_products(Xv, yv, centered)
+            if fast is not None:  # no offset to cancel: the view was read as is
+                products, wsum = fast
+                block_mean, block_products = products
+                total, mean, weight_sum = _chan_add(
+                    total, mean, weight_sum, block_products, block_mean, wsum, centered
+                )
+                continue
+        if centered and weight_sum == 0:  # first block: shift by its first rows
+            shift = np.concatenate([Xv[:64].mean(axis=0), yv[:64].mean(axis=0)])
+        else:
+            shift = mean if centered else np.zeros(p)
+        # float64 shift: a float32 block is then subtracted in float64.
+        shift = shift.astype(np.float64)
+        work = _scratch(Xv.shape[0], p + 1)
+        np.subtract(Xv, shift[:d], out=work[:, :d])
+        np.subtract(yv, shift[d:], out=work[:, d:p])
+        work[:, p] = 1.0
+        if sample_weight is not None:
+            work *= np.sqrt(sample_weight[take])[:, None]
+        products = work.T @ work  # numpy runs syrk and mirrors the triangle
+        wsum = products[p, p]
         if wsum == 0:
             continue
-        # Means by BLAS gemv (fast, multi-threaded), always in float64.
-        weights = np.ones(Xv.shape[0]) if wb is None else wb
-        if Xv.dtype == np.float64 and contiguous:
-            mx = (weights @ Xv) / wsum
-            # One pass makes the block's only copy, already centered.
-            Xb = np.subtract(Xv, mx) if centered else Xv.copy()
-        else:  # a gathered or float32 block: convert once, center in place
-            Xb = np.asarray(Xv, dtype=np.float64)
-            mx = (weights @ Xb) / wsum
-            if centered:
-                Xb -= mx
-        my = (weights @ yb) / wsum
+        sums = products[:p, p]
+        block_products = products[:p, :p]
         if centered:
-            yb -= my
-        if wb is not None:
-            root = np.sqrt(wb)[:, None]
-            Xb *= root
-            yb *= root
-        # Chan update of the running (centered) sums with this block's.
-        total = weight_sum + wsum
-        if centered and weight_sum > 0:
-            scale = weight_sum * wsum / total
-            dx = mx - x_mean
-            dy = my - y_mean
-            upper = dsyr(scale, dx, a=upper, overwrite_a=True)
-            moment += scale * np.outer(dx, dy)
-            target_ss += scale * dy * dy
-        x_mean = x_mean + (wsum / total) * (mx - x_mean)
-        y_mean = y_mean + (wsum / total) * (my - y_mean)
-        weight_sum = total
-        # Xb.T is F-ordered, so syrk reads it without a copy.
-        upper = dsyrk(1.0, Xb.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
-        moment += Xb.T @ yb
-        target_ss += np.einsum("ij,ij->j", yb, yb)
-    # Only the upper triangle was written (the lower one is still zero), so
-    # U + U^T mirrors it in one pass; the diagonal was doubled, restore it.
-    gram = upper + upper.T
-    np.fill_diagonal(gram, np.diag(upper))
-    return weight_sum, x_mean, y_mean, gram, moment, target_ss
+            block_products -= np.outer(sums, sums) / wsum
+        total, mean, weight_sum = _chan_add(
+            total, mean, weight_sum, block_products, shift + sums / wsum, wsum, centered
+        )
+    gram = np.ascontiguousarray(total[:d, :d])
+    moment = np.ascontiguousarray(total[:d, d:])
+    return weight_sum, mean[:d], mean[d:], gram, moment, np.diag(total)[d:].copy()
 
 
 def _sparse_statistics(X, y, sample_weight, centered):
