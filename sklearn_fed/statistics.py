@@ -6,11 +6,14 @@ in a real deployment they travel as bytes (serialize, validate).
 
 Why centered statistics: a raw Gram ``X^T X`` of features with an offset of 1e6
 holds entries near 1e12, and subtracting ``n * mean mean^T`` afterwards cancels
-every significant digit of the variance. We instead center each block of rows at
-its own mean before the BLAS ``syrk`` product and combine blocks (and clients)
-with the pairwise update of Chan, Golub & LeVeque (1979), which adds
+every significant digit of the variance. We instead shift each block of rows by
+(nearly) its mean before the BLAS ``syrk`` product and combine blocks (and
+clients) with the pairwise update of Chan, Golub & LeVeque (1979), which adds
 ``w_a w_b / (w_a + w_b) * delta delta^T`` for the difference of the means. Both
-steps are exact in exact arithmetic and lose no digits to the offset.
+steps are exact in exact arithmetic and lose no digits to the offset. Blocks
+whose columns all have mean^2 <= variance (standardized data, say) have no
+offset to lose digits to (the cancellation factor is at most 2), so they are
+read in place, saving the copy.
 """
 
 import hashlib
