@@ -118,6 +118,28 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
     # Values a client sends per round besides its model update (FedNova: its steps).
     _extra_uplink_values = 0
 
+    # FedAvg and FedNova take exactly these; subclasses with more define their own.
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        fit_intercept=True,
+        learning_rate=0.01,
+        local_epochs=5,
+        batch_size=None,
+        n_rounds=100,
+        client_fraction=1.0,
+        random_state=None,
+    ):
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.learning_rate = learning_rate
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.n_rounds = n_rounds
+        self.client_fraction = client_fraction
+        self.random_state = random_state
+
     # ---------------------------------------------------------------- hooks
     def _proximal_mu(self):
         return 0.0

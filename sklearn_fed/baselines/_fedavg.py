@@ -117,27 +117,6 @@ class FedAvgRegressor(BaseFederatedSGD):
     (200, 192, 72)
     """
 
-    def __init__(
-        self,
-        alpha=1.0,
-        *,
-        fit_intercept=True,
-        learning_rate=0.01,
-        local_epochs=5,
-        batch_size=None,
-        n_rounds=100,
-        client_fraction=1.0,
-        random_state=None,
-    ):
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.learning_rate = learning_rate
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.n_rounds = n_rounds
-        self.client_fraction = client_fraction
-        self.random_state = random_state
-
 
 def _fill_docstring(cls, parameters="", attributes=""):
     """Share the common parameter/attribute text; subclasses add their own."""

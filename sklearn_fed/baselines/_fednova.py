@@ -50,27 +50,6 @@ class FedNovaRegressor(BaseFederatedSGD):
     # Each client also sends tau_k, its number of local steps.
     _extra_uplink_values = 1
 
-    def __init__(
-        self,
-        alpha=1.0,
-        *,
-        fit_intercept=True,
-        learning_rate=0.01,
-        local_epochs=5,
-        batch_size=None,
-        n_rounds=100,
-        client_fraction=1.0,
-        random_state=None,
-    ):
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.learning_rate = learning_rate
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.n_rounds = n_rounds
-        self.client_fraction = client_fraction
-        self.random_state = random_state
-
     def _aggregate(self, coef, local_coef, p, steps, rng):
         tau = steps.astype(np.float64)
         # sum_k p_k d_k with d_k = (coef - local_k) / tau_k, then scale by tau_eff.

@@ -110,6 +110,29 @@ class BaseFederatedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         labels, rows = group_rows_by_client(clients, X.shape[0])
         return X, y, sample_weight, labels, rows
 
+    def _validate_more_rows(self, X, y, sample_weight, clients, *, seen):
+        """:meth:`_validate_rows` for ``partial_fit``.
+
+        ``seen`` is ``(n_targets, centered)`` of the earlier calls, or ``None``
+        on the first call (which then sets ``n_features_in_``). A batch with a
+        different number of targets, or a changed ``fit_intercept``, is refused.
+        """
+        X, y, sample_weight, labels, rows = self._validate_rows(
+            X, y, sample_weight, clients, reset=seen is None
+        )
+        if seen is not None:
+            n_targets_seen, centered_seen = seen
+            n_targets = 1 if y.ndim == 1 else y.shape[1]
+            if n_targets != n_targets_seen:
+                raise ValueError(
+                    f"y has {n_targets} targets but earlier calls had {n_targets_seen}."
+                )
+            if centered_seen != self.fit_intercept:
+                raise ValueError(
+                    "fit_intercept changed since the first partial_fit; call fit to restart."
+                )
+        return X, y, sample_weight, labels, rows
+
     def _statistics_by_client(self, X, y, sample_weight, labels, rows):
         """Compute each client's statistics from its own rows (one at a time)."""
         for label, client_rows in zip(labels, rows):

@@ -119,21 +119,11 @@ class FederatedRidge(BaseFederatedRidge):
         -------
         self : FederatedRidge
         """
-        first_call = getattr(self, "_aggregate", None) is None
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=first_call
+        aggregate = getattr(self, "_aggregate", None)
+        X, y, sample_weight, labels, rows = self._validate_more_rows(
+            X, y, sample_weight, clients,
+            seen=None if aggregate is None else (aggregate.n_targets, aggregate.centered),
         )
-        if not first_call:
-            n_targets = 1 if y.ndim == 1 else y.shape[1]
-            if n_targets != self._aggregate.n_targets:
-                raise ValueError(
-                    f"y has {n_targets} targets but earlier calls had "
-                    f"{self._aggregate.n_targets}."
-                )
-            if self._aggregate.centered != self.fit_intercept:
-                raise ValueError(
-                    "fit_intercept changed since the first partial_fit; call fit to restart."
-                )
         return self._absorb(X, y, sample_weight, labels, rows)
 
     @_fit_context(prefer_skip_nested_validation=True)

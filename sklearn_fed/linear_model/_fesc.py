@@ -214,19 +214,10 @@ class FESCRidge(BaseFederatedRidge):
         self : FESCRidge
         """
         first_call = getattr(self, "_statistics", None) is None
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=first_call
+        X, y, sample_weight, labels, rows = self._validate_more_rows(
+            X, y, sample_weight, clients,
+            seen=None if first_call else (self._n_targets, self._centered),
         )
-        if not first_call:
-            n_targets = 1 if y.ndim == 1 else y.shape[1]
-            if n_targets != self._n_targets:
-                raise ValueError(
-                    f"y has {n_targets} targets but earlier calls had {self._n_targets}."
-                )
-            if self._centered != self.fit_intercept:
-                raise ValueError(
-                    "fit_intercept changed since the first partial_fit; call fit to restart."
-                )
         return self._absorb(X, y, sample_weight, labels, rows, reset=first_call)
 
     # ------------------------------------------------------------- internals

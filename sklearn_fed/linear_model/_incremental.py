@@ -489,21 +489,12 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         """
         state = getattr(self, "_state", None)
         first_call = state is None
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=first_call
+        X, y, sample_weight, labels, rows = self._validate_more_rows(
+            X, y, sample_weight, clients,
+            seen=None if first_call else (state["n_targets"], state["centered"]),
         )
         if first_call:
             state = self._initial_state()
-        else:
-            n_targets = 1 if y.ndim == 1 else y.shape[1]
-            if n_targets != state["n_targets"]:
-                raise ValueError(
-                    f"y has {n_targets} targets but earlier rounds had {state['n_targets']}."
-                )
-            if state["centered"] != self.fit_intercept:
-                raise ValueError(
-                    "fit_intercept changed since the first partial_fit; call fit to restart."
-                )
         return self._round(state, X, y, sample_weight, labels, rows)
 
     def __sklearn_is_fitted__(self):

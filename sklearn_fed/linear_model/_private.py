@@ -307,19 +307,10 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         self : PrivateFederatedRidge
         """
         previous = getattr(self, "_noisy_sums", None)
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=previous is None
+        X, y, sample_weight, labels, rows = self._validate_more_rows(
+            X, y, sample_weight, clients,
+            seen=None if previous is None else (self._n_targets, self._fit_intercept),
         )
-        if previous is not None:
-            n_targets = 1 if y.ndim == 1 else y.shape[1]
-            if n_targets != self._n_targets:
-                raise ValueError(
-                    f"y has {n_targets} targets but earlier calls had {self._n_targets}."
-                )
-            if self._fit_intercept != self.fit_intercept:
-                raise ValueError(
-                    "fit_intercept changed since the first partial_fit; call fit to restart."
-                )
         return self._release(X, y, sample_weight, labels, rows, previous=previous)
 
     def _release(self, X, y, sample_weight, labels, rows, previous):

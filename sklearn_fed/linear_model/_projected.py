@@ -187,18 +187,10 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         """
         if getattr(self, "_aggregate", None) is None:
             return self.fit(X, y, sample_weight=sample_weight, clients=clients)
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=False
+        X, y, sample_weight, labels, rows = self._validate_more_rows(
+            X, y, sample_weight, clients,
+            seen=(self._aggregate.n_targets, self._aggregate.centered),
         )
-        n_targets = 1 if y.ndim == 1 else y.shape[1]
-        if n_targets != self._aggregate.n_targets:
-            raise ValueError(
-                f"y has {n_targets} targets but earlier calls had {self._aggregate.n_targets}."
-            )
-        if self._aggregate.centered != self.fit_intercept:
-            raise ValueError(
-                "fit_intercept changed since the first partial_fit; call fit to restart."
-            )
         return self._absorb(
             X, y, sample_weight, labels, rows, self._aggregate, self._projection,
             self.projection_seed_,
