@@ -319,6 +319,10 @@ def _figure(results, names, rounds, path):
             low, high = max(min(values), central - 1.0), max(values)
             pad = 0.05 * max(high - low, 0.02)
             ax.set_ylim(low - pad, high + pad)
+            below = [f"{m} {c[-1]:.2f}" for m, c in result["curves"].items() if c[-1] < low]
+            if below:  # say where a curve went instead of hiding it
+                ax.text(0.98, 0.04, "below axis: " + ", ".join(below), fontsize=7,
+                        ha="right", transform=ax.transAxes)
             ax.set_title(f"{name} ({scenario[0]}:{scenario[1]})", fontsize=9)
             ax.set_xlabel("round", fontsize=8)
             if j == 0:
