@@ -174,7 +174,7 @@ def test_feddelta_quick_diabetes_only(tmp_path, capsys):
     _check_feddelta(text, out, ("diabetes",))
     assert "| housing |" not in text
     rows = _feddelta_rows(text, "diabetes")
-    # 5 rounds x 20 local epochs on standardized data: the gradient rows converge
+    # 5 rounds x 10 local epochs on standardized data: the gradient rows converge
     # to the ridge solution's neighbourhood (diabetes ridge R^2 is about 0.33)
     for scenario in FEDDELTA_SCENARIOS:
         for method in ("FedAvg", "FedProx", "FedNova"):
