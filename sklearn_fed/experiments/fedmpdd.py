@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._report import add_progress_argument, new_figure, progress, progress_enabled, save_figure
+
 DESCRIPTION = "FedMPDD vs FedSGD on digits (equal rounds, fixed uplink budget); MNIST LeNet Table 18 and SSIM audit"
 
 PAPER_TABLE18 = {50: 30.44, 200: 75.02, 400: 77.52, 600: 79.02}
@@ -27,25 +29,33 @@ def add_arguments(parser):
                         help="folder with t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz")
     parser.add_argument("--rounds", type=int, default=None, help="digits: rounds at equal-round comparison")
     parser.add_argument("--mnist-rounds", type=int, default=300)
-    parser.add_argument("--mnist-batch", type=int, default=10,
+    parser.add_argument("--mnist-batch", type=int, default=1,
                         help="per-client minibatch for MNIST (paper: 1)")
     parser.add_argument("--skip-digits", action="store_true")
     parser.add_argument("--standardize", action="store_true",
                         help="MNIST pixels to (x - 0.1307) / 0.3081 instead of [0, 1]")
-    parser.add_argument("--mnist-fraction", type=float, default=0.1,
+    parser.add_argument("--mnist-fraction", type=float, default=0.5,
                         help="client fraction for the MNIST runs (paper: 0.5)")
     parser.add_argument("--mnist-m", type=int, nargs="+", default=[50, 200, 400, 600])
     parser.add_argument("--audit-images", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    add_progress_argument(parser)
 
 
-def _fit(est, X, y, Xte, yte, **fit_kw):
+def _fit(est, X, y, Xte, yte, bar, **fit_kw):
     t = time.perf_counter()
     est.fit(X, y, **fit_kw)
+    bar.update(1)
     return 100 * est.score(Xte, yte), int(est.history[-1, "uplink_bytes_total"]), time.perf_counter() - t
 
 
-def digits_part(args):
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def digits_part(args, bar):
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
@@ -62,35 +72,38 @@ def digits_part(args):
                 random_state=args.seed)
     d = 64 * 32 + 32 + 32 * 10 + 10
     m = round(0.05 * d)
-    print(f"digits: 50 clients, label shards, beta={beta}, MLP(64-32-10) d={d}, "
-          f"m={m} ({100 * m / d:.1f}% of d), lr=0.1, batch 10/client")
-    rows = []
-    acc_sgd, up_sgd, t1 = _fit(FedMPDDClassifier(uplink="full", max_epochs=rounds, **base),
-                               Xtr, ytr, Xte, yte)
-    acc_mp, up_mp, t2 = _fit(FedMPDDClassifier(n_directions=m, max_epochs=rounds, **base),
-                             Xtr, ytr, Xte, yte)
-    rows.append(("equal rounds", f"FedSGD, {rounds} rounds", acc_sgd, up_sgd, t1))
-    rows.append(("equal rounds", f"FedMPDD m={m}, {rounds} rounds", acc_mp, up_mp, t2))
     n_part = math.ceil(beta * 50)
     budget = 10 * n_part * 4 * d
     mp_rounds = budget // (n_part * (4 * m + 8))
-    acc_b1, up_b1, t3 = _fit(FedMPDDClassifier(uplink="full", max_epochs=10, **base),
-                             Xtr, ytr, Xte, yte)
-    acc_b2, up_b2, t4 = _fit(FedMPDDClassifier(n_directions=m, max_epochs=mp_rounds, **base),
-                             Xtr, ytr, Xte, yte)
-    rows.append((f"budget {budget / 1e6:.2f} MB", "FedSGD, 10 rounds", acc_b1, up_b1, t3))
-    rows.append((f"budget {budget / 1e6:.2f} MB", f"FedMPDD m={m}, {mp_rounds} rounds",
-                 acc_b2, up_b2, t4))
-    print(f"{'setting':<16} {'method':<28} {'test acc %':>10} {'uplink MB':>10} {'fit s':>7}")
-    for r in rows:
-        print(f"{r[0]:<16} {r[1]:<28} {r[2]:>10.1f} {r[3] / 1e6:>10.3f} {r[4]:>7.1f}")
-    print(f"equal rounds: FedMPDD - FedSGD = {acc_mp - acc_sgd:+.1f} points (target: within 5)")
-    print(f"fixed budget: FedMPDD - FedSGD = {acc_b2 - acc_b1:+.1f} points "
-          "(paper Table 4: +65.9 on MNIST LeNet; target here: >= +20)", flush=True)
-    return rows
+    runs = [
+        ("equal rounds", f"FedSGD, {rounds} rounds", dict(uplink="full", max_epochs=rounds)),
+        ("equal rounds", f"FedMPDD m={m}, {rounds} rounds", dict(n_directions=m, max_epochs=rounds)),
+        (f"budget {budget / 1e6:.2f} MB", "FedSGD, 10 rounds", dict(uplink="full", max_epochs=10)),
+        (f"budget {budget / 1e6:.2f} MB", f"FedMPDD m={m}, {mp_rounds} rounds",
+         dict(n_directions=m, max_epochs=mp_rounds)),
+    ]
+    results = [(setting, name, *_fit(FedMPDDClassifier(**kw, **base), Xtr, ytr, Xte, yte, bar))
+               for setting, name, kw in runs]
+    equal_gap = results[1][2] - results[0][2]
+    budget_gap = results[3][2] - results[2][2]
+    print(f"## Digits: FedMPDD vs FedSGD (paper Table 4's comparisons)\n\n"
+          f"50 clients, label shards (two classes each), beta={beta}, MLP 64-32-10 (d={d}), "
+          f"m={m} ({100 * m / d:.1f}% of d), lr 0.1, minibatch 10 per client.\n")
+    print(_table(["setting", "method", "test acc %", "uplink MB", "fit s"],
+                 [(r[0], r[1], f"{r[2]:.1f}", f"{r[3] / 1e6:.3f}", f"{r[4]:.1f}") for r in results]))
+    print()
+    print(_table(["claim", "paper", "ours", "verdict"], [
+        ("equal rounds: FedMPDD within 5 points of FedSGD", "(Fig. 3: curves overlap)",
+         f"{equal_gap:+.1f} points", "reproduced" if equal_gap >= -5 else "differs"),
+        ("fixed budget (10 FedSGD rounds): FedMPDD ahead by >= 20 points",
+         "+65.9 points (MNIST LeNet)", f"{budget_gap:+.1f} points",
+         "reproduced" if budget_gap >= 20 else "differs"),
+    ]))
+    print(flush=True)
+    return results
 
 
-def mnist_part(args):
+def mnist_part(args, bar):
     import torch
 
     from ..datasets import load_mnist_idx
@@ -107,34 +120,70 @@ def mnist_part(args):
     tr, te = order[:8000], order[8000:10000]
     rounds = 10 if args.quick else args.mnist_rounds
     ms = [50, 200] if args.quick else args.mnist_m
-    beta = args.mnist_fraction
-    batch = args.mnist_batch
-    print(f"\nMNIST (t10k, 8000/2000), LeNet d=13426, 100 iid clients, beta={beta}, "
-          f"batch {batch}/client, lr=0.1, {rounds} rounds, "
-          f"{'standardized' if args.standardize else '[0, 1]'} pixels (paper: beta=0.5, batch 1, "
-          "trained to convergence)")
-    print(f"{'method':>12} {'test acc %':>10} {'paper T18 %':>11} {'uplink MB':>10} {'fit s':>7}")
+    beta, batch = args.mnist_fraction, args.mnist_batch
+    print(f"## MNIST LeNet: accuracy against m (paper Table 18)\n\n"
+          f"t10k images split 8,000/2,000, LeNet (d=13,426, DLG's U(-0.5, 0.5) init), 100 iid "
+          f"clients, beta={beta}, minibatch {batch} per client, lr 0.1, {rounds} rounds, "
+          f"{'standardized' if args.standardize else '[0, 1]'} pixels. The paper does not state "
+          "its number of rounds for Table 18.\n")
+    rows, accuracy = [], {}
     for m in [None] + list(ms):
         net = FedMPDDClassifier(LeNet, n_clients=100, client_fraction=beta,
                                 n_directions=m or 1, uplink="full" if m is None else "mpdd",
                                 lr=0.1, batch_size=batch, max_epochs=rounds,
                                 random_state=args.seed)
-        acc, up, t = _fit(net, X[tr], y[tr], X[te], y[te])
-        name = "FedSGD" if m is None else f"m={m}"
-        paper = PAPER_TABLE18.get(m, float("nan")) if m else float("nan")
-        print(f"{name:>12} {acc:>10.1f} {paper:>11.2f} {up / 1e6:>10.3f} {t:>7.1f}", flush=True)
+        acc, up, t = _fit(net, X[tr], y[tr], X[te], y[te], bar)
+        accuracy[m] = acc
+        paper = f"{PAPER_TABLE18[m]:.2f}" if m in PAPER_TABLE18 else "-"
+        rows.append(("FedSGD" if m is None else f"FedMPDD m={m}", f"{acc:.1f}", paper,
+                     f"{up / 1e6:.2f}", f"{t:.0f}"))
+    print(_table(["method", "test acc % (ours)", "test acc % (paper)", "uplink MB", "fit s"], rows))
+    ours = [accuracy[m] for m in ms]
+    increasing = all(b >= a for a, b in zip(ours, ours[1:]))
+    spread, paper_spread = ours[-1] - ours[0], PAPER_TABLE18.get(ms[-1], np.nan) - PAPER_TABLE18.get(ms[0], np.nan)
+    print(f"\nTrend (accuracy rises with m): "
+          f"{'reproduced' if increasing else 'differs'} -- m={ms[0]} -> m={ms[-1]}: "
+          f"{spread:+.1f} points (paper {paper_spread:+.1f}).\n", flush=True)
 
     n_img = 1 if args.quick else args.audit_images
     torch.manual_seed(args.seed)
     model = LeNet()
-    print(f"\nGradient inversion (DLG + iDLG label, L-BFGS) on {n_img} MNIST images, "
-          "untrained LeNet, SSIM (Gaussian sigma 1.5, data_range 1)")
-    print(f"{'image':>5} {'FedSGD SSIM':>11} {'FedMPDD m=400 SSIM':>19}   paper Table 4: 1.00 vs << 0.03")
+    audit = []
     for i in range(n_img):
         full = inversion_audit(model, pixels[te[i]], y[te[i]], uplink="full", n_iter=15)
         mp = inversion_audit(model, pixels[te[i]], y[te[i]], uplink="mpdd", n_directions=400,
                              seed=i, n_iter=15)
-        print(f"{i:>5} {full.ssim:>11.3f} {mp.ssim:>19.3f}")
+        bar.update(1)
+        audit.append((i, full.ssim, mp.ssim))
+    print("## Gradient inversion (paper Table 4's SSIM column)\n\n"
+          f"DLG with iDLG label recovery, L-BFGS, on {n_img} test images, untrained LeNet; "
+          "SSIM with Gaussian weights (sigma 1.5), data_range 1.\n")
+    print(_table(["image", "SSIM FedSGD (paper 1.00)", "SSIM FedMPDD m=400 (paper << 0.03)"],
+                 [(i, f"{a:.3f}", f"{b:.3f}") for i, a, b in audit]))
+    leak = min(a for _, a, _ in audit)
+    hide = max(b for _, _, b in audit)
+    print(f"\nVerdict: {'reproduced' if leak > 0.8 and hide < 0.1 else 'differs'} "
+          f"(lowest FedSGD SSIM {leak:.3f}, highest FedMPDD SSIM {hide:.3f}).\n", flush=True)
+    return accuracy, ms
+
+
+def _figure(digits, mnist, out):
+    fig = new_figure((10, 4) if mnist else (5.5, 4))
+    ax = fig.add_subplot(1, 2 if mnist else 1, 1)
+    for setting, name, acc, up, _ in digits:
+        ax.scatter(up / 1e6, acc, label=name, marker="o" if "FedSGD" in name else "^")
+    ax.set(xscale="log", xlabel="total uplink (MB)", ylabel="test accuracy (%)",
+           title="digits: accuracy vs uplink bytes")
+    ax.legend(fontsize=8)
+    if mnist:
+        accuracy, ms = mnist
+        ax = fig.add_subplot(1, 2, 2)
+        ax.plot(ms, [accuracy[m] for m in ms], "o-", label="ours")
+        ax.plot(ms, [PAPER_TABLE18.get(m, np.nan) for m in ms], "s--", label="paper Table 18")
+        ax.axhline(accuracy[None], color="gray", linestyle=":", label="FedSGD (ours)")
+        ax.set(xlabel="directions m", ylabel="test accuracy (%)", title="MNIST LeNet")
+        ax.legend(fontsize=8)
+    return save_figure(fig, out, "fedmpdd.png")
 
 
 def run(args):
@@ -150,10 +199,16 @@ def run(args):
             print(f"error: --data-dir {args.data_dir!r} lacks {', '.join(missing)} "
                   "(the MNIST idx files)", file=sys.stderr)
             return 2
-    if not args.skip_digits:
-        digits_part(args)
+    n_fits = (0 if args.skip_digits else 4)
     if args.data_dir:
-        mnist_part(args)
-    else:
-        print("\n(pass --data-dir with the MNIST idx files for Table 18 and the SSIM audit)")
+        n_fits += 1 + len([50, 200] if args.quick else args.mnist_m)
+        n_fits += 1 if args.quick else args.audit_images
+    print("# FedMPDD (paper 002) reproduction\n")
+    with progress(total=n_fits, desc="fedmpdd", unit="fit", enabled=progress_enabled(args)) as bar:
+        digits = [] if args.skip_digits else digits_part(args, bar)
+        mnist = mnist_part(args, bar) if args.data_dir else None
+    if not args.data_dir:
+        print("(pass --data-dir with the MNIST idx files for Table 18 and the SSIM audit)")
+    if getattr(args, "out", None) and digits:
+        print(f"figure: {_figure(digits, mnist, args.out)}")
     return 0
