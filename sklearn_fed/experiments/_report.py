@@ -69,7 +69,7 @@ class _SilentBar:
         return False
 
 
-def progress(iterable=None, *, total=None, desc=None, enabled=True, file=None):
+def progress(iterable=None, *, total=None, desc=None, unit="it", enabled=True, file=None):
     """A progress bar on stderr (tqdm), or a silent one.
 
     Parameters
@@ -80,6 +80,8 @@ def progress(iterable=None, *, total=None, desc=None, enabled=True, file=None):
         Number of steps (taken from ``len(iterable)`` when possible).
     desc : str, default=None
         Label shown before the bar.
+    unit : str, default="it"
+        Name of one step ("trial", "fit", "round").
     enabled : bool, default=True
         False (``--no-progress``) never draws. True draws only when ``file``
         is a terminal (tqdm's own rule), so logs and pipes stay clean.
@@ -105,7 +107,7 @@ def progress(iterable=None, *, total=None, desc=None, enabled=True, file=None):
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is optional; the run itself does not need it
         return _SilentBar(iterable)
-    return tqdm(iterable, total=total, desc=desc, file=file if file is not None else sys.stderr,
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=file if file is not None else sys.stderr,
                 disable=None, leave=False, dynamic_ncols=True)
 
 
