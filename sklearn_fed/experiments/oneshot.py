@@ -316,15 +316,20 @@ PAPER_FIGURE3 = {"one_shot": 0.0100, "plateau": 0.0102}
 def figure3_table(result):
     central = result["centralized"]
     lines = [
-        "| round | FedAvg MSE | FedProx MSE | FedAvg vs centralized | paper | verdict (5%) |",
+        "| round | FedAvg MSE | FedProx MSE | FedAvg vs centralized | paper | verdict |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     n = len(result["FedAvg"])
     for r in sorted({1, 10, 50, 100, 200, n} & set(range(1, n + 1))):
         fedavg = result["FedAvg"][r - 1]
         if r == n:  # only the plateau is a number the paper states
-            paper = f"{PAPER_FIGURE3['plateau']:.4f} (plateau)"
-            word = verdict(fedavg, PAPER_FIGURE3["plateau"], 0.05)
+            # The claim is a gap of +2% above the optimum: compare gaps (within 1
+            # point), since a 5% tolerance on the MSE itself could not tell.
+            paper_gap = PAPER_FIGURE3["plateau"] / PAPER_FIGURE3["one_shot"] - 1
+            ours_gap = fedavg / central - 1
+            paper = f"{PAPER_FIGURE3['plateau']:.4f} (plateau, {paper_gap:+.1%})"
+            word = "reproduced" if abs(ours_gap - paper_gap) <= 0.01 else "differs"
+            word = f"{word} (gap {ours_gap:+.2%} vs paper's {paper_gap:+.1%})"
         else:
             paper, word = "curve only", "-"
         lines.append(
