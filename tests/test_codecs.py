@@ -167,3 +167,37 @@ def test_directions_do_not_depend_on_block_size(monkeypatch):
     assert codec.block_rows(d) == 64
     blocked = torch.cat([b for _, b in codec.directions(99, d)])
     assert torch.equal(whole, blocked)
+
+
+@pytest.mark.parametrize("d", [1, 7, 8, 13, 1000])
+def test_compiled_and_numpy_sign_loops_agree(d):
+    # The numba loops generate each row themselves; the numpy path and the
+    # inspection API (sign_rows) must see exactly the same signs.
+    from sklearn_fed.neural_network import _sign_kernels as kernels
+
+    groups, seed = 5, derive_seed(1, 2, 3)
+    rng = np.random.default_rng(d)
+    g, s = rng.standard_normal(d), rng.standard_normal(8 * groups)
+    dense = kernels.SIGNS[kernels.sign_rows(seed, d, 0, groups)]  # (groups, d, 8)
+    dense = dense.transpose(0, 2, 1).reshape(8 * groups, d)
+    for encode, decode in [(kernels._encode, kernels._decode),
+                           (kernels._encode_numpy, kernels._decode_numpy)]:
+        got = np.empty(8 * groups)
+        encode(seed, d, g, got)
+        np.testing.assert_allclose(got, dense @ g, rtol=1e-12, atol=1e-12)
+        out = np.ones(d)  # decode adds into its output
+        decode(seed, d, s, out)
+        np.testing.assert_allclose(out, 1 + dense.T @ s, rtol=1e-12, atol=1e-12)
+
+
+def test_sign_bits_are_balanced_and_independent_across_rows():
+    from sklearn_fed.neural_network._sign_kernels import sign_rows
+
+    bits = np.unpackbits(sign_rows(derive_seed(0, 0, 0), 4096, 0, 64), axis=1)
+    assert abs(bits.mean() - 0.5) < 3 * 0.5 / math.sqrt(bits.size)
+    # directions are uncorrelated: off-diagonal correlations ~ N(0, 1/d)
+    signs = (2.0 * bits.reshape(64, 4096, 8).transpose(0, 2, 1).reshape(512, 4096)) - 1
+    corr = signs @ signs.T / 4096
+    off = corr[~np.eye(512, dtype=bool)]
+    assert np.abs(off).max() < 6 / math.sqrt(4096)
+    assert abs(off.std() * math.sqrt(4096) - 1) < 0.05

@@ -16,11 +16,13 @@ codec                     payload                                    bytes
 ========================  =========================================  ==========
 
 The MPDD directions are never stored as one ``m x d`` float matrix:
-Rademacher directions are drawn as packed bits (one byte holds the signs of 8
-directions at one coordinate) from a PCG64 stream seeded by the 8-byte seed, in
-blocks of at most :data:`BLOCK_ELEMENTS` signs, and applied through 256-entry
-histograms and lookup tables that stay in cache. Direction ``j`` depends only on ``(seed, j, d)``, so the server
-regenerates exactly the client's directions from the seed alone.
+Rademacher signs are packed bits (one byte holds the signs of 8 directions at
+one coordinate) from a counter-based SplitMix64 stream keyed by the 8-byte
+seed, made one group of 8 directions at a time and applied through 256-entry
+histograms and lookup tables that stay in cache
+(:mod:`~sklearn_fed.neural_network._sign_kernels`). Direction ``j`` depends
+only on ``(seed, j, d)``, so the server regenerates exactly the client's
+directions from the seed alone.
 """
 
 import math
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from ._sign_kernels import decode_groups, encode_groups, sign_rows
 
 __all__ = [
     "BLOCK_ELEMENTS",
@@ -93,7 +97,18 @@ def _as_flat(g):
     return g.to(torch.float32)
 
 
-class MPDDCodec:
+class _Codec:
+    """What every codec shares: averaging decoded messages on the server."""
+
+    def decode_mean(self, messages, d):
+        """Average of the decoded estimates of ``messages`` (the server's aggregate)."""
+        out = torch.zeros(int(d), dtype=torch.float64)
+        for message in messages:
+            out += self.decode(message, d)
+        return (out / len(messages)).to(torch.float32)
+
+
+class MPDDCodec(_Codec):
     """Multi-projected directional derivatives (FedMPDD, Alg. 2; FedPDD when m=1).
 
     The client sends ``s = U^T g`` (m values) and the seed of ``U``; the server
@@ -141,18 +156,17 @@ class MPDDCodec:
 
         ``C`` has shape ``(groups, d)``; bit ``t`` (big-endian, as
         :func:`numpy.unpackbits`) of ``C[q, k]`` is 1 when entry ``k`` of
-        direction ``start + 8 q + t`` is ``+1`` and 0 when it is ``-1``.
-        All blocks come from one PCG64 stream seeded with ``seed``; every block
-        but the last consumes a multiple of 8 bytes, so direction ``j`` is the
-        same whatever the block size.
+        direction ``start + 8 q + t`` is ``+1`` and 0 when it is ``-1``
+        (see :mod:`~sklearn_fed.neural_network._sign_kernels`). Each group is
+        generated on its own from the seed, so direction ``j`` is the same
+        whatever the block size.
         """
         d = int(d)
         rows = self.block_rows(d)
-        rng = np.random.Generator(np.random.PCG64(int(seed)))
         for start in range(0, self.n_directions, rows):
-            groups = (min(rows, self.n_directions - start) + 7) // 8
-            raw = rng.bytes(groups * d)
-            yield start, np.frombuffer(raw, dtype=np.uint8).reshape(groups, d)
+            first = start // 8
+            stop = first + (min(rows, self.n_directions - start) + 7) // 8
+            yield start, sign_rows(seed, d, first, stop)
 
     def directions(self, seed, d):
         """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
@@ -174,68 +188,68 @@ class MPDDCodec:
             gen.manual_seed((int(seed) + b) % (1 << 63))
             yield start, torch.randn((n, d), generator=gen, dtype=torch.float32)
 
+    def _groups(self):
+        return (self.n_directions + 7) // 8
+
     def nbytes(self, d):
         """Bytes of one message: ``4 m + 8``."""
         return _FLOAT32 * self.n_directions + _SEED
 
-    # Rademacher fast path. A byte holds the signs of 8 directions at one
-    # coordinate, so for each group of 8 directions a 256-bin histogram of g
-    # (bin = byte value) gives the 8 derivatives through the 256 x 8 sign
-    # table, and decoding is one lookup per byte in a 256-entry table of
-    # signed sums of s. Tables stay in cache; no float U is ever formed.
+    # Rademacher: the loops of _sign_kernels generate and use one row of sign
+    # bytes at a time, so no float U (nor the whole packed U) is ever formed.
     def encode(self, g, *, seed):
         """Directional derivatives ``s = U^T g`` of a flat gradient ``g``."""
         g = _as_flat(g)
         d = g.shape[0]
         s = np.empty(self.n_directions, dtype=np.float64)
         if self.direction == "rademacher":
-            g64 = g.detach().cpu().numpy().astype(np.float64)
-            for start, packed in self.direction_bytes(seed, d):
-                groups = packed.shape[0]
-                index = packed + (np.arange(groups, dtype=np.intp) * 256)[:, None]
-                hist = np.bincount(index.ravel(), weights=np.tile(g64, groups),
-                                   minlength=groups * 256).reshape(groups, 256)
-                block = (hist @ _SIGNS).ravel()
-                n = min(block.shape[0], self.n_directions - start)
-                s[start:start + n] = block[:n]
+            padded = np.empty(8 * self._groups())  # the last group may be partial
+            encode_groups(seed, g.detach().cpu().numpy().astype(np.float64), padded)
+            s[:] = padded[:self.n_directions]
         else:
             for start, block in self.directions(seed, d):
                 s[start:start + block.shape[0]] = (block.double() @ g.double()).numpy()
         s = torch.from_numpy(s.astype(np.float32))
         return Message(self.name, {"s": s, "seed": int(seed)}, self.nbytes(d))
 
-    def decode(self, message, d):
-        """The server's estimate ``(1/m) U s``, with ``U`` regenerated from the seed."""
+    def _checked_values(self, message):
         s = torch.as_tensor(message.payload["s"], dtype=torch.float32)
         if s.shape != (self.n_directions,) or not torch.isfinite(s).all():
             raise ValueError(
                 f"MPDD message must hold {self.n_directions} finite values, got shape "
                 f"{tuple(s.shape)}"
             )
-        d = int(d)
-        s = s.numpy().astype(np.float64)
+        return s.numpy().astype(np.float64)
+
+    def _add_decoded(self, message, out):
+        """``out += U s`` (float64), with ``U`` regenerated from the message's seed."""
+        s = self._checked_values(message)
+        d = out.shape[0]
         seed = message.payload["seed"]
-        out = np.zeros(d, dtype=np.float64)
         if self.direction == "rademacher":
-            for start, packed in self.direction_bytes(seed, d):
-                groups = packed.shape[0]
-                chunk = np.zeros(8 * groups)
-                n = min(8 * groups, self.n_directions - start)
-                chunk[:n] = s[start:start + n]
-                table = (chunk.reshape(groups, 8) @ _SIGNS.T).ravel()
-                index = packed + (np.arange(groups, dtype=np.intp) * 256)[:, None]
-                out += np.take(table, index).sum(0)
+            padded = np.zeros(8 * self._groups())  # directions past m count 0
+            padded[:self.n_directions] = s
+            decode_groups(seed, padded, out)
         else:
             for start, block in self.directions(seed, d):
                 out += block.double().T.numpy() @ s[start:start + block.shape[0]]
+
+    def decode(self, message, d):
+        """The server's estimate ``(1/m) U s``, with ``U`` regenerated from the seed."""
+        out = np.zeros(int(d), dtype=np.float64)
+        self._add_decoded(message, out)
         return torch.from_numpy((out / self.n_directions).astype(np.float32))
 
+    def decode_mean(self, messages, d):
+        """Average of the decoded estimates of ``messages``, accumulated in float64."""
+        out = np.zeros(int(d), dtype=np.float64)
+        for message in messages:
+            self._add_decoded(message, out)
+        out /= self.n_directions * len(messages)
+        return torch.from_numpy(out.astype(np.float32))
 
-# _SIGNS[v, b] = +1 if bit b (big-endian) of byte value v is set, else -1
-_SIGNS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1) * 2.0 - 1.0
 
-
-class FullCodec:
+class FullCodec(_Codec):
     """The raw float32 gradient (FedSGD).
 
     Examples
@@ -259,7 +273,7 @@ class FullCodec:
         return torch.as_tensor(message.payload["g"], dtype=torch.float32).clone()
 
 
-class QSGDCodec:
+class QSGDCodec(_Codec):
     """QSGD stochastic quantization with ``s`` levels (unbiased).
 
     Coordinate ``i`` is sent as its sign and a level ``l_i`` in ``{0..s}`` with
@@ -312,7 +326,7 @@ class QSGDCodec:
         return p["norm"] * p["sign"].float() * p["level"].float() / self.levels
 
 
-class TopKCodec:
+class TopKCodec(_Codec):
     """Top-k sparsification: the ``k`` largest-magnitude entries and their indices.
 
     Examples
@@ -346,7 +360,7 @@ class TopKCodec:
         return out
 
 
-class LDPCodec:
+class LDPCodec(_Codec):
     """FedSGD with local noise: the client adds Gaussian or Laplace noise before sending.
 
     Parameters

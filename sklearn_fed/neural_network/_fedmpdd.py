@@ -493,17 +493,16 @@ class FedMPDDClassifier(NeuralNetClassifier):
                 "lower lr or scale the features (e.g. StandardScaler)."
             )
         codec = self._codec()
-        estimate = torch.zeros(d, dtype=torch.float32)
-        uplink = 0
+        messages = [  # each client encodes its own gradient
+            codec.encode(g, seed=derive_seed(self.seed_, round_index, c))
+            for g, c in zip(grads, participants.tolist())
+        ]
+        estimate = codec.decode_mean(messages, d)  # the server, from the messages alone
         if self.communication_ is None:
             self.communication_ = CommunicationLedger(n_parameters=d)
-        for g, c in zip(grads, participants.tolist()):
-            seed = derive_seed(self.seed_, round_index, c)
-            message = codec.encode(g, seed=seed)  # client
-            estimate += codec.decode(message, d)  # server, from the message alone
-            uplink += message.nbytes
+        for message, c in zip(messages, participants.tolist()):
             self.communication_.record_upload(self.clients_[c], message.nbytes)
-        estimate /= n_part
+        uplink = sum(message.nbytes for message in messages)
         self.communication_.record_broadcast(n_part, d, itemsize=4)
 
         self._zero_grad_optimizer()
