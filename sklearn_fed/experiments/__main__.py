@@ -8,6 +8,7 @@ import os
 import sys
 
 from . import EXPERIMENTS
+from ._report import add_progress_argument
 
 
 def build_parser():
@@ -22,6 +23,7 @@ def build_parser():
         description = getattr(module, "DESCRIPTIONS", {}).get(name, module.DESCRIPTION)
         sub = commands.add_parser(name, help=description, description=description)
         module.add_arguments(sub)
+        add_progress_argument(sub)  # every experiment accepts --no-progress
         if not any("--out" in action.option_strings for action in sub._actions):
             # modules that do not write files themselves: OUT/NAME.md gets their printout
             sub.add_argument("--out", default=None, help="folder to write NAME.md into")
