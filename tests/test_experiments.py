@@ -43,7 +43,8 @@ def _mse_pairs(text, column):
 
 
 def test_registry_lists_the_reproductions():
-    expected = {f"oneshot-table{i}" for i in range(2, 8)} | {"oneshot-figure3", "feddelta", "fesc"}
+    expected = {f"oneshot-table{i}" for i in range(2, 8)} | {"oneshot-figure3", "feddelta", "fesc",
+                                                            "fedmpdd"}
     assert expected <= set(EXPERIMENTS)
     assert "oneshot" not in EXPERIMENTS
 
@@ -282,3 +283,15 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):
     assert main(["feddelta", "--quick", "--data-dir", str(missing)]) == 2
     err = capsys.readouterr().err
     assert "--data-dir" in err and "nowhere" in err and "housing" in err
+
+
+def test_fedmpdd_quick_digits(tmp_path):
+    pytest.importorskip("torch")
+    out = _run("fedmpdd", tmp_path, "--no-progress")  # no --data-dir: digits only
+    text = (out / "fedmpdd.md").read_text()
+    for row in ("FedSGD, 60 rounds", "FedMPDD m=120, 60 rounds", "FedSGD, 10 rounds",
+                "FedMPDD m=120, 197 rounds"):
+        assert re.search(rf"^\| [^|]+ \| {re.escape(row)} \|", text, re.M), row
+    verdicts = re.findall(r"\| (reproduced|differs) \|$", text, re.M)
+    assert verdicts == ["reproduced", "reproduced"]  # within 5 points; >= +20 at the budget
+    assert (out / "fedmpdd.png").read_bytes()[:4] == b"\x89PNG"

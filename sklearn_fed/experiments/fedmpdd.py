@@ -139,10 +139,15 @@ def mnist_part(args, bar):
                      f"{up / 1e6:.2f}", f"{t:.0f}"))
     print(_table(["method", "test acc % (ours)", "test acc % (paper)", "uplink MB", "fit s"], rows))
     ours = [accuracy[m] for m in ms]
-    increasing = all(b >= a for a, b in zip(ours, ours[1:]))
-    spread, paper_spread = ours[-1] - ours[0], PAPER_TABLE18.get(ms[-1], np.nan) - PAPER_TABLE18.get(ms[0], np.nan)
-    print(f"\nTrend (accuracy rises with m): "
-          f"{'reproduced' if increasing else 'differs'} -- m={ms[0]} -> m={ms[-1]}: "
+    if all(b >= a for a, b in zip(ours, ours[1:])):
+        trend = "reproduced"
+    elif ours[0] == min(ours):
+        trend = f"partly (lowest at m={ms[0]}, not monotone above it)"
+    else:
+        trend = "differs"
+    spread = ours[-1] - ours[0]
+    paper_spread = PAPER_TABLE18.get(ms[-1], np.nan) - PAPER_TABLE18.get(ms[0], np.nan)
+    print(f"\nTrend (accuracy rises with m): {trend} -- m={ms[0]} -> m={ms[-1]}: "
           f"{spread:+.1f} points (paper {paper_spread:+.1f}).\n", flush=True)
 
     n_img = 1 if args.quick else args.audit_images
