@@ -179,6 +179,7 @@ def _figure(digits, mnist, out):
         ax.scatter(up / 1e6, acc, label=name, marker="o" if "FedSGD" in name else "^")
     ax.set(xscale="log", xlabel="total uplink (MB)", ylabel="test accuracy (%)",
            title="digits: accuracy vs uplink bytes")
+    ax.tick_params(axis="x", which="minor", labelbottom=False)  # labels would overlap
     ax.legend(fontsize=8)
     if mnist:
         accuracy, ms = mnist
