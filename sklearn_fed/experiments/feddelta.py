@@ -35,6 +35,8 @@ from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 
+from . import _report
+
 DESCRIPTION = (
     "FedDelta (paper 003) Tables 3-5: incremental federated ridge vs FedAvg, FedProx, "
     "FedNova and centralized"
@@ -97,7 +99,7 @@ def add_arguments(parser):
         action="store_true",
         help="5 rounds, at most 500 rows per node per round, 10 local epochs on 64 rows",
     )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _report.add_progress_argument(parser)
 
 
 def _datasets(data_dir):
@@ -372,12 +374,8 @@ def run(args):
         "of magnitude (housing: population in thousands, one-hot columns in 0/1, target in "
         "1e5 dollars). FedDelta and centralized Ridge stay on raw features: they are exact.\n"
     )
-    progress = None
-    if not getattr(args, "no_progress", False):
-        from tqdm.auto import tqdm
-
-        progress = tqdm(total=len(data) * len(SCENARIOS) * rounds, desc="feddelta",
-                        unit="round", file=sys.stderr)
+    progress = _report.progress(total=len(data) * len(SCENARIOS) * rounds, desc="feddelta",
+                                unit="round", enabled=_report.progress_enabled(args))
     results = {}
     worst = 0.0
     try:
@@ -387,8 +385,7 @@ def run(args):
             )
             scaler = _Scaler(X_train, y_train)
             for scenario in SCENARIOS:
-                if progress is not None:
-                    progress.set_postfix_str(f"{name} ({scenario[0]}:{scenario[1]})")
+                progress.set_postfix_str(f"{name} ({scenario[0]}:{scenario[1]})")
                 result = run_scenario(
                     X_train, y_train, X_test, y_test, scenario, rounds=rounds, nodes=args.nodes,
                     alpha=args.alpha, seed=args.seed, cap=cap,
