@@ -103,6 +103,10 @@ def digits_part(args, bar):
     return results
 
 
+def _directions_to_run(args):
+    return [50, 200] if args.quick else args.mnist_m
+
+
 def mnist_part(args, bar):
     import torch
 
@@ -119,7 +123,7 @@ def mnist_part(args, bar):
     order = rng.permutation(len(y))
     tr, te = order[:8000], order[8000:10000]
     rounds = 10 if args.quick else args.mnist_rounds
-    ms = [50, 200] if args.quick else args.mnist_m
+    ms = _directions_to_run(args)
     beta, batch = args.mnist_fraction, args.mnist_batch
     print(f"## MNIST LeNet: accuracy against m (paper Table 18)\n\n"
           f"t10k images split 8,000/2,000, LeNet (d=13,426, DLG's U(-0.5, 0.5) init), 100 iid "
@@ -207,7 +211,7 @@ def run(args):
             return 2
     n_fits = (0 if args.skip_digits else 4)
     if args.data_dir:
-        n_fits += 1 + len([50, 200] if args.quick else args.mnist_m)
+        n_fits += 1 + len(_directions_to_run(args))
         n_fits += 1 if args.quick else args.audit_images
     print("# FedMPDD (paper 002) reproduction\n")
     with progress(total=n_fits, desc="fedmpdd", unit="fit", enabled=progress_enabled(args)) as bar:

@@ -236,9 +236,7 @@ class MPDDCodec(_Codec):
 
     def decode(self, message, d):
         """The server's estimate ``(1/m) U s``, with ``U`` regenerated from the seed."""
-        out = np.zeros(int(d), dtype=np.float64)
-        self._add_decoded(message, out)
-        return torch.from_numpy((out / self.n_directions).astype(np.float32))
+        return self.decode_mean([message], d)
 
     def decode_mean(self, messages, d):
         """Average of the decoded estimates of ``messages``, accumulated in float64."""
