@@ -18,6 +18,7 @@ read in place, saving the copy.
 
 import hashlib
 import hmac
+import math
 import struct
 import threading
 from dataclasses import dataclass
@@ -26,39 +27,31 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
 
+from .protocol._errors import InvalidClientMessage, who as _who
+from .protocol._wire import Frame, SymmetricMatrix, decode, encode
+
 __all__ = ["ClientStatistics", "InvalidClientMessage", "merge_statistics"]
+
+#: Message kind of a statistics reply (the payload of :class:`ClientStatistics`).
+STATISTICS_KIND = "ridge.statistics/reply"
+_ARRAYS = ("x_mean", "y_mean", "gram", "moment", "target_ss")
 
 # Rows per block are chosen so one centered float64 block takes about this much
 # memory: large enough for BLAS to run at full speed, small next to X.
 _BLOCK_BYTES = 8 * 2**20
 
-_MAGIC = b"SKFEDSTA"
-_FORMAT_VERSION = 1
+# The format-1 message (before the common framing of sklearn_fed.protocol): still
+# read by from_bytes so that statistics saved by earlier releases stay usable.
+_V1_MAGIC = b"SKFEDSTA"
+_V1_VERSION = 1
 # magic, version, flags, n_features, n_targets, n_samples, weight_sum
-_HEADER = struct.Struct("<8sHHIIQd")
-_CHECKSUM_BYTES = 32  # SHA-256 of header and payload
-_FLAG_CENTERED = 1
-_FLAG_SINGLE_TARGET = 2
+_V1_HEADER = struct.Struct("<8sHHIIQd")
+_V1_CHECKSUM_BYTES = 32  # SHA-256 of header and payload
+_V1_FLAG_CENTERED = 1
+_V1_FLAG_SINGLE_TARGET = 2
+_V1_FLAGS = _V1_FLAG_CENTERED | _V1_FLAG_SINGLE_TARGET
 _MAX_FEATURES = 2**20  # refuse to even size a message that claims more
 _workspace = threading.local()
-
-
-class InvalidClientMessage(ValueError):
-    """A client's statistics (or their bytes) failed validation.
-
-    Attributes
-    ----------
-    client : hashable or None
-        The label of the client whose message was rejected.
-    """
-
-    def __init__(self, message, client=None):
-        super().__init__(message)
-        self.client = client
-
-
-def _who(client):
-    return "client statistics" if client is None else f"client {client!r}"
 
 
 @dataclass(eq=False)
@@ -207,50 +200,113 @@ class ClientStatistics:
         )
 
     # -------------------------------------------------------------- serialize
-    @property
-    def nbytes(self):
-        """Size in bytes of :meth:`to_bytes`, i.e. of the uplink message."""
-        d, t = self.n_features, self.n_targets
-        n_values = d + t + d * (d + 1) // 2 + d * t + t
-        return _HEADER.size + 8 * n_values + _CHECKSUM_BYTES
-
-    def to_bytes(self):
-        """Serialize to the versioned wire format (no pickle).
-
-        Layout: a little-endian header (magic ``SKFEDSTA``, format version,
-        flags, n_features, n_targets, n_samples, weight_sum), then float64
-        little-endian ``x_mean``, ``y_mean``, the packed upper triangle of
-        ``gram`` (row by row), ``moment`` (row-major), ``target_ss``, then the
-        SHA-256 of everything before it.
-        """
-        flags = (_FLAG_CENTERED if self.centered else 0) | (
-            _FLAG_SINGLE_TARGET if self.single_target else 0
-        )
-        header = _HEADER.pack(
-            _MAGIC,
-            _FORMAT_VERSION,
-            flags,
-            self.n_features,
-            self.n_targets,
-            self.n_samples,
-            self.weight_sum,
-        )
-        upper = np.triu_indices(self.n_features)
-        payload = np.concatenate(
-            [
-                self.x_mean,
-                self.y_mean,
-                self.gram[upper],
-                self.moment.ravel(),
-                self.target_ss,
-            ]
-        ).astype("<f8", copy=False)
-        body = header + payload.tobytes()
-        return body + hashlib.sha256(body).digest()
+    def to_payload(self):
+        """``(fields, arrays)`` of the statistics message (see :mod:`sklearn_fed.protocol`)."""
+        fields = {
+            "n_samples": int(self.n_samples),
+            "weight_sum": float(self.weight_sum),
+            "centered": bool(self.centered),
+            "single_target": bool(self.single_target),
+        }
+        arrays = {
+            "x_mean": np.asarray(self.x_mean, dtype=np.float64),
+            "y_mean": np.asarray(self.y_mean, dtype=np.float64),
+            "gram": SymmetricMatrix(self.gram),
+            "moment": np.asarray(self.moment, dtype=np.float64),
+            "target_ss": np.asarray(self.target_ss, dtype=np.float64),
+        }
+        return fields, arrays
 
     @classmethod
-    def from_bytes(cls, data, *, client=None, validate=True):
+    def from_payload(cls, fields, arrays, *, client=None, validate=True):
+        """Statistics from a message's fields and arrays; untrusted, so checked.
+
+        Raises
+        ------
+        InvalidClientMessage
+            Naming ``client``, when a field or array is missing, of the wrong
+            type or shape, or when :meth:`validate` fails.
+        """
+        who = _who(client)
+
+        def fail(reason):
+            raise InvalidClientMessage(f"{who}: {reason}", client)
+
+        if set(fields) != {"n_samples", "weight_sum", "centered", "single_target"}:
+            fail(f"statistics fields must be n_samples, weight_sum, centered, single_target; "
+                 f"got {sorted(fields)}.")
+        if set(arrays) != set(_ARRAYS):
+            fail(f"statistics arrays must be {list(_ARRAYS)}; got {sorted(arrays)}.")
+        n_samples, weight_sum = fields["n_samples"], fields["weight_sum"]
+        if not (type(n_samples) is int and 0 < n_samples < 2**63):
+            fail(f"n_samples must be a positive integer, got {n_samples!r}.")
+        if not (type(weight_sum) in (int, float) and math.isfinite(weight_sum)):
+            fail(f"weight_sum must be a finite number, got {weight_sum!r}.")
+        if not all(type(fields[k]) is bool for k in ("centered", "single_target")):
+            fail("centered and single_target must be booleans.")
+        values = {}
+        for name in _ARRAYS:
+            array = arrays[name]
+            if isinstance(array, SymmetricMatrix):  # handed over in process, not packed
+                array = array.matrix
+            if not (isinstance(array, np.ndarray) and array.dtype == np.float64):
+                fail(f"{name} must be a float64 array.")
+            values[name] = array
+        d, t = values["x_mean"].shape[0], values["y_mean"].shape[0]
+        if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1 or not (0 < d and 0 < t):
+            fail("x_mean and y_mean must be non-empty vectors.")
+        if fields["single_target"] and t != 1:
+            fail(f"declares a single target but has {t}.")
+        stats = cls(
+            n_samples,
+            float(weight_sum),
+            values["x_mean"],
+            values["y_mean"],
+            values["gram"],
+            values["moment"],
+            values["target_ss"],
+            centered=fields["centered"],
+            single_target=fields["single_target"],
+        )
+        if validate:
+            stats.validate(client=client)
+        return stats
+
+    @property
+    def nbytes(self):
+        """Size in bytes of :meth:`to_bytes`."""
+        return self._frame().nbytes
+
+    def _frame(self):
+        fields, arrays = self.to_payload()
+        schema = {"n_features": self.n_features, "names": None,
+                  "n_targets": self.n_targets, "dtype": "float64"}
+        return Frame(kind=STATISTICS_KIND, schema=schema, fields=fields, arrays=arrays)
+
+    def to_bytes(self, key=None):
+        """Serialize as a statistics message in the common wire format (no pickle).
+
+        The frame (see :mod:`sklearn_fed.protocol`) has kind
+        ``"ridge.statistics/reply"``, the fields ``n_samples``, ``weight_sum``,
+        ``centered``, ``single_target`` and the float64 arrays ``x_mean``,
+        ``y_mean``, ``gram`` (packed upper triangle), ``moment`` and
+        ``target_ss``. It is not bound to a federation or round: inside a
+        federation, sites answer tasks with :meth:`Client.respond
+        <sklearn_fed.protocol.Client.respond>` instead.
+
+        Parameters
+        ----------
+        key : bytes, default=None
+            Authenticate with HMAC-SHA256 under this shared key.
+        """
+        return encode(self._frame(), key=key)
+
+    @classmethod
+    def from_bytes(cls, data, *, client=None, validate=True, key=None):
         """Parse (and by default validate) a message made by :meth:`to_bytes`.
+
+        Format-1 messages (magic ``SKFEDSTA``, written by sklearn-fed 0.1)
+        are still read.
 
         Parameters
         ----------
@@ -260,6 +316,8 @@ class ClientStatistics:
             Label used in error messages.
         validate : bool, default=True
             Run :meth:`validate` on the parsed statistics.
+        key : bytes, default=None
+            The shared key the message must be authenticated with.
 
         Raises
         ------
@@ -267,23 +325,29 @@ class ClientStatistics:
             If the message is truncated, corrupted, of an unknown version, or
             fails validation. Nothing is returned from a bad message.
         """
+        if isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:8]) == _V1_MAGIC:
+            return cls._from_v1_bytes(bytes(data), client=client, validate=validate)
+        frame = decode(data, key=key, client=client)
+        if frame.kind != STATISTICS_KIND:
+            raise InvalidClientMessage(
+                f"{_who(client)}: expected a statistics message, got {frame.kind!r}.", client
+            )
+        return cls.from_payload(frame.fields, frame.arrays, client=client, validate=validate)
+
+    @classmethod
+    def _from_v1_bytes(cls, data, *, client, validate):
         who = _who(client)
-        data = bytes(data)
-        if len(data) < _HEADER.size + _CHECKSUM_BYTES:
+        if len(data) < _V1_HEADER.size + _V1_CHECKSUM_BYTES:
             raise InvalidClientMessage(
                 f"{who}: message is truncated ({len(data)} bytes is shorter than "
                 "the fixed header).",
                 client,
             )
-        magic, version, flags, d, t, n_samples, weight_sum = _HEADER.unpack_from(data)
-        if magic != _MAGIC:
+        magic, version, flags, d, t, n_samples, weight_sum = _V1_HEADER.unpack_from(data)
+        if version != _V1_VERSION or flags & ~_V1_FLAGS:
             raise InvalidClientMessage(
-                f"{who}: not a sklearn-fed statistics message (bad magic bytes).", client
-            )
-        if version != _FORMAT_VERSION:
-            raise InvalidClientMessage(
-                f"{who}: unsupported message format version {version} "
-                f"(this build reads version {_FORMAT_VERSION}).",
+                f"{who}: unsupported statistics message (version {version}, flags "
+                f"{flags:#x}).",
                 client,
             )
         if not (0 < d <= _MAX_FEATURES and 0 < t <= _MAX_FEATURES):
@@ -291,20 +355,20 @@ class ClientStatistics:
                 f"{who}: implausible shape n_features={d}, n_targets={t}.", client
             )
         n_values = d + t + d * (d + 1) // 2 + d * t + t
-        expected = _HEADER.size + 8 * n_values + _CHECKSUM_BYTES
+        expected = _V1_HEADER.size + 8 * n_values + _V1_CHECKSUM_BYTES
         if len(data) != expected:
             raise InvalidClientMessage(
                 f"{who}: message has {len(data)} bytes but its header announces "
                 f"{expected} (truncated or padded).",
                 client,
             )
-        body, checksum = data[:-_CHECKSUM_BYTES], data[-_CHECKSUM_BYTES:]
+        body, checksum = data[:-_V1_CHECKSUM_BYTES], data[-_V1_CHECKSUM_BYTES:]
         if not hmac.compare_digest(hashlib.sha256(body).digest(), checksum):
             raise InvalidClientMessage(
                 f"{who}: checksum mismatch (the message was altered or corrupted).",
                 client,
             )
-        values = np.frombuffer(body, dtype="<f8", offset=_HEADER.size).astype(np.float64)
+        values = np.frombuffer(body, dtype="<f8", offset=_V1_HEADER.size).astype(np.float64)
         sizes = np.cumsum([d, t, d * (d + 1) // 2, d * t])
         x_mean, y_mean, packed, moment, target_ss = np.split(values, sizes)
         gram = np.empty((d, d))
@@ -319,8 +383,8 @@ class ClientStatistics:
             gram,
             moment.reshape(d, t),
             target_ss,
-            centered=bool(flags & _FLAG_CENTERED),
-            single_target=bool(flags & _FLAG_SINGLE_TARGET),
+            centered=bool(flags & _V1_FLAG_CENTERED),
+            single_target=bool(flags & _V1_FLAG_SINGLE_TARGET),
         )
         if validate:
             stats.validate(client=client)

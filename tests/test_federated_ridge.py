@@ -138,11 +138,13 @@ def test_communication_counts_real_message_sizes():
     X, y, rng = _data(n=90, d=4)
     clients = np.repeat(["a", "b", "c"], 30)
     fed = FederatedRidge().fit(X, y, clients=clients)
-    size = len(ClientStatistics.from_data(X[:30], y[:30]).to_bytes())
+    server = FederatedRidge().make_server(n_features=4)
+    tasks = server.next_tasks(["a", "b", "c"])
+    site = FederatedRidge().make_client()
+    replies = {s: site.respond(tasks[s], X[clients == s], y[clients == s]) for s in tasks}
     ledger = fed.communication_
-    assert ledger.uplink_bytes_per_client == {"a": size, "b": size, "c": size}
-    assert ledger.uplink_bytes == 3 * size
-    assert ledger.downlink_bytes == 3 * 5 * 8  # d + intercept floats to each client
+    assert ledger.uplink_bytes_per_client == {s: len(replies[s]) for s in replies}
+    assert ledger.downlink_bytes_per_client == {s: len(tasks[s]) for s in tasks}
     assert ledger.rounds == 1
     assert ledger.fedavg_equivalent(200) == fedavg_bytes(5, 200, 3)
     assert fedavg_bytes(5, 200, 3)["uplink_bytes"] == 5 * 200 * 3 * 8

@@ -125,7 +125,7 @@ def test_bad_input(params, fit_kwargs, error):
 def test_fit_statistics_rejects_cv_and_single_client():
     X, y, _ = _data(n=40)
     message = ClientStatistics.from_data(X, y)
-    with pytest.raises(ValueError, match="at least 2 client messages"):
+    with pytest.raises(ValueError, match="at least 2 clients"):
         FederatedRidgeCV().fit_statistics([message])
     with pytest.raises(ValueError, match="cv must be None"):
         FederatedRidgeCV(cv=3).fit_statistics([message, message])

@@ -1,6 +1,8 @@
 """ClientStatistics: exact computation, merging, serialization and validation."""
 
 import dataclasses
+import hashlib
+import json
 import struct
 
 import numpy as np
@@ -127,10 +129,37 @@ def test_bytes_round_trip_is_exact(t):
 
 def test_wire_format_has_no_pickle_and_documented_header():
     data = _stats().to_bytes()
-    assert data[:8] == b"SKFEDSTA"
-    version, flags, d, t, n = struct.unpack_from("<HHIIQ", data, 8)
-    assert (version, flags, d, t, n) == (1, 3, 4, 1, 40)
+    assert data[:8] == b"SKFEDMSG"
+    version, flags, meta_length = struct.unpack_from("<HHI", data, 8)
+    assert (version, flags) == (2, 0)
+    meta = json.loads(data[16 : 16 + meta_length])
+    assert meta["kind"] == "ridge.statistics/reply"
+    assert meta["fields"] == {
+        "n_samples": 40, "weight_sum": 40.0, "centered": True, "single_target": True
+    }
+    assert [entry[0] for entry in meta["arrays"]] == [
+        "x_mean", "y_mean", "gram", "moment", "target_ss"
+    ]
+    d = 4
+    assert len(data) == 16 + meta_length + 8 * (d + 1 + d * (d + 1) // 2 + d + 1) + 32
     assert b"\x80\x04" not in data[:2]  # not a pickle protocol header
+
+
+def test_format_1_messages_are_still_read():
+    """Statistics saved by sklearn-fed 0.1 (magic SKFEDSTA) still parse, exactly."""
+    stats = _stats()
+    d, t = stats.n_features, stats.n_targets
+    header = struct.pack("<8sHHIIQd", b"SKFEDSTA", 1, 3, d, t, stats.n_samples,
+                         stats.weight_sum)
+    upper = np.triu_indices(d)
+    payload = np.concatenate([stats.x_mean, stats.y_mean, stats.gram[upper],
+                              stats.moment.ravel(), stats.target_ss]).astype("<f8")
+    body = header + payload.tobytes()
+    old = ClientStatistics.from_bytes(body + hashlib.sha256(body).digest())
+    np.testing.assert_array_equal(old.gram, stats.gram)
+    np.testing.assert_array_equal(old.moment, stats.moment)
+    with pytest.raises(InvalidClientMessage, match="checksum"):
+        ClientStatistics.from_bytes(body + bytes(32))
 
 
 def test_truncated_message_names_the_client():

@@ -4,16 +4,26 @@ import warnings
 from numbers import Real
 
 import numpy as np
+import scipy.sparse as sp
 from scipy import linalg
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import group_rows_by_client
+from .._clients import group_rows_by_client, label_array
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
-from ..simulation import CommunicationLedger
-from ..statistics import ClientStatistics, InvalidClientMessage
+from ..protocol import (
+    Client,
+    CommunicationLedger,
+    FederatedMixin,
+    InvalidClientMessage,
+    Server,
+    label_key,
+    run_simulation,
+    sorted_labels,
+)
+from ..statistics import ClientStatistics, merge_statistics
 
-__all__ = ["solve_ridge"]
+__all__ = ["StatisticsClient", "StatisticsServer", "solve_ridge", "task_field"]
 
 
 def solve_ridge(gram, moment, alpha):
@@ -71,7 +81,91 @@ def _solve_spd(system, rhs):
     return linalg.lstsq(system, rhs, lapack_driver="gelsd", check_finite=False)[0]
 
 
-class BaseFederatedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
+def task_field(task, name, kind):
+    """A field of a task, checked for type at the site (tasks are untrusted too)."""
+    value = task.fields.get(name)
+    if kind is float and type(value) is int:
+        value = float(value)
+    if type(value) is not kind:
+        raise InvalidClientMessage(
+            f"server: task field {name!r} must be {kind.__name__}, got {value!r}.", "server"
+        )
+    return value
+
+
+class StatisticsClient(Client):
+    """A site of the statistics protocol: it sends its :class:`~sklearn_fed.ClientStatistics`.
+
+    The task says whether to center (``fit_intercept``); the reply is the
+    site's row count, weight sum, means, Gram, moment and target sums of
+    squares (see :meth:`ClientStatistics.to_payload
+    <sklearn_fed.ClientStatistics.to_payload>`).
+    """
+
+    protocol = "ridge.statistics"
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        centered = task_field(task, "centered", bool)
+        stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered, rows=rows)
+        return stats.to_payload()
+
+
+class StatisticsServer(Server):
+    """One round in which every site sends its statistics; subclasses solve.
+
+    Replies are merged in the order of their site labels (not of arrival),
+    so any run over the same sites gives the same aggregate, bit for bit.
+    """
+
+    protocol = "ridge.statistics"
+
+    def _plan(self, sites):
+        if self.round > 0:
+            return {}
+        return {site: ({"centered": bool(self.estimator.fit_intercept)}, {}) for site in sites}
+
+    def _previous(self):
+        """The aggregate this round adds to (warm start), or None."""
+        return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
+
+    def _read_reply(self, site, frame):
+        stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site)
+        expected = self._expected_features(frame)
+        if stats.n_features != expected:
+            raise InvalidClientMessage(
+                f"client {site!r}: statistics have {stats.n_features} features, expected "
+                f"{expected}.",
+                site,
+            )
+        if stats.centered != bool(self.estimator.fit_intercept):
+            raise InvalidClientMessage(
+                f"client {site!r}: statistics are "
+                f"{'centered' if stats.centered else 'uncentered'} but the task asked "
+                f"for fit_intercept={self.estimator.fit_intercept}.",
+                site,
+            )
+        previous = self._previous()
+        if previous is not None and stats.n_targets != previous.n_targets:
+            raise InvalidClientMessage(
+                f"client {site!r}: has {stats.n_targets} targets but earlier rounds had "
+                f"{previous.n_targets}.",
+                site,
+            )
+        return stats
+
+    def _expected_features(self, frame):
+        """Number of features the statistics of a reply must have."""
+        return frame.schema["n_features"]
+
+    def _merged(self, replies):
+        """Statistics of all replies of the round (exact tree merge, label order)."""
+        return merge_statistics(replies[site] for site in sorted_labels(replies))
+
+    def _dtype_of_round(self):
+        return np.float32 if self._dtype == "float32" else np.float64
+
+
+class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
     """Shared machinery of the ridge estimators fitted from client statistics.
 
     Subclasses implement ``fit``; this class validates input, turns rows into
@@ -103,6 +197,8 @@ class BaseFederatedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             y_numeric=True,
             reset=reset,
         )
+        if sp.issparse(X):
+            X = X.tocsr()  # each client's rows are sliced out of X
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
@@ -132,6 +228,35 @@ class BaseFederatedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                     "fit_intercept changed since the first partial_fit; call fit to restart."
                 )
         return X, y, sample_weight, labels, rows
+
+    def _run_protocol(self, X, y, sample_weight, labels, rows, *, warm_start=False):
+        """``fit``/``partial_fit``: the protocol run in process over these rows."""
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else [str(name) for name in names]
+        server = self.make_server(
+            feature_names=names, n_features=X.shape[1], warm_start=warm_start
+        )
+        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        return self
+
+    def _set_schema(self, schema, n_features):
+        """``n_features_in_`` and ``feature_names_in_`` from the server's schema."""
+        self.n_features_in_ = n_features
+        if schema.feature_names is not None:
+            self.feature_names_in_ = np.asarray(schema.feature_names, dtype=object)
+        else:
+            self.__dict__.pop("feature_names_in_", None)
+
+    @staticmethod
+    def _known_labels(previous_labels, new_labels):
+        """Labels of every client so far, in order of first appearance."""
+        known = list(previous_labels)
+        seen = {label_key(label) for label in known}
+        for label in new_labels:
+            if label_key(label) not in seen:
+                seen.add(label_key(label))
+                known.append(label)
+        return label_array(known)
 
     def _statistics_by_client(self, X, y, sample_weight, labels, rows):
         """Compute each client's statistics from its own rows (one at a time)."""
@@ -200,8 +325,12 @@ class BaseFederatedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         coef = coef.astype(dtype, copy=False)
         self.coef_ = coef[0] if aggregate.single_target else coef
 
+    def _n_parameters(self, n_features, n_targets):
+        return (n_features + self.fit_intercept) * n_targets
+
     def _new_ledger(self, n_features, n_targets):
-        return CommunicationLedger(n_parameters=(n_features + self.fit_intercept) * n_targets)
+        # Transitional: for estimators whose fit does not run the protocol roles yet.
+        return CommunicationLedger(n_parameters=self._n_parameters(n_features, n_targets))
 
     def predict(self, X):
         """Predict with the fitted linear model.

@@ -1,16 +1,35 @@
 """FederatedRidge: one-shot ridge from aggregated client statistics."""
 
-import copy
-
 import numpy as np
 
-from .._clients import label_array
 from .._compat import _fit_context
-from ..statistics import merge_statistics
-from ._base import BaseFederatedRidge, solve_ridge
+from ..protocol import CommunicationLedger, atomic
+from ._base import BaseFederatedRidge, StatisticsClient, StatisticsServer, solve_ridge
 
 __all__ = ["FederatedRidge"]
 
+
+class FederatedRidgeServer(StatisticsServer):
+    """Server of :class:`FederatedRidge`: merge every site's statistics, solve once."""
+
+    def _apply(self, replies, ledger):
+        estimator = self.estimator
+        previous = self._previous()
+        batch = self._merged(replies)
+        aggregate = batch if previous is None else previous.merge(batch)
+        alpha = estimator._checked_alpha(aggregate.n_targets)
+        coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
+        ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
+        labels = estimator._known_labels(
+            estimator.clients_ if previous is not None else [], replies
+        )
+        # commit: nothing above touched the estimator
+        estimator._aggregate = aggregate
+        estimator.communication_ = ledger
+        estimator.clients_ = labels
+        estimator.n_clients_ = len(labels)
+        estimator._set_schema(self.schema, aggregate.n_features)
+        estimator._set_coef(aggregate, coef, self._dtype_of_round())
 
 class FederatedRidge(BaseFederatedRidge):
     """Ridge regression fitted in one round from per-client sufficient statistics.
@@ -74,11 +93,15 @@ class FederatedRidge(BaseFederatedRidge):
     (3, 540)
     """
 
+    _server_role = FederatedRidgeServer
+    _client_role = StatisticsClient
+
     def __init__(self, alpha=1.0, *, fit_intercept=True):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None):
         """Fit on rows split among clients by ``clients``.
 
@@ -100,10 +123,10 @@ class FederatedRidge(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
-        self._aggregate = None
-        return self._absorb(X, y, sample_weight, labels, rows)
+        return self._run_protocol(X, y, sample_weight, labels, rows)
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add rows (from existing or new clients) and refit, exactly.
 
@@ -124,9 +147,12 @@ class FederatedRidge(BaseFederatedRidge):
             X, y, sample_weight, clients,
             seen=None if aggregate is None else (aggregate.n_targets, aggregate.centered),
         )
-        return self._absorb(X, y, sample_weight, labels, rows)
+        return self._run_protocol(
+            X, y, sample_weight, labels, rows, warm_start=aggregate is not None
+        )
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit_statistics(self, messages):
         """Fit from client messages alone: the deployment path.
 
@@ -146,44 +172,8 @@ class FederatedRidge(BaseFederatedRidge):
         self : FederatedRidge
         """
         parsed = self._read_messages(messages)
-        aggregate = merge_statistics(stats for _, stats in parsed)
-        alpha = self._checked_alpha(aggregate.n_targets)
-        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
-        for label, stats in parsed:
-            ledger.record_upload(label, stats.nbytes)
-        ledger.record_broadcast(len(parsed), ledger.n_parameters)
-        coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
-        for attribute in ("feature_names_in_",):
-            self.__dict__.pop(attribute, None)
-        self.n_features_in_ = aggregate.n_features
-        self._commit(aggregate, ledger, [label for label, _ in parsed], coef, np.float64)
+        ledger = CommunicationLedger()
+        ledger.record_round({}, {label: stats.nbytes for label, stats in parsed})
+        server = self.make_server()
+        server._apply(dict(parsed), ledger)
         return self
-
-    def _absorb(self, X, y, sample_weight, labels, rows):
-        """Aggregate a batch of rows into the state; assign only at the end."""
-        previous = getattr(self, "_aggregate", None)
-        n_targets = 1 if y.ndim == 1 else y.shape[1]
-        alpha = self._checked_alpha(n_targets)
-        if previous is None:
-            ledger = self._new_ledger(X.shape[1], n_targets)
-            known = []
-        else:
-            ledger = copy.deepcopy(self.communication_)
-            known = list(self.clients_)
-        aggregate = previous
-        for label, stats in self._statistics_by_client(X, y, sample_weight, labels, rows):
-            ledger.record_upload(label, stats.nbytes)
-            aggregate = stats if aggregate is None else aggregate.merge(stats)
-        ledger.record_broadcast(len(labels), ledger.n_parameters)
-        coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
-        seen = set(known)
-        known += [label for label in labels if label not in seen]
-        self._commit(aggregate, ledger, known, coef, X.dtype)
-        return self
-
-    def _commit(self, aggregate, ledger, labels, coef, dtype):
-        self._aggregate = aggregate
-        self.communication_ = ledger
-        self.clients_ = label_array(labels)
-        self.n_clients_ = len(labels)
-        self._set_coef(aggregate, coef, dtype)

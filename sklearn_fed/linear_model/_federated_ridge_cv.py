@@ -9,10 +9,28 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from .._clients import label_array
 from .._compat import Interval, _fit_context
+from ..protocol import CommunicationLedger, atomic, sorted_labels
 from ..statistics import ClientStatistics, merge_statistics
-from ._base import BaseFederatedRidge, solve_ridge
+from ._base import BaseFederatedRidge, StatisticsClient, StatisticsServer, solve_ridge
 
 __all__ = ["FederatedRidgeCV"]
+
+
+class FederatedRidgeCVServer(StatisticsServer):
+    """Server of :class:`FederatedRidgeCV`: leave-one-client-out from the replies alone."""
+
+    def _apply(self, replies, ledger):
+        if len(replies) < 2:
+            raise ValueError(
+                "leave-one-client-out CV needs at least 2 clients; got "
+                f"{len(replies)}. Pass clients=None for leave-one-sample-out CV."
+            )
+        labels = sorted_labels(replies)
+        statistics = [replies[label] for label in labels]
+        self.estimator._fit_leave_one_client_out(
+            labels, statistics, self._dtype_of_round(), ledger, self.schema
+        )
+
 
 
 class FederatedRidgeCV(BaseFederatedRidge):
@@ -91,6 +109,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
         "cv": ["cv_object"],
     }
 
+    _server_role = FederatedRidgeCVServer
+    _client_role = StatisticsClient
+
     def __init__(self, alphas=(0.1, 1.0, 10.0), *, fit_intercept=True, cv=None):
         self.alphas = alphas
         self.fit_intercept = fit_intercept
@@ -105,6 +126,7 @@ class FederatedRidgeCV(BaseFederatedRidge):
         return alphas
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None):
         """Select alpha by leave-one-client-out CV, then fit on all rows.
 
@@ -134,16 +156,10 @@ class FederatedRidgeCV(BaseFederatedRidge):
         if clients is None:
             self._fit_leave_one_sample_out(X, y, sample_weight, alphas)
             return self
-        if len(labels) < 2:
-            raise ValueError(
-                "leave-one-client-out CV needs at least 2 clients; got 1. "
-                "Pass clients=None for leave-one-sample-out CV."
-            )
-        statistics = [s for _, s in self._statistics_by_client(X, y, sample_weight, labels, rows)]
-        self._fit_leave_one_client_out(list(labels), statistics, alphas, X.dtype)
-        return self
+        return self._run_protocol(X, y, sample_weight, labels, rows)
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit_statistics(self, messages):
         """Select alpha and fit from client messages alone (no raw rows).
 
@@ -157,23 +173,21 @@ class FederatedRidgeCV(BaseFederatedRidge):
         -------
         self : FederatedRidgeCV
         """
-        alphas = self._checked_alphas()
+        self._checked_alphas()
         if self.cv is not None:
             raise ValueError(
                 "fit_statistics holds out one client at a time; cv must be None "
                 f"(got cv={self.cv!r})."
             )
         parsed = self._read_messages(messages)
-        if len(parsed) < 2:
-            raise ValueError("leave-one-client-out CV needs at least 2 client messages.")
-        self.__dict__.pop("feature_names_in_", None)
-        self.n_features_in_ = parsed[0][1].n_features
-        labels, statistics = zip(*parsed)
-        self._fit_leave_one_client_out(list(labels), list(statistics), alphas, np.float64)
+        ledger = CommunicationLedger()
+        ledger.record_round({}, {label: stats.nbytes for label, stats in parsed})
+        self.make_server()._apply(dict(parsed), ledger)
         return self
 
     # ------------------------------------------------------------ internals
-    def _fit_leave_one_client_out(self, labels, statistics, alphas, dtype):
+    def _fit_leave_one_client_out(self, labels, statistics, dtype, ledger, schema):
+        alphas = self._checked_alphas()
         sse = np.stack(
             [
                 _held_out_sse(held, rest, alphas)
@@ -181,7 +195,15 @@ class FederatedRidgeCV(BaseFederatedRidge):
             ]
         )  # (n_clients, n_targets, n_alphas)
         total_weight = sum(stats.weight_sum for stats in statistics)
-        self._finish(sse, total_weight, labels, statistics, alphas, dtype)
+        self._set_schema(schema, statistics[0].n_features)
+        self._finish(sse, total_weight, labels, statistics, alphas, dtype, ledger)
+
+    @staticmethod
+    def _local_ledger(statistics, labels):
+        """Ledger of the modes computed from rows: each client's statistics message."""
+        ledger = CommunicationLedger()
+        ledger.record_round({}, {label: s.nbytes for label, s in zip(labels, statistics)})
+        return ledger
 
     def _fit_folds(self, X, y, sample_weight, clients, labels, rows, alphas):
         """Hold out the test rows of each fold given by ``cv``."""
@@ -197,7 +219,8 @@ class FederatedRidgeCV(BaseFederatedRidge):
             len(test) if sample_weight is None else sample_weight[test].sum() for _, test in splits
         )
         statistics = [s for _, s in self._statistics_by_client(X, y, sample_weight, labels, rows)]
-        self._finish(sse, held_out_weight, list(labels), statistics, alphas, X.dtype)
+        ledger = self._local_ledger(statistics, labels)
+        self._finish(sse, held_out_weight, list(labels), statistics, alphas, X.dtype, ledger)
 
     def _fit_leave_one_sample_out(self, X, y, sample_weight, alphas):
         """Closed-form LOO: e_i = r_i / (1 - h_ii) for every alpha at once."""
@@ -215,18 +238,17 @@ class FederatedRidgeCV(BaseFederatedRidge):
             leverage += (w / stats.weight_sum)[:, None]
         loo = residual / (1.0 - leverage[:, None, :])
         squared = w[:, None, None] * loo**2  # squared errors in sqrt(w)-scaled space, as RidgeCV
-        self._finish(squared, X.shape[0], [0], [stats], alphas, X.dtype)
+        self._finish(
+            squared, X.shape[0], [0], [stats], alphas, X.dtype, self._local_ledger([stats], [0])
+        )
 
-    def _finish(self, errors, denominator, labels, statistics, alphas, dtype):
+    def _finish(self, errors, denominator, labels, statistics, alphas, dtype, ledger):
         """Pick alpha from held-out errors, refit on all statistics, set attributes."""
         aggregate = merge_statistics(statistics)
         criterion = errors.sum(axis=(0, 1)) / (denominator * aggregate.n_targets)
         best = int(np.argmin(criterion))
         coef = solve_ridge(aggregate.gram, aggregate.moment, alphas[best])
-        ledger = self._new_ledger(aggregate.n_features, aggregate.n_targets)
-        for label, stats in zip(labels, statistics):
-            ledger.record_upload(label, stats.nbytes)
-        ledger.record_broadcast(len(labels), ledger.n_parameters)
+        ledger.n_parameters = self._n_parameters(aggregate.n_features, aggregate.n_targets)
         self.alpha_ = float(alphas[best])
         self.best_score_ = float(-criterion[best])
         self.cv_results_ = errors[:, 0, :] if aggregate.single_target else errors

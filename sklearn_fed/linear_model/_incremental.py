@@ -535,9 +535,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         state["single_target"] = y.ndim == 1
         ledger = self._new_ledger(d, n_targets)
         if previous["ledger"] is not None:
-            old = previous["ledger"]
-            ledger.uplink_bytes_per_client = dict(old.uplink_bytes_per_client)
-            ledger.downlink_bytes, ledger.rounds = old.downlink_bytes, old.rounds
+            ledger = previous["ledger"].copy()
         rng = state["rng"]
         if sp.issparse(X):
             X = sp.csr_matrix(X)  # row slicing per client

@@ -7,7 +7,6 @@ server solves ridge in the projected space, ``w~``, and reports
 ``coef_ = R w~`` so that ``predict(X) = X coef_ + intercept_ = (X R) w~ + b``.
 """
 
-import copy
 from numbers import Integral, Real
 
 import numpy as np
@@ -19,8 +18,15 @@ from sklearn.random_projection import (
 from sklearn.utils import check_random_state
 
 from .._compat import Interval, StrOptions, _fit_context
+from ..protocol import InvalidClientMessage, atomic
 from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, solve_ridge
+from ._base import (
+    BaseFederatedRidge,
+    StatisticsClient,
+    StatisticsServer,
+    solve_ridge,
+    task_field,
+)
 
 __all__ = ["ProjectedFederatedRidge", "shared_projection"]
 
@@ -37,6 +43,130 @@ def shared_projection(seed, n_features, n_components, kind="gaussian"):
     cls = GaussianRandomProjection if kind == "gaussian" else SparseRandomProjection
     projection = cls(n_components=n_components, random_state=int(seed))
     return projection.fit(np.zeros((1, n_features)))
+
+
+def _take(array, rows):
+    return array if rows is None or array is None else array[rows]
+
+
+class ProjectedClient(StatisticsClient):
+    """A site of :class:`ProjectedFederatedRidge`.
+
+    A ``"count"`` task (only for ``n_components="auto"``) asks for the row
+    count; a ``"statistics"`` task gives the projection's seed, kind and
+    ``m``, and the site sends the statistics of ``X R`` (of ``X`` when
+    ``m >= n_features``).
+    """
+
+    protocol = "ridge.projected"
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        step = task_field(task, "step", str)
+        X, y, sample_weight = _take(X, rows), _take(y, rows), _take(sample_weight, rows)
+        if step == "count":
+            return {"n_samples": int(X.shape[0])}, {}
+        if step != "statistics":
+            raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+        centered = task_field(task, "centered", bool)
+        seed = task_field(task, "seed", int)
+        m = task_field(task, "n_components", int)
+        kind = task_field(task, "projection", str)
+        if not (0 <= seed < 2**32 and m > 0 and kind in ("gaussian", "sparse")):
+            raise InvalidClientMessage("server: malformed projection task.", "server")
+        if m < X.shape[1]:
+            X = shared_projection(seed, X.shape[1], m, kind).transform(X)
+        stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered)
+        return stats.to_payload()
+
+
+class ProjectedServer(StatisticsServer):
+    """Server of :class:`ProjectedFederatedRidge`: broadcast a seed, solve in the projection.
+
+    With ``n_components="auto"`` a first round collects the sites' row
+    counts, since the Johnson-Lindenstrauss dimension depends on the total.
+    """
+
+    protocol = "ridge.projected"
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        previous = self._previous()
+        if previous is not None:  # partial_fit: the same projection
+            self.seed, self.m = estimator.projection_seed_, estimator.n_components_
+        else:
+            rng = check_random_state(estimator.random_state)
+            self.seed = int(rng.randint(np.iinfo(np.int32).max))
+            n_components = estimator.n_components
+            self.m = None if n_components == "auto" else int(n_components)
+        self._done = False
+
+    def _plan(self, sites):
+        if self._done:
+            return {}
+        if self.m is None:
+            return {site: ({"step": "count"}, {}) for site in sites}
+        fields = {
+            "step": "statistics",
+            "centered": bool(self.estimator.fit_intercept),
+            "seed": self.seed,
+            "n_components": self.m,
+            "projection": self.estimator.projection,
+        }
+        return {site: (dict(fields), {}) for site in sites}
+
+    def _read_reply(self, site, frame):
+        if self.m is not None:
+            return super()._read_reply(site, frame)
+        n = frame.fields.get("n_samples")
+        if set(frame.fields) != {"n_samples"} or frame.arrays or not (
+            type(n) is int and 0 < n < 2**63
+        ):
+            raise InvalidClientMessage(f"client {site!r}: malformed row count.", site)
+        return n
+
+    def _expected_features(self, frame):
+        return min(self.m, frame.schema["n_features"])
+
+    def _apply(self, replies, ledger):
+        if self.m is None:  # the count round: now m is known
+            total = sum(replies.values())
+            self.m = int(johnson_lindenstrauss_min_dim(total, eps=self.estimator.eps))
+            return
+        estimator = self.estimator
+        previous = self._previous()
+        d = self.schema.n_features or next(iter(replies.values())).n_features
+        batch = self._merged(replies)
+        aggregate = batch if previous is None else previous.merge(batch)
+        n_targets = aggregate.n_targets
+        coef_projected = solve_ridge(
+            aggregate.gram, aggregate.moment, estimator._checked_alpha(n_targets)
+        )
+        m = min(self.m, d)
+        projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
+        ledger.n_parameters = estimator._n_parameters(d, n_targets)
+        labels = estimator._known_labels(
+            estimator.clients_ if previous is not None else [], replies
+        )
+        dtype = self._dtype_of_round()
+        # commit: nothing above touched the estimator
+        estimator._aggregate = aggregate
+        estimator.projection_seed_ = self.seed
+        estimator.projected_ = projection is not None
+        estimator.n_components_ = m
+        estimator.components_ = None if projection is None else projection.components_
+        full, reduced = d * (d + 1) // 2 + d, m * (m + 1) // 2 + m
+        estimator.uplink_values_ = {"projected": reduced, "full": full, "ratio": full / reduced}
+        estimator.communication_ = ledger
+        estimator.clients_ = labels
+        estimator.n_clients_ = len(labels)
+        estimator._set_schema(self.schema, d)
+        # The intercept is y_mean - (x_mean R) w~: computed from the projected
+        # means and coefficients; coef_ = R w~ is reported in feature space.
+        estimator._set_coef(aggregate, coef_projected, dtype)
+        if projection is not None:
+            coef = np.asarray(projection.components_.T @ coef_projected.T).T.astype(dtype)
+            estimator.coef_ = coef[0] if aggregate.single_target else coef
+        self._done = True
 
 
 class ProjectedFederatedRidge(BaseFederatedRidge):
@@ -118,6 +248,9 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         "random_state": ["random_state"],
     }
 
+    _server_role = ProjectedServer
+    _client_role = ProjectedClient
+
     def __init__(
         self,
         alpha=1.0,
@@ -145,6 +278,7 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None):
         """Fit on the projected statistics of every client.
 
@@ -163,16 +297,10 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
-        d = X.shape[1]
-        if self.n_components == "auto":
-            m = int(johnson_lindenstrauss_min_dim(X.shape[0], eps=self.eps))
-        else:
-            m = int(self.n_components)
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        projection = shared_projection(seed, d, m, self.projection) if m < d else None
-        return self._absorb(X, y, sample_weight, labels, rows, None, projection, seed)
+        return self._run_protocol(X, y, sample_weight, labels, rows)
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add rows with the same projection (same seed) and refit exactly.
 
@@ -185,67 +313,11 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         -------
         self : ProjectedFederatedRidge
         """
-        if getattr(self, "_aggregate", None) is None:
-            return self.fit(X, y, sample_weight=sample_weight, clients=clients)
+        aggregate = getattr(self, "_aggregate", None)
         X, y, sample_weight, labels, rows = self._validate_more_rows(
             X, y, sample_weight, clients,
-            seen=(self._aggregate.n_targets, self._aggregate.centered),
+            seen=None if aggregate is None else (aggregate.n_targets, aggregate.centered),
         )
-        return self._absorb(
-            X, y, sample_weight, labels, rows, self._aggregate, self._projection,
-            self.projection_seed_,
+        return self._run_protocol(
+            X, y, sample_weight, labels, rows, warm_start=aggregate is not None
         )
-
-    def _absorb(self, X, y, sample_weight, labels, rows, previous, projection, seed):
-        """Project, aggregate and solve; assign state only at the end."""
-        d = X.shape[1]
-        n_targets = 1 if y.ndim == 1 else y.shape[1]
-        alpha = self._checked_alpha(n_targets)
-        Z = X if projection is None else projection.transform(X)
-        if previous is None:
-            ledger = self._new_ledger(d, n_targets)
-            known = []
-        else:
-            ledger = copy.deepcopy(self.communication_)
-            known = list(self.clients_)
-        aggregate = previous
-        for label, client_rows in zip(labels, rows):
-            stats = ClientStatistics.from_data(
-                Z, y, sample_weight, centered=self.fit_intercept, rows=client_rows
-            )
-            ledger.record_upload(label, stats.nbytes)
-            aggregate = stats if aggregate is None else aggregate.merge(stats)
-        ledger.downlink_bytes += 8 * len(labels)  # the broadcast seed
-        ledger.record_broadcast(len(labels), ledger.n_parameters)
-        coef_projected = solve_ridge(aggregate.gram, aggregate.moment, alpha)
-        m = d if projection is None else projection.n_components_
-        if projection is None:
-            coef, x_mean = coef_projected, aggregate.x_mean
-        else:
-            # coef = R w~ with R = components_.T; x_mean . coef = (x_mean R) . w~
-            coef = np.asarray(projection.components_.T @ coef_projected.T).T
-            x_mean = None
-        seen = set(known)
-        known += [label for label in labels if label not in seen]
-
-        self._aggregate = aggregate
-        self._projection = projection
-        self.projection_seed_ = seed
-        self.projected_ = projection is not None
-        self.n_components_ = m
-        self.components_ = None if projection is None else projection.components_
-        full, reduced = d * (d + 1) // 2 + d, m * (m + 1) // 2 + m
-        self.uplink_values_ = {"projected": reduced, "full": full, "ratio": full / reduced}
-        self.communication_ = ledger
-        self.clients_ = np.asarray(known)
-        self.n_clients_ = len(known)
-        if x_mean is None:
-            # The intercept is y_mean - (x_mean R) w~, which _set_coef computes
-            # from the projected means and projected coefficients.
-            self._set_coef(aggregate, coef_projected, X.dtype)
-            self.coef_ = coef.astype(X.dtype, copy=False)
-            if aggregate.single_target:
-                self.coef_ = self.coef_[0]
-        else:
-            self._set_coef(aggregate, coef, X.dtype)
-        return self

@@ -41,7 +41,7 @@ from .._compat import (
     validate_data,
     validate_parameter_constraints,
 )
-from ..simulation._ledger import CommunicationLedger
+from ..protocol import CommunicationLedger
 from ._codecs import UPLINKS, derive_seed, make_codec
 from ._modules import MLP
 

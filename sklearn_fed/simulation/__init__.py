@@ -2,7 +2,7 @@
 
 from ._dropout import drop_clients
 from ._gossip import GossipElection, elect_leader
-from ._ledger import CommunicationLedger, fedavg_bytes
+from ..protocol import CommunicationLedger, fedavg_bytes
 from ._partition import (
     partition_by_sizes,
     partition_dirichlet,

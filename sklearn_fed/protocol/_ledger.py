@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 __all__ = ["CommunicationLedger", "fedavg_bytes"]
 
 _FLOAT64 = 8
@@ -38,16 +40,24 @@ def fedavg_bytes(n_parameters, n_rounds, n_clients, itemsize=_FLOAT64):
     return {"uplink_bytes": total, "downlink_bytes": total}
 
 
+def _key(client):
+    return client.item() if isinstance(client, np.generic) else client
+
+
 @dataclass
 class CommunicationLedger:
     """Bytes a federated fit moved, per client and in total.
 
+    The protocol's server records every message it sends (a task: downlink)
+    and receives (a reply: uplink) by its length in bytes, so these are the
+    sizes of real messages, not estimates.
+
     Attributes
     ----------
     uplink_bytes_per_client : dict
-        Client label -> bytes that client uploaded (all rounds).
-    downlink_bytes : int
-        Bytes the server sent (model broadcasts), all clients and rounds.
+        Client label -> bytes that client sent (all rounds).
+    downlink_bytes_per_client : dict
+        Client label -> bytes the server sent to that client (all rounds).
     rounds : int
         Communication rounds.
     n_parameters : int
@@ -62,26 +72,59 @@ class CommunicationLedger:
     """
 
     uplink_bytes_per_client: dict = field(default_factory=dict)
-    downlink_bytes: int = 0
+    downlink_bytes_per_client: dict = field(default_factory=dict)
     rounds: int = 0
     n_parameters: int = 0
 
     @property
     def uplink_bytes(self):
-        """Total bytes uploaded by all clients."""
+        """Total bytes sent by all clients."""
         return sum(self.uplink_bytes_per_client.values())
 
+    @property
+    def downlink_bytes(self):
+        """Total bytes the server sent."""
+        return sum(self.downlink_bytes_per_client.values())
+
     def record_upload(self, client, n_bytes):
-        """Add ``n_bytes`` to what ``client`` uploaded."""
-        key = client.item() if hasattr(client, "item") else client
-        self.uplink_bytes_per_client[key] = (
-            self.uplink_bytes_per_client.get(key, 0) + int(n_bytes)
+        """Add ``n_bytes`` to what ``client`` sent."""
+        key = _key(client)
+        self.uplink_bytes_per_client[key] = self.uplink_bytes_per_client.get(key, 0) + int(
+            n_bytes
         )
 
-    def record_broadcast(self, n_clients, n_values, itemsize=_FLOAT64):
-        """Count one round in which the model is sent to ``n_clients`` clients."""
-        self.downlink_bytes += int(n_clients) * int(n_values) * int(itemsize)
+    def record_download(self, client, n_bytes):
+        """Add ``n_bytes`` to what the server sent to ``client``."""
+        key = _key(client)
+        self.downlink_bytes_per_client[key] = self.downlink_bytes_per_client.get(
+            key, 0
+        ) + int(n_bytes)
+
+    def record_round(self, downloads, uploads):
+        """Count one round: ``{client: bytes}`` sent to and received from clients."""
+        for client, n_bytes in downloads.items():
+            self.record_download(client, n_bytes)
+        for client, n_bytes in uploads.items():
+            self.record_upload(client, n_bytes)
         self.rounds += 1
+
+    def record_broadcast(self, n_clients, n_values, itemsize=_FLOAT64):
+        """Count one round whose model broadcast was not sent as protocol messages.
+
+        Transitional: used only by estimators whose fit does not run the
+        protocol roles yet; their broadcast bytes are booked under ``None``.
+        """
+        self.record_download(None, int(n_clients) * int(n_values) * int(itemsize))
+        self.rounds += 1
+
+    def copy(self):
+        """An independent copy (a round is recorded on a copy, then committed)."""
+        return CommunicationLedger(
+            dict(self.uplink_bytes_per_client),
+            dict(self.downlink_bytes_per_client),
+            self.rounds,
+            self.n_parameters,
+        )
 
     def fedavg_equivalent(self, n_rounds):
         """What ``n_rounds`` of FedAvg over the same clients would have moved.
@@ -96,5 +139,6 @@ class CommunicationLedger:
             "uplink_bytes": self.uplink_bytes,
             "uplink_bytes_per_client": dict(self.uplink_bytes_per_client),
             "downlink_bytes": self.downlink_bytes,
+            "downlink_bytes_per_client": dict(self.downlink_bytes_per_client),
             "rounds": self.rounds,
         }

@@ -1,0 +1,53 @@
+"""What crosses the wire, and the two roles that exchange it.
+
+Every estimator of sklearn-fed is a protocol: a **client role** (a site: its
+own rows in, a reply out), a **server role** (replies in, a model and the next
+round's tasks out) and the messages between them. ``fit(X, y, clients=...)``
+is an in-process run of exactly these roles; a deployment runs the same code
+with the messages travelling as bytes (see :doc:`/deploying`).
+
+- :class:`Frame`, :func:`encode`, :func:`decode`: the one wire format
+  (versioned, schema-carrying, checksummed or HMAC-authenticated, no pickle).
+- :class:`Server`, :class:`Client`: the roles, subclassed per estimator family.
+- :class:`SitePolicy`: what a site agrees to compute.
+- :class:`FeatureSchema`: the features a task expects.
+- :class:`CommunicationLedger`: bytes sent, from real message sizes.
+"""
+
+from ._errors import InvalidClientMessage, TaskRefused
+from ._ledger import CommunicationLedger, fedavg_bytes
+from ._roles import Client, FederatedMixin, Server, SitePolicy
+from ._schema import FeatureSchema, check_site_data
+from ._simulate import atomic, run_simulation, simulate_through_bytes
+from ._wire import (
+    Frame,
+    SymmetricMatrix,
+    decode,
+    encode,
+    label_key,
+    plain_label,
+    sorted_labels,
+)
+
+__all__ = [
+    "Client",
+    "CommunicationLedger",
+    "FeatureSchema",
+    "FederatedMixin",
+    "Frame",
+    "InvalidClientMessage",
+    "Server",
+    "SitePolicy",
+    "SymmetricMatrix",
+    "TaskRefused",
+    "atomic",
+    "check_site_data",
+    "decode",
+    "encode",
+    "fedavg_bytes",
+    "label_key",
+    "plain_label",
+    "run_simulation",
+    "simulate_through_bytes",
+    "sorted_labels",
+]

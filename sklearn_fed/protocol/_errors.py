@@ -1,0 +1,39 @@
+"""The errors of the protocol: one for a bad message, one for a task a site refuses."""
+
+__all__ = ["InvalidClientMessage", "TaskRefused", "who"]
+
+
+class InvalidClientMessage(ValueError):
+    """A message from a client (or its bytes) failed validation.
+
+    Raised by the server before anything of the round is applied, so the
+    estimator is left exactly as it was.
+
+    Attributes
+    ----------
+    client : hashable or None
+        The label of the client whose message was rejected.
+    """
+
+    def __init__(self, message, client=None):
+        super().__init__(message)
+        self.client = client
+
+
+class TaskRefused(ValueError):
+    """A site refused a task: its :class:`~sklearn_fed.protocol.SitePolicy` forbids it.
+
+    Attributes
+    ----------
+    site : hashable or None
+        The label of the refusing site.
+    """
+
+    def __init__(self, message, site=None):
+        super().__init__(message)
+        self.site = site
+
+
+def who(client):
+    """How error messages name a client."""
+    return "client statistics" if client is None else f"client {client!r}"

@@ -1,0 +1,471 @@
+"""The two roles of every protocol: a site (:class:`Client`) and the :class:`Server`.
+
+A deployment and a simulation run the same code::
+
+    server = est.make_server()
+    clients = {s: est.make_client() for s in sites}
+    tasks = server.next_tasks(sites)          # {site: bytes}
+    while tasks:
+        replies = {s: clients[s].respond(tasks[s], X[s], y[s]) for s in tasks}
+        server.receive(replies)               # validates all, then applies all
+        tasks = server.next_tasks(sites)
+    server.estimator                          # fitted
+
+Each estimator family subclasses both roles with three small hooks:
+``Server._plan`` (the tasks of the next round), ``Server._read_reply`` (parse
+and validate one reply) and ``Server._apply`` (compute the new model from the
+round's replies, then commit it); ``Client._compute`` (a site's answer).
+"""
+
+import secrets
+from abc import ABC, abstractmethod
+from numbers import Real
+
+from ._errors import InvalidClientMessage, TaskRefused
+from ._ledger import CommunicationLedger
+from ._schema import FeatureSchema, check_site_data, reply_schema
+from ._wire import DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, encode, label_key
+
+__all__ = ["Client", "FederatedMixin", "Server", "SitePolicy"]
+
+
+class SitePolicy:
+    """What a site agrees to compute; a task outside it is refused at the site.
+
+    Parameters
+    ----------
+    min_rows : int, default=None
+        Refuse to answer from fewer rows than this (small sites leak more).
+    max_epsilon : float, default=None
+        Answer only differentially private tasks with ``epsilon <= max_epsilon``
+        (a task that adds no noise is refused).
+    allowed_features : sequence of str, default=None
+        Answer only tasks whose features are all in this list.
+    allowed_kinds : sequence of str, default=None
+        Answer only these protocols (e.g. ``["ridge.statistics"]``).
+    check : callable, default=None
+        ``check(task_fields) -> None``; raise to refuse (the message is kept).
+
+    Examples
+    --------
+    >>> policy = SitePolicy(max_epsilon=1.0, min_rows=50)
+    """
+
+    def __init__(
+        self, *, min_rows=None, max_epsilon=None, allowed_features=None, allowed_kinds=None,
+        check=None,
+    ):
+        self.min_rows = min_rows
+        self.max_epsilon = max_epsilon
+        self.allowed_features = None if allowed_features is None else set(allowed_features)
+        self.allowed_kinds = None if allowed_kinds is None else set(allowed_kinds)
+        self.check = check
+
+    def check_task(self, protocol, task, schema, n_rows, site):
+        """Raise :class:`TaskRefused` when the task is outside this policy."""
+        def refuse(reason):
+            raise TaskRefused(f"site {site!r} refuses the {protocol!r} task: {reason}", site)
+
+        if self.allowed_kinds is not None and protocol not in self.allowed_kinds:
+            refuse(f"only {sorted(self.allowed_kinds)} are allowed.")
+        if self.min_rows is not None and n_rows < self.min_rows:
+            refuse(f"it has {n_rows} rows, fewer than the policy's minimum {self.min_rows}.")
+        if self.max_epsilon is not None:
+            epsilon = task.fields.get("epsilon")
+            if not isinstance(epsilon, Real):
+                refuse("the policy allows only differentially private tasks.")
+            if not epsilon <= self.max_epsilon:
+                refuse(f"epsilon={epsilon} exceeds the policy's maximum {self.max_epsilon}.")
+        if self.allowed_features is not None:
+            if schema.feature_names is None:
+                refuse("the task names no features, and the policy has an allow-list.")
+            extra = [n for n in schema.feature_names if n not in self.allowed_features]
+            if extra:
+                refuse(f"features {extra} are not on the policy's allow-list.")
+        if self.check is not None:
+            try:
+                self.check(dict(task.fields))
+            except Exception as exc:  # the site's own rule, reported as a refusal
+                refuse(str(exc))
+
+
+class Client(ABC):
+    """A site: answers the server's tasks from its own rows, and nothing else.
+
+    Parameters
+    ----------
+    estimator : estimator
+        Supplies the code and configuration a site needs (e.g. a network's
+        architecture); the task supplies everything decided by the server.
+    key : bytes or str, default=None
+        Shared key of this site (at least 16 bytes): tasks must be signed
+        with it, and replies are.
+    policy : SitePolicy, default=None
+        Tasks this site refuses.
+    site : hashable, default=None
+        This site's label; when set, a task addressed to another site is refused.
+    """
+
+    #: Name of the protocol; tasks are ``"<protocol>/task"``, replies ``"<protocol>/reply"``.
+    protocol = None
+    accept_sparse = True
+    needs_y = True
+
+    def __init__(self, estimator, *, key=None, policy=None, site=None):
+        self.estimator = estimator
+        self.key = _as_key(key)
+        self.policy = policy
+        self.site = site
+
+    def respond(self, task, X, y=None, sample_weight=None):
+        """Answer one task (bytes) from this site's rows; returns the reply's bytes.
+
+        Parameters
+        ----------
+        task : bytes
+            As produced by :meth:`Server.next_tasks` for this site.
+        X : array-like, sparse matrix or DataFrame of shape (n_samples, n_features)
+            This site's rows (for streaming protocols: this round's new rows).
+            DataFrame columns are matched to the task's features by name.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        reply : bytes
+
+        Raises
+        ------
+        InvalidClientMessage
+            The task is not authentic or not well formed.
+        TaskRefused
+            The site's policy forbids the task.
+        ValueError
+            The site's rows are unusable (named columns missing, NaN, ...).
+        """
+        frame = decode(task, key=self.key, client="server")
+        return encode(self._answer(frame, X, y, sample_weight), key=self.key)
+
+    def _answer(self, task, X, y, sample_weight):
+        """The reply frame to a decoded task, after checking the task and the rows."""
+        self._check_task(task)
+        try:
+            schema = FeatureSchema.from_json(task.schema)
+        except ValueError as exc:
+            raise InvalidClientMessage(f"server: {exc}", "server") from exc
+        if self.needs_y and y is None:
+            raise ValueError(f"site {task.site!r}: this task needs targets y.")
+        X, y, sample_weight, names = check_site_data(
+            X, y, sample_weight, schema=schema, site=task.site,
+            accept_sparse=self.accept_sparse,
+        )
+        if self.policy is not None:
+            self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
+        return self._reply(task, X, y, sample_weight, None, names)
+
+    def _check_task(self, task):
+        if task.kind != f"{self.protocol}/task":
+            raise InvalidClientMessage(
+                f"server: expected a {self.protocol!r} task, got {task.kind!r}.", "server"
+            )
+        if self.site is not None and label_key(task.site) != label_key(self.site):
+            raise TaskRefused(
+                f"site {self.site!r} received a task addressed to site {task.site!r}.", self.site
+            )
+
+    def _reply(self, task, X, y, sample_weight, rows, names):
+        """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
+        fields, arrays = self._compute(task, X, y, sample_weight, rows)
+        return Frame(
+            kind=f"{self.protocol}/reply",
+            federation=task.federation,
+            round=task.round,
+            site=task.site,
+            schema=reply_schema(
+                X, names, y, send_names=(task.schema or {}).get("feature_names") is None
+            ),
+            fields=fields,
+            arrays=arrays,
+        )
+
+    @abstractmethod
+    def _compute(self, task, X, y, sample_weight, rows):
+        """A site's answer: ``(fields, arrays)`` from its rows ``X[rows]``."""
+
+
+class Server(ABC):
+    """The server: plans rounds, validates replies, applies them atomically.
+
+    Parameters
+    ----------
+    estimator : estimator
+        The model the server fits; after any round it is usable (``server.estimator``).
+    keys : dict, default=None
+        Site label -> shared key (bytes, at least 16). A site with a key must
+        sign its replies with it; tasks to it are signed too.
+    on_invalid : {"raise", "drop"}, default="raise"
+        A reply that fails validation: ``"raise"`` rejects the whole round
+        (nothing applied) with :class:`InvalidClientMessage` naming the site;
+        ``"drop"`` leaves that site out of the round, as dropout, and records
+        why in ``dropped_``.
+    feature_names : sequence of str, default=None
+        The features, in order, that sites must use (DataFrame columns are
+        matched by name). ``None``: taken from the first round's replies,
+        which must agree.
+    n_features : int, default=None
+        Number of features, when names are not used.
+    warm_start : bool, default=False
+        Continue from the estimator's fitted state (``partial_fit``) instead
+        of starting a new model.
+    max_message_bytes : int, default=2**31
+        Longer replies are refused before they are read.
+    max_rounds : int, default=None
+        Finish after this many applied rounds (``fit`` of a streaming
+        protocol runs one); ``None``: when the protocol is done.
+
+    Attributes
+    ----------
+    federation : str
+        Random id of this federation (32 hex digits); replies must echo it.
+    round : int
+        Id of the next round.
+    dropped_ : dict
+        Site -> reason, for replies dropped under ``on_invalid="drop"``.
+    """
+
+    protocol = None
+
+    def __init__(
+        self, estimator, *, keys=None, on_invalid="raise", feature_names=None, n_features=None,
+        warm_start=False, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, max_rounds=None,
+    ):
+        if on_invalid not in ("raise", "drop"):
+            raise ValueError(f"on_invalid must be 'raise' or 'drop'; got {on_invalid!r}.")
+        self.estimator = estimator
+        self.keys = {label_key(site): _as_key(key) for site, key in (keys or {}).items()}
+        self.on_invalid = on_invalid
+        self.schema = FeatureSchema(n_features, feature_names)
+        self.warm_start = warm_start
+        self.max_message_bytes = int(max_message_bytes)
+        self.max_rounds = max_rounds
+        self.federation = secrets.token_hex(16)
+        self.round = 0
+        self.finished = False
+        self.dropped_ = {}
+        self._open = None
+        self._dtype = None
+        self._ledger = (
+            estimator.communication_.copy()
+            if warm_start and hasattr(estimator, "communication_") else None
+        )
+
+    # ------------------------------------------------------------ public API
+    def next_tasks(self, sites):
+        """The tasks of the next round, as ``{site: bytes}``; empty when finished.
+
+        Parameters
+        ----------
+        sites : sequence of hashable
+            Labels of the sites reachable now; a site left out is dropout.
+            The server picks who takes part (all of them, unless the
+            protocol samples clients).
+        """
+        frames = self._next_frames(sites)
+        return {site: encode(frame, key=self._key(site)) for site, frame in frames.items()}
+
+    def receive(self, replies):
+        """Validate every reply of the open round, then apply them all at once.
+
+        Parameters
+        ----------
+        replies : dict
+            Site label -> reply bytes (from :meth:`Client.respond`). Sites
+            that were sent a task but do not reply are dropout.
+
+        Raises
+        ------
+        InvalidClientMessage
+            Naming the first bad reply; nothing of the round is applied
+            (unless ``on_invalid="drop"``).
+        """
+        frames, sizes, failures = {}, {}, {}
+        for site, data in replies.items():
+            size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else 0
+            sizes[site] = size
+            try:
+                frames[site] = decode(
+                    data, key=self._key(site), client=site, max_bytes=self.max_message_bytes
+                )
+            except InvalidClientMessage as exc:
+                failures[site] = exc
+        self._receive_frames(frames, sizes, failures)
+
+    # ------------------------------------------------------------ internals
+    def _key(self, site):
+        return self.keys.get(label_key(site))
+
+    def _next_frames(self, sites):
+        if self.max_rounds is not None and self.round >= self.max_rounds:
+            self.finished = True
+        if self.finished:
+            return {}
+        sites = list(sites)
+        if len({label_key(s) for s in sites}) != len(sites):
+            raise ValueError("sites must be distinct labels.")
+        plan = self._plan(sites)
+        if not plan:
+            self.finished = True
+            self._open = None
+            return {}
+        frames = {
+            site: Frame(
+                kind=f"{self.protocol}/task",
+                federation=self.federation,
+                round=self.round,
+                site=site,
+                schema=self.schema.to_json(),
+                fields=fields,
+                arrays=arrays,
+            )
+            for site, (fields, arrays) in plan.items()
+        }
+        self._open = {label_key(site): (site, frame.nbytes) for site, frame in frames.items()}
+        return frames
+
+    def _check_header(self, site, frame):
+        name = f"client {site!r}"
+
+        def fail(reason):
+            raise InvalidClientMessage(f"{name}: {reason}", site)
+
+        if label_key(site) not in self._open:
+            fail(f"no task was sent to this site in round {self.round}.")
+        if frame.kind != f"{self.protocol}/reply":
+            fail(f"expected a {self.protocol!r} reply, got {frame.kind!r}.")
+        if frame.federation != self.federation:
+            fail("the reply belongs to another federation (replayed or misrouted).")
+        if frame.round != self.round:
+            fail(f"the reply is for round {frame.round}, the open round is {self.round} "
+                 "(stale or replayed).")
+        if label_key(frame.site) != label_key(site):
+            fail(f"the reply says it comes from site {frame.site!r}.")
+        schema = frame.schema
+        if not (isinstance(schema, dict) and isinstance(schema.get("n_features"), int)):
+            fail("the reply carries no feature schema.")
+        expected = self.schema
+        if expected.n_features is not None and schema["n_features"] != expected.n_features:
+            fail(f"has {schema['n_features']} features, expected {expected.n_features}.")
+        if expected.feature_names is not None and schema.get("names") != expected.names_digest:
+            fail("its features are not the federation's features (names or order differ).")
+
+    def _receive_frames(self, frames, sizes, failures=None):
+        if self._open is None:
+            raise RuntimeError("no round is open: call next_tasks() before receive().")
+        failures = dict(failures or {})
+        parsed = {}
+        for site, frame in frames.items():
+            try:
+                self._check_header(site, frame)
+                parsed[site] = self._read_reply(site, frame)
+            except InvalidClientMessage as exc:
+                failures[site] = exc
+        self._check_agreement(frames, parsed, failures)
+        if failures and self.on_invalid == "raise":
+            raise next(iter(failures.values()))
+        if not parsed:
+            raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
+        ledger = self._ledger.copy() if self._ledger is not None else CommunicationLedger()
+        ledger.record_round(
+            {site: n_bytes for site, n_bytes in self._open.values()},
+            {site: sizes.get(site) or frames[site].nbytes for site in frames},
+        )
+        dtypes = {frames[site].schema.get("dtype") for site in parsed}
+        self._dtype = "float32" if dtypes == {"float32"} else "float64"
+        self._apply(parsed, ledger)
+        self._ledger = ledger
+        for site, exc in failures.items():
+            self.dropped_[site] = str(exc)
+        self.round += 1
+        self._open = None
+        self.schema = self._pinned_schema(frames[next(iter(parsed))].schema)
+
+    def _check_agreement(self, frames, parsed, failures):
+        """Replies of one round must describe the same features and targets."""
+        reference = None
+        for site in list(parsed):
+            schema = frames[site].schema
+            shape = (schema.get("n_features"), schema.get("names"), schema.get("n_targets"))
+            if reference is None:
+                reference = (site, shape)
+            elif shape != reference[1]:
+                failures[site] = InvalidClientMessage(
+                    f"client {site!r}: its features or targets differ from site "
+                    f"{reference[0]!r}'s (n_features, names, n_targets = {shape} vs "
+                    f"{reference[1]}); pass feature_names to make_server to fix the order.",
+                    site,
+                )
+                del parsed[site]
+
+    def _pinned_schema(self, schema):
+        if self.schema.n_features is not None:
+            return self.schema
+        return FeatureSchema(schema["n_features"], schema.get("feature_names"))
+
+    # ------------------------------------------------------------ hooks
+    @abstractmethod
+    def _plan(self, sites):
+        """``{site: (fields, arrays)}`` of the next round's tasks, or ``{}`` when done."""
+
+    @abstractmethod
+    def _read_reply(self, site, frame):
+        """Parse and validate one reply; raise :class:`InvalidClientMessage`."""
+
+    @abstractmethod
+    def _apply(self, replies, ledger):
+        """Compute the new model from ``{site: parsed}``, then commit it and ``ledger``."""
+
+
+class FederatedMixin:
+    """``make_server`` and ``make_client`` for an estimator whose roles are set as class attributes.
+
+    ``fit(X, y, clients=...)`` of every estimator that uses this mixin is an
+    in-process run of these two roles (see :func:`run_simulation`).
+    """
+
+    #: The :class:`Server` and :class:`Client` subclasses of this estimator's protocol.
+    _server_role = None
+    _client_role = None
+
+    def make_server(self, **kwargs):
+        """The server role of this estimator's protocol; it fits this estimator.
+
+        Parameters
+        ----------
+        **kwargs
+            ``keys``, ``on_invalid``, ``feature_names``, ``n_features``,
+            ``warm_start``, ``max_message_bytes``, ``max_rounds``: see
+            :class:`Server`.
+
+        Returns
+        -------
+        server : Server
+        """
+        return self._server_role(self, **kwargs)
+
+    def make_client(self, *, key=None, policy=None, site=None):
+        """The client role a site runs: answers tasks from its own rows.
+
+        Parameters
+        ----------
+        key : bytes or str, default=None
+            The site's shared key (HMAC-SHA256), also given to the server.
+        policy : SitePolicy, default=None
+            Tasks the site refuses.
+        site : hashable, default=None
+            The site's label; tasks addressed to another label are refused.
+
+        Returns
+        -------
+        client : Client
+        """
+        return self._client_role(self, key=key, policy=policy, site=site)

@@ -1,0 +1,224 @@
+"""Feature schemas, and the checks a site runs on its own rows before it answers.
+
+A task carries the schema the server expects (number of features, and their
+names in order when known); a site matches its table to it (a DataFrame's
+columns are reordered by name, a missing or extra column is refused by name)
+and its reply carries a fingerprint of what it used, which the server checks.
+"""
+
+import hashlib
+import json
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_array
+
+from .._compat import _check_sample_weight
+
+__all__ = ["FeatureSchema", "check_site_data", "reply_schema"]
+
+
+def _names_digest(names):
+    if names is None:
+        return None
+    text = json.dumps(list(names), separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(text).hexdigest()[:32]
+
+
+class FeatureSchema:
+    """What a task tells a site about the features it must use.
+
+    Parameters
+    ----------
+    n_features : int or None
+        ``None``: not known yet (the first round of a new federation).
+    feature_names : sequence of str or None
+        Column names in the order the model uses; ``None`` when unknown.
+
+    Examples
+    --------
+    >>> schema = FeatureSchema(feature_names=["age", "bmi"])
+    >>> schema.n_features, schema.to_json()
+    (2, {'n_features': 2, 'feature_names': ['age', 'bmi']})
+    """
+
+    def __init__(self, n_features=None, feature_names=None):
+        if feature_names is not None:
+            feature_names = tuple(str(name) for name in feature_names)
+            if n_features is not None and int(n_features) != len(feature_names):
+                raise ValueError(
+                    f"n_features={n_features} but {len(feature_names)} feature names given."
+                )
+            n_features = len(feature_names)
+            if len(set(feature_names)) != len(feature_names):
+                raise ValueError("feature names must be unique.")
+        self.n_features = None if n_features is None else int(n_features)
+        self.feature_names = feature_names
+
+    @classmethod
+    def of(cls, estimator):
+        """The schema of a fitted estimator (``n_features_in_``, ``feature_names_in_``)."""
+        names = getattr(estimator, "feature_names_in_", None)
+        return cls(getattr(estimator, "n_features_in_", None), names)
+
+    @property
+    def names_digest(self):
+        return _names_digest(self.feature_names)
+
+    def to_json(self):
+        names = None if self.feature_names is None else list(self.feature_names)
+        return {"n_features": self.n_features, "feature_names": names}
+
+    @classmethod
+    def from_json(cls, value):
+        """Parse a task's schema (raises ValueError when malformed)."""
+        if value is None:
+            return cls()
+        if not isinstance(value, dict) or set(value) != {"n_features", "feature_names"}:
+            raise ValueError("malformed feature schema in task.")
+        names, d = value["feature_names"], value["n_features"]
+        if names is not None and not (
+            isinstance(names, list) and all(isinstance(n, str) for n in names)
+        ):
+            raise ValueError("malformed feature names in task.")
+        if d is not None and not (type(d) is int and d > 0):
+            raise ValueError("malformed n_features in task.")
+        return cls(d, names)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, FeatureSchema)
+            and self.n_features == other.n_features
+            and self.feature_names == other.feature_names
+        )
+
+    def __repr__(self):
+        if self.feature_names is not None:
+            return f"FeatureSchema(feature_names={list(self.feature_names)!r})"
+        return f"FeatureSchema(n_features={self.n_features!r})"
+
+
+def reply_schema(X, names, y=None, *, send_names=False):
+    """The schema fingerprint a reply carries: what the site actually used.
+
+    The names themselves are sent only when the task did not name the
+    features (``send_names``), so the server can learn them.
+    """
+    if y is None:
+        n_targets = None
+    else:
+        n_targets = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
+    schema = {
+        "n_features": int(X.shape[1]),
+        "names": _names_digest(names),
+        "n_targets": n_targets,
+        "dtype": "float32" if X.dtype == np.float32 else "float64",
+    }
+    if send_names and names is not None:
+        schema["feature_names"] = list(names)
+    return schema
+
+
+def _column_names(X):
+    columns = getattr(X, "columns", None)
+    if columns is None:
+        return None
+    names = [str(c) for c in columns]
+    return names
+
+
+def check_site_data(
+    X, y=None, sample_weight=None, *, schema=None, site=None, accept_sparse=True, y_numeric=True
+):
+    """Validate one site's rows against a task's schema, like ``validate_data`` does.
+
+    DataFrames are matched to ``schema.feature_names`` by column name and
+    reordered; lists, 1-D ``X``, NaN or infinity, a length mismatch, or a
+    missing/extra column raise a ``ValueError`` that names the site, before
+    anything is computed or sent.
+
+    Parameters
+    ----------
+    X : array-like, sparse matrix or DataFrame of shape (n_samples, n_features)
+    y : array-like of shape (n_samples,) or (n_samples, n_targets), default=None
+    sample_weight : array-like of shape (n_samples,), default=None
+    schema : FeatureSchema, default=None
+    site : hashable, default=None
+        Used in error messages.
+    accept_sparse : bool, default=True
+    y_numeric : bool, default=True
+
+    Returns
+    -------
+    X, y, sample_weight : arrays
+        ``X`` float64 or float32 (sparse stays sparse, as CSR).
+    names : list of str or None
+        The feature names used, in order.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"b": [1.0, 2.0], "a": [3.0, 4.0]})
+    >>> X, y, _, names = check_site_data(frame, [0.0, 1.0], schema=FeatureSchema(
+    ...     feature_names=["a", "b"]))
+    >>> X.tolist(), names
+    ([[3.0, 1.0], [4.0, 2.0]], ['a', 'b'])
+    """
+    where = "site data" if site is None else f"site {site!r}"
+    schema = FeatureSchema() if schema is None else schema
+    try:
+        names = _column_names(X)
+        if schema.feature_names is not None and names is not None:
+            expected = list(schema.feature_names)
+            missing = [n for n in expected if n not in names]
+            extra = [n for n in names if n not in set(expected)]
+            if missing or extra:
+                parts = []
+                if missing:
+                    parts.append(f"missing columns {missing}")
+                if extra:
+                    parts.append(f"unexpected columns {extra}")
+                raise ValueError(
+                    f"the table does not match the federation's features: "
+                    f"{' and '.join(parts)}."
+                )
+            if names != expected:
+                X = X[[X.columns[names.index(n)] for n in expected]]
+            names = expected
+        elif names is None:
+            names = None if schema.feature_names is None else list(schema.feature_names)
+        X = check_array(
+            X,
+            accept_sparse=["csr", "csc", "coo"] if accept_sparse else False,
+            dtype=[np.float64, np.float32],
+            ensure_all_finite=True,
+            ensure_2d=True,
+            input_name="X",
+        )
+        if sp.issparse(X):
+            X = X.tocsr()
+        if schema.n_features is not None and X.shape[1] != schema.n_features:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but the federation expects {schema.n_features}."
+            )
+        if y is not None:
+            y = check_array(
+                y,
+                ensure_2d=False,
+                dtype=np.float64 if y_numeric else None,
+                ensure_all_finite=True,
+                input_name="y",
+            )
+            if y.ndim not in (1, 2):
+                raise ValueError(f"y must be 1-D or 2-D, got {y.ndim} dimensions.")
+            if y.shape[0] != X.shape[0]:
+                raise ValueError(
+                    f"X has {X.shape[0]} rows but y has {y.shape[0]}: they must match."
+                )
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True
+            )
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    return X, y, sample_weight, names

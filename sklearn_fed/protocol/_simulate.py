@@ -1,0 +1,110 @@
+"""``fit(X, y, clients=...)``: the protocol run in one process.
+
+:func:`run_simulation` drives exactly the roles a deployment uses
+(:meth:`Server._plan`, :meth:`Client._compute`, :meth:`Server._read_reply`,
+:meth:`Server._apply`) on every site's rows of one ``X``. By default the
+frames are handed over as objects (their sizes, counted in the ledger, are
+computed exactly without serializing); inside :func:`simulate_through_bytes`
+every task and reply is encoded to bytes and decoded again, as on a network.
+Both paths carry the same float64 values, so they give identical models.
+"""
+
+import contextlib
+import functools
+import threading
+
+import numpy as np
+
+from ._wire import decode, encode, label_key
+
+__all__ = ["atomic", "run_simulation", "simulate_through_bytes"]
+
+_config = threading.local()
+
+
+@contextlib.contextmanager
+def simulate_through_bytes(enabled=True):
+    """Within this block, every simulated message is serialized and parsed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed import FederatedRidge
+    >>> X, y = np.arange(12.0).reshape(6, 2), np.arange(6.0)
+    >>> with simulate_through_bytes():
+    ...     model = FederatedRidge().fit(X, y, clients=[0, 0, 1, 1, 2, 2])
+    >>> model.n_clients_
+    3
+    """
+    previous = getattr(_config, "through_bytes", False)
+    _config.through_bytes = enabled
+    try:
+        yield
+    finally:
+        _config.through_bytes = previous
+
+
+def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=None):
+    """Run ``server`` with one simulated site per label until it has no more tasks.
+
+    Parameters
+    ----------
+    server : Server
+    clients : Client or dict
+        One client role for every site, or ``{label: Client}``.
+    X, y, sample_weight : arrays
+        All sites' rows, already validated (as ``fit`` does once for all).
+    labels : sequence
+        Site labels.
+    rows : list of (slice or ndarray)
+        Each site's rows of ``X``.
+    names : list of str, default=None
+        Feature names, when ``X`` had them.
+
+    Returns
+    -------
+    server : Server
+    """
+    through_bytes = getattr(_config, "through_bytes", False)
+    labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
+    position = {label_key(label): i for i, label in enumerate(labels)}
+    tasks = server._next_frames(labels)
+    while tasks:
+        replies, sizes = {}, {}
+        for site, task in tasks.items():
+            client = clients[site] if isinstance(clients, dict) else clients
+            site_rows = rows[position[label_key(site)]]
+            if through_bytes:
+                task = decode(encode(task, key=server._key(site)), key=client.key,
+                              client="server")
+                client._check_task(task)
+            reply = client._reply(task, X, y, sample_weight, site_rows, names)
+            if through_bytes:
+                data = encode(reply, key=client.key)
+                sizes[site] = len(data)
+                reply = decode(data, key=server._key(site), client=site,
+                               max_bytes=server.max_message_bytes)
+            replies[site] = reply
+        server._receive_frames(replies, sizes)
+        tasks = server._next_frames(labels)
+    return server
+
+
+def atomic(method):
+    """Decorator: a ``fit``/``partial_fit`` that raises leaves the estimator as it was.
+
+    Fitted state is only ever replaced (never mutated in place), so restoring
+    the attribute dict taken before the call undoes everything.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        saved = dict(self.__dict__)
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    return wrapper

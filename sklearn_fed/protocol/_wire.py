@@ -1,0 +1,404 @@
+"""The one wire format of sklearn-fed: every task and every reply is a :class:`Frame`.
+
+Layout of a frame's bytes (all integers little-endian)::
+
+    offset  size  field
+    0       8     magic b"SKFEDMSG"
+    8       2     format version (uint16), currently 2
+    10      2     flags (uint16): bit 0 set = the trailer is an HMAC-SHA256
+                  under the site's key; every other bit must be 0
+    12      4     length L of the metadata (uint32), at most 1 MiB
+    16      L     metadata: a UTF-8 JSON object (see below)
+    16+L    P     payload: the arrays named in the metadata, in order, each
+                  little-endian and C-ordered
+    end-32  32    trailer: HMAC-SHA256(key, everything before) when keyed,
+                  else SHA-256(everything before)
+
+The metadata object has exactly the keys ``kind`` (the message kind, e.g.
+``"ridge.statistics/reply"``), ``federation`` (32 hex digits, random per
+federation), ``round`` (the round id), ``site`` (the site's label as JSON),
+``schema`` (the feature schema, see :mod:`~sklearn_fed.protocol._schema`),
+``fields`` (kind-specific JSON scalars) and ``arrays`` (a list of ``[name,
+dtype, shape, layout]``; ``layout`` ``"sym"`` means a symmetric ``(d, d)``
+matrix sent as its packed upper triangle, row by row).
+
+Decoding checks, in this order and before allocating anything larger than the
+message itself: the length against the caller's cap, magic, version, flags,
+the metadata length, the trailer (constant-time compare), the metadata's keys
+and types, and that the declared array sizes add up to exactly the payload's
+length. JSON is parsed by the standard library; nothing is ever unpickled.
+"""
+
+import hashlib
+import hmac
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._errors import InvalidClientMessage, who
+
+__all__ = [
+    "Frame",
+    "decode",
+    "encode",
+    "label_key",
+    "plain_label",
+    "sorted_labels",
+    "SymmetricMatrix",
+]
+
+MAGIC = b"SKFEDMSG"
+FORMAT_VERSION = 2
+_HEADER = struct.Struct("<8sHHI")
+FLAG_KEYED = 1
+_KNOWN_FLAGS = FLAG_KEYED
+TRAILER_BYTES = 32
+MAX_META_BYTES = 1 << 20
+#: Default cap on one message; a server can lower or raise it.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 31
+_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u8", "|u1", "|i1"}
+_MAX_NDIM = 4
+_META_KEYS = {"kind", "federation", "round", "site", "schema", "fields", "arrays"}
+#: The federation id of a message made outside any federation (e.g. ``to_bytes``).
+STANDALONE = "0" * 32
+
+
+class SymmetricMatrix:
+    """A symmetric matrix that travels as its packed upper triangle.
+
+    In-process the full matrix is passed as is (no packing); :func:`encode`
+    packs it and :func:`decode` unpacks it, so both paths carry the same values.
+    """
+
+    __slots__ = ("matrix",)
+
+    def __init__(self, matrix):
+        self.matrix = matrix
+
+    @property
+    def n_values(self):
+        d = self.matrix.shape[0]
+        return d * (d + 1) // 2
+
+
+@dataclass
+class Frame:
+    """One message: its header fields and its named arrays.
+
+    Attributes
+    ----------
+    kind : str
+        Message kind, ``"<protocol>/task"`` or ``"<protocol>/reply"``.
+    federation : str
+        32 hex digits identifying the federation (random per federation).
+    round : int
+        Round id; a reply echoes its task's.
+    site : JSON value
+        Label of the site the task is for, or that sends the reply.
+    schema : dict or None
+        The feature schema (tasks) or its fingerprint (replies).
+    fields : dict
+        Kind-specific JSON values (counts, seeds, epsilon, ...).
+    arrays : dict
+        Name -> ndarray (or :class:`SymmetricMatrix`).
+    """
+
+    kind: str
+    federation: str = STANDALONE
+    round: int = 0
+    site: object = None
+    schema: object = None
+    fields: dict = field(default_factory=dict)
+    arrays: dict = field(default_factory=dict)
+
+    def _meta(self):
+        table = []
+        for name, value in self.arrays.items():
+            if isinstance(value, SymmetricMatrix):
+                d = value.matrix.shape[0]
+                table.append([name, "<f8", [d, d], "sym"])
+            else:
+                dtype = _wire_dtype(value.dtype, name)
+                table.append([name, dtype, [int(s) for s in value.shape], ""])
+        meta = {
+            "kind": self.kind,
+            "federation": self.federation,
+            "round": int(self.round),
+            "site": plain_label(self.site),
+            "schema": self.schema,
+            "fields": self.fields,
+            "arrays": table,
+        }
+        return json.dumps(meta, separators=(",", ":")).encode("utf-8")
+
+    @property
+    def payload_bytes(self):
+        total = 0
+        for value in self.arrays.values():
+            if isinstance(value, SymmetricMatrix):
+                total += 8 * value.n_values
+            else:
+                total += value.nbytes
+        return total
+
+    @property
+    def nbytes(self):
+        """Exact length of :func:`encode` of this frame (computed without encoding)."""
+        return _HEADER.size + len(self._meta()) + self.payload_bytes + TRAILER_BYTES
+
+
+def _wire_dtype(dtype, name):
+    dtype = np.dtype(dtype)
+    code = dtype.newbyteorder("<").str if dtype.byteorder not in "|" else dtype.str
+    if code not in _DTYPES:
+        raise TypeError(f"array {name!r} has dtype {dtype}, which the wire format cannot carry.")
+    return code
+
+
+def plain_label(label):
+    """A site label as a JSON value: numpy scalars unwrapped, tuples as lists.
+
+    Labels of other types travel as ``{"repr": repr(label)}``.
+
+    Examples
+    --------
+    >>> plain_label(np.int64(3)), plain_label(("a", 1))
+    (3, ['a', 1])
+    """
+    if isinstance(label, np.generic):
+        label = label.item()
+    if label is None or isinstance(label, (str, bool, int)):
+        return label
+    if isinstance(label, float):
+        return label if math.isfinite(label) else {"repr": repr(label)}
+    if isinstance(label, (tuple, list)):
+        return [plain_label(item) for item in label]
+    return {"repr": repr(label)}
+
+
+def label_key(label):
+    """Canonical text of a label: two labels are the same site iff their keys match.
+
+    Examples
+    --------
+    >>> label_key(1) == label_key(np.int64(1)) != label_key("1")
+    True
+    """
+    return json.dumps(plain_label(label), sort_keys=True, separators=(",", ":"))
+
+
+def sorted_labels(labels):
+    """Labels in their natural order when they can be compared, else by :func:`label_key`.
+
+    The server processes replies in this order, so a round's result does not
+    depend on the order in which replies arrive.
+
+    Examples
+    --------
+    >>> sorted_labels([10, 2, 1]), sorted_labels(["b", 1])
+    ([1, 2, 10], [1, 'b'])
+    """
+    labels = list(labels)
+    try:
+        return sorted(labels)
+    except TypeError:
+        return sorted(labels, key=label_key)
+
+
+def _as_key(key):
+    if key is None:
+        return None
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    key = bytes(key)
+    if len(key) < 16:
+        raise ValueError(
+            f"a site key must have at least 16 bytes (128 bits); got {len(key)}. "
+            "Use secrets.token_bytes(32)."
+        )
+    return key
+
+
+def _trailer(body, key):
+    if key is None:
+        return hashlib.sha256(body).digest()
+    return hmac.new(key, body, hashlib.sha256).digest()
+
+
+def encode(frame, key=None):
+    """Serialize a :class:`Frame`; with ``key``, authenticate it by HMAC-SHA256.
+
+    Parameters
+    ----------
+    frame : Frame
+    key : bytes or str, default=None
+        The site's shared key (at least 16 bytes). ``None``: the trailer is
+        a plain SHA-256, which detects corruption but not forgery.
+
+    Returns
+    -------
+    data : bytes
+    """
+    key = _as_key(key)
+    meta = frame._meta()
+    if len(meta) > MAX_META_BYTES:
+        raise ValueError(f"message metadata of {len(meta)} bytes exceeds {MAX_META_BYTES}.")
+    parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, FLAG_KEYED if key else 0, len(meta)), meta]
+    for value in frame.arrays.values():
+        if isinstance(value, SymmetricMatrix):
+            matrix = np.asarray(value.matrix, dtype=np.float64)
+            parts.append(matrix[np.triu_indices(matrix.shape[0])].astype("<f8").tobytes())
+        else:
+            array = np.ascontiguousarray(value)
+            parts.append(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+    body = b"".join(parts)
+    return body + _trailer(body, key)
+
+
+def decode(data, *, key=None, client=None, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
+    """Parse and authenticate bytes made by :func:`encode`.
+
+    Parameters
+    ----------
+    data : bytes-like
+    key : bytes or str, default=None
+        The key the sender must have used; ``None``: the sender must not
+        have used one.
+    client : hashable, default=None
+        Who sent it, for error messages.
+    max_bytes : int
+        Refuse longer messages before reading them.
+
+    Returns
+    -------
+    frame : Frame
+        Arrays are read-only views of ``data`` (symmetric ones are unpacked).
+
+    Raises
+    ------
+    InvalidClientMessage
+        Naming ``client`` and what is wrong.
+    """
+    name = who(client)
+
+    def fail(reason):
+        raise InvalidClientMessage(f"{name}: {reason}", client)
+
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        fail(f"expected bytes, got {type(data).__name__}.")
+    data = bytes(data)
+    if len(data) > max_bytes:
+        fail(f"message of {len(data)} bytes exceeds the limit of {max_bytes} bytes.")
+    if len(data) < _HEADER.size + TRAILER_BYTES:
+        fail(f"message is truncated ({len(data)} bytes is shorter than the fixed header).")
+    magic, version, flags, meta_length = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        fail("not a sklearn-fed message (bad magic bytes).")
+    if version != FORMAT_VERSION:
+        fail(
+            f"unsupported message format version {version} (this build reads version "
+            f"{FORMAT_VERSION})."
+        )
+    if flags & ~_KNOWN_FLAGS:
+        fail(f"unknown header flags {flags:#06x}.")
+    if meta_length > MAX_META_BYTES or _HEADER.size + meta_length + TRAILER_BYTES > len(data):
+        fail(f"metadata length {meta_length} does not fit in a {len(data)}-byte message.")
+    key = _as_key(key)
+    keyed = bool(flags & FLAG_KEYED)
+    if keyed and key is None:
+        fail("message is authenticated with a key, but no key is configured for this site.")
+    if key is not None and not keyed:
+        fail("message is not authenticated, but this site must sign its messages (key set).")
+    body, trailer = data[:-TRAILER_BYTES], data[-TRAILER_BYTES:]
+    if not hmac.compare_digest(_trailer(body, key), trailer):
+        if keyed:
+            fail("authentication failed (wrong key, or the message was truncated or altered).")
+        fail("checksum mismatch (the message was truncated, altered or corrupted).")
+    try:
+        meta = json.loads(body[_HEADER.size : _HEADER.size + meta_length].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        fail(f"metadata is not valid JSON ({exc}).")
+    if not isinstance(meta, dict) or set(meta) != _META_KEYS:
+        fail("metadata does not have the keys of a sklearn-fed message.")
+    kind, federation, round_id = meta["kind"], meta["federation"], meta["round"]
+    if not (isinstance(kind, str) and 0 < len(kind) <= 64):
+        fail("message kind is missing or too long.")
+    if not (isinstance(federation, str) and len(federation) == 32 and _is_hex(federation)):
+        fail("federation id must be 32 hex digits.")
+    if not (type(round_id) is int and 0 <= round_id < 2**63):
+        fail(f"round id must be a non-negative integer, got {round_id!r}.")
+    if not isinstance(meta["fields"], dict):
+        fail("fields must be a JSON object.")
+    arrays = _read_arrays(meta["arrays"], body, _HEADER.size + meta_length, fail)
+    return Frame(
+        kind=kind,
+        federation=federation,
+        round=round_id,
+        site=meta["site"],
+        schema=meta["schema"],
+        fields=meta["fields"],
+        arrays=arrays,
+    )
+
+
+def _is_hex(text):
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _read_arrays(table, body, offset, fail):
+    """Views of the payload's arrays; every size is checked before any is read."""
+    if not isinstance(table, list):
+        fail("array table must be a list.")
+    specs, total = [], 0
+    for entry in table:
+        if not (isinstance(entry, list) and len(entry) == 4):
+            fail("malformed array table entry.")
+        name, dtype, shape, layout = entry
+        if not (isinstance(name, str) and 0 < len(name) <= 64) or any(s[0] == name for s in specs):
+            fail(f"bad or repeated array name {name!r}.")
+        if dtype not in _DTYPES:
+            fail(f"array {name!r} has an unsupported dtype {dtype!r}.")
+        if not (
+            isinstance(shape, list)
+            and len(shape) <= _MAX_NDIM
+            and all(type(s) is int and 0 <= s < 2**40 for s in shape)
+        ):
+            fail(f"array {name!r} has a malformed shape {shape!r}.")
+        if layout == "sym":
+            if dtype != "<f8" or len(shape) != 2 or shape[0] != shape[1]:
+                fail(f"symmetric array {name!r} must be a float64 square matrix.")
+            count = shape[0] * (shape[0] + 1) // 2
+        elif layout == "":
+            count = math.prod(shape)
+        else:
+            fail(f"array {name!r} has an unknown layout {layout!r}.")
+        size = count * np.dtype(dtype).itemsize
+        specs.append((name, dtype, shape, layout, count))
+        total += size
+        if offset + total > len(body):
+            fail(
+                f"array {name!r} declares {size} bytes, more than the message holds "
+                "(truncated message or forged shape)."
+            )
+    if offset + total != len(body):
+        fail(
+            f"payload has {len(body) - offset} bytes but the array table declares {total} "
+            "(padded or truncated message)."
+        )
+    arrays = {}
+    for name, dtype, shape, layout, count in specs:
+        values = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
+        offset += values.nbytes
+        if layout == "sym":
+            d = shape[0]
+            matrix = np.empty((d, d))
+            upper = np.triu_indices(d)
+            matrix[upper] = values
+            matrix.T[upper] = values
+            arrays[name] = matrix
+        else:
+            arrays[name] = values.reshape(shape)
+    return arrays
