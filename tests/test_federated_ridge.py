@@ -138,7 +138,7 @@ def test_communication_counts_real_message_sizes():
     X, y, rng = _data(n=90, d=4)
     clients = np.repeat(["a", "b", "c"], 30)
     fed = FederatedRidge().fit(X, y, clients=clients)
-    server = FederatedRidge().make_server(n_features=4)
+    server = FederatedRidge().make_server()
     tasks = server.next_tasks(["a", "b", "c"])
     site = FederatedRidge().make_client()
     replies = {s: site.respond(tasks[s], X[clients == s], y[clients == s]) for s in tasks}

@@ -231,11 +231,11 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
 
     def _run_protocol(self, X, y, sample_weight, labels, rows, *, warm_start=False):
         """``fit``/``partial_fit``: the protocol run in process over these rows."""
+        # The server is made as a user would make it: told the feature names
+        # when X has them, so tasks and replies have the same bytes.
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
-        server = self.make_server(
-            feature_names=names, n_features=X.shape[1], warm_start=warm_start
-        )
+        server = self.make_server(feature_names=names, warm_start=warm_start)
         run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
         return self
 

@@ -134,7 +134,7 @@ class ProjectedServer(StatisticsServer):
             return
         estimator = self.estimator
         previous = self._previous()
-        d = self.schema.n_features or next(iter(replies.values())).n_features
+        d = self.schema.n_features
         batch = self._merged(replies)
         aggregate = batch if previous is None else previous.merge(batch)
         n_targets = aggregate.n_targets

@@ -244,7 +244,10 @@ class Server(ABC):
         self.estimator = estimator
         self.keys = {label_key(site): _as_key(key) for site, key in (keys or {}).items()}
         self.on_invalid = on_invalid
-        self.schema = FeatureSchema(n_features, feature_names)
+        if warm_start and feature_names is None and n_features is None:
+            self.schema = FeatureSchema.of(estimator)  # continue with the fitted features
+        else:
+            self.schema = FeatureSchema(n_features, feature_names)
         self.warm_start = warm_start
         self.max_message_bytes = int(max_message_bytes)
         self.max_rounds = max_rounds
@@ -381,13 +384,18 @@ class Server(ABC):
         )
         dtypes = {frames[site].schema.get("dtype") for site in parsed}
         self._dtype = "float32" if dtypes == {"float32"} else "float64"
-        self._apply(parsed, ledger)
+        schema = self.schema
+        self.schema = self._pinned_schema(frames[next(iter(parsed))].schema)
+        try:
+            self._apply(parsed, ledger)
+        except BaseException:
+            self.schema = schema
+            raise
         self._ledger = ledger
         for site, exc in failures.items():
             self.dropped_[site] = str(exc)
         self.round += 1
         self._open = None
-        self.schema = self._pinned_schema(frames[next(iter(parsed))].schema)
 
     def _check_agreement(self, frames, parsed, failures):
         """Replies of one round must describe the same features and targets."""

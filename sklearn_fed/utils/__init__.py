@@ -1,0 +1,1 @@
+"""Utilities for users and developers of federated estimators."""

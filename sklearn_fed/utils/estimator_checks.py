@@ -1,0 +1,239 @@
+"""Checks every federated estimator must pass, beyond scikit-learn's own.
+
+Use :func:`parametrize_with_federated_checks` in a test module, as
+scikit-learn's :func:`~sklearn.utils.estimator_checks.parametrize_with_checks`::
+
+    @parametrize_with_federated_checks([FederatedRidge(), FESCRidge()])
+    def test_federated(estimator, check):
+        check(estimator)
+
+The checks:
+
+- :func:`check_fit_equals_protocol_run`: ``fit(X, y, clients=c)`` and a run
+  of ``make_server``/``make_client``/``next_tasks``/``respond``/``receive``
+  driven by hand with bytes give the same model (bit for bit) and the same
+  byte counts.
+- :func:`check_ledger_matches_bytes`: ``communication_`` counts exactly the
+  bytes of the tasks and replies.
+- :func:`check_label_round_trip`: ``clients_`` keeps each label's type.
+- :func:`check_failed_fit_leaves_estimator_unchanged`: a ``fit`` or
+  ``partial_fit`` that raises changes nothing.
+- :func:`check_bad_reply_rejects_round`: a tampered reply is rejected with
+  :class:`~sklearn_fed.InvalidClientMessage` naming the site, and nothing of
+  the round is applied.
+- :func:`check_partition_invariance` (exact estimators only): any split of
+  the rows into clients gives the model of one client.
+"""
+
+import functools
+import pickle
+
+import numpy as np
+from sklearn.base import clone, is_classifier
+
+from .._clients import group_rows_by_client
+from ..protocol import InvalidClientMessage
+
+__all__ = [
+    "check_bad_reply_rejects_round",
+    "check_failed_fit_leaves_estimator_unchanged",
+    "check_fit_equals_protocol_run",
+    "check_label_round_trip",
+    "check_ledger_matches_bytes",
+    "check_partition_invariance",
+    "federated_checks",
+    "parametrize_with_federated_checks",
+    "run_protocol_by_hand",
+]
+
+
+def _data(estimator, n=90, d=4, seed=0):
+    """A small problem suited to the estimator (classification or regression)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    if is_classifier(estimator):
+        y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+    else:
+        y = X @ np.linspace(1.0, -1.0, d) + 0.1 * rng.normal(size=n) + 3.0
+    clients = np.arange(n) % 3
+    return X, y, clients
+
+
+def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=None,
+                         tamper=None, max_rounds=None):
+    """Drive ``estimator``'s roles with bytes, one site per client label.
+
+    Parameters
+    ----------
+    estimator : estimator
+        Fitted by the run (its server's estimator).
+    X, y, clients, sample_weight : arrays
+    keys : dict, default=None
+        Site -> key, for both roles.
+    tamper : callable, default=None
+        ``tamper(site, reply_bytes) -> bytes``, applied to every reply.
+    max_rounds : int, default=None
+        Stop after this many rounds (streaming protocols never finish).
+
+    Returns
+    -------
+    server : Server
+    sent : dict
+        ``{"tasks": {site: bytes}, "replies": {site: bytes}}`` summed over rounds.
+    """
+    labels, rows = group_rows_by_client(clients, X.shape[0])
+    labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
+    keys = keys or {}
+    server = estimator.make_server(keys=keys, max_rounds=max_rounds)
+    sites = {label: estimator.make_client(key=keys.get(label)) for label in labels}
+    index = dict(zip(labels, rows))
+    sent = {"tasks": {}, "replies": {}}
+    tasks = server.next_tasks(labels)
+    while tasks:
+        replies = {}
+        for site, task in tasks.items():
+            r = index[site]
+            weight = None if sample_weight is None else sample_weight[r]
+            reply = sites[site].respond(task, X[r], y[r], weight)
+            if tamper is not None:
+                reply = tamper(site, reply)
+            replies[site] = reply
+            sent["tasks"][site] = sent["tasks"].get(site, 0) + len(task)
+            sent["replies"][site] = sent["replies"].get(site, 0) + len(reply)
+        server.receive(replies)
+        tasks = server.next_tasks(labels)
+    return server, sent
+
+
+def _model_state(estimator):
+    """What must be identical between two runs: learned arrays."""
+    if hasattr(estimator, "module_"):  # a torch network: its parameters
+        return [p.detach().numpy().copy() for p in estimator.module_.parameters()]
+    return [np.asarray(estimator.coef_), np.asarray(estimator.intercept_)]
+
+
+def _rounds_of(estimator):
+    return getattr(estimator, "_protocol_rounds_in_fit", None)
+
+
+def check_fit_equals_protocol_run(estimator):
+    """``fit`` is an in-process run of the roles: same model, same bytes."""
+    X, y, clients = _data(estimator)
+    fitted = clone(estimator).fit(X, y, clients=clients)
+    server, _ = run_protocol_by_hand(
+        clone(estimator), X, y, clients, max_rounds=_rounds_of(estimator)
+    )
+    by_hand = server.estimator
+    for a, b in zip(_model_state(fitted), _model_state(by_hand)):
+        np.testing.assert_array_equal(a, b)
+    assert _ledger(fitted) == _ledger(by_hand)
+
+
+def _ledger(estimator):
+    ledger = estimator.communication_
+    return (
+        dict(ledger.uplink_bytes_per_client),
+        dict(ledger.downlink_bytes_per_client),
+        ledger.rounds,
+    )
+
+
+def check_ledger_matches_bytes(estimator):
+    """``communication_`` counts exactly the bytes of the tasks and replies."""
+    X, y, clients = _data(estimator)
+    server, sent = run_protocol_by_hand(
+        clone(estimator), X, y, clients, max_rounds=_rounds_of(estimator)
+    )
+    ledger = server.estimator.communication_
+    assert dict(ledger.uplink_bytes_per_client) == sent["replies"]
+    assert dict(ledger.downlink_bytes_per_client) == sent["tasks"]
+
+
+def check_label_round_trip(estimator):
+    """``clients_`` keeps mixed label types (``1`` stays an int next to ``"a"``)."""
+    X, y, _ = _data(estimator)
+    clients = np.array([1, "a", 2.5] * (X.shape[0] // 3), dtype=object)
+    fitted = clone(estimator).fit(X, y, clients=clients)
+    assert sorted(map(repr, fitted.clients_.tolist())) == sorted(map(repr, [1, "a", 2.5]))
+
+
+def check_failed_fit_leaves_estimator_unchanged(estimator):
+    """A call that raises (NaN in X, a wrong number of features) changes nothing."""
+    X, y, clients = _data(estimator)
+    fitted = clone(estimator).fit(X, y, clients=clients)
+    before = pickle.dumps(fitted)
+    bad_X = X.copy()
+    bad_X[5, 1] = np.nan
+    calls = [functools.partial(fitted.fit, bad_X, y, clients=clients),
+             functools.partial(fitted.fit, X, y, clients=clients[:-1])]
+    if hasattr(fitted, "partial_fit"):
+        calls += [functools.partial(fitted.partial_fit, bad_X, y, clients=clients),
+                  functools.partial(fitted.partial_fit, X[:, :-1], y, clients=clients)]
+    for call in calls:
+        try:
+            call()
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"{call.func.__name__} accepted bad input")
+        assert pickle.dumps(fitted) == before, f"{call.func.__name__} changed the estimator"
+
+
+def check_bad_reply_rejects_round(estimator):
+    """A reply with one flipped bit is rejected, naming the site; nothing is applied."""
+    X, y, clients = _data(estimator)
+
+    def flip(site, reply):
+        if site != 2:
+            return reply
+        data = bytearray(reply)
+        data[len(data) // 2] ^= 1
+        return bytes(data)
+
+    target = clone(estimator)
+    before = pickle.dumps(target)
+    try:
+        run_protocol_by_hand(target, X, y, clients, tamper=flip,
+                             max_rounds=_rounds_of(estimator))
+    except InvalidClientMessage as exc:
+        assert exc.client == 2 and "client 2" in str(exc)
+    else:
+        raise AssertionError("a tampered reply was accepted")
+    assert pickle.dumps(target) == before, "a rejected round changed the estimator"
+
+
+def check_partition_invariance(estimator):
+    """Exact estimators: any split of the rows into clients gives the pooled model."""
+    if not getattr(estimator, "_exact_federation", False):
+        return
+    X, y, clients = _data(estimator)
+    one = clone(estimator).fit(X, y)
+    for split in (clients, np.arange(X.shape[0]) % 7, np.arange(X.shape[0])):
+        many = clone(estimator).fit(X, y, clients=split)
+        for a, b in zip(_model_state(one), _model_state(many)):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+_CHECKS = (
+    check_fit_equals_protocol_run,
+    check_ledger_matches_bytes,
+    check_label_round_trip,
+    check_failed_fit_leaves_estimator_unchanged,
+    check_bad_reply_rejects_round,
+    check_partition_invariance,
+)
+
+
+def federated_checks(estimator):
+    """Yield ``(estimator, check)`` pairs for :func:`parametrize_with_federated_checks`."""
+    for check in _CHECKS:
+        yield estimator, check
+
+
+def parametrize_with_federated_checks(estimators):
+    """A ``pytest.mark.parametrize`` over every federated check of every estimator."""
+    import pytest
+
+    cases = [pair for estimator in estimators for pair in federated_checks(estimator)]
+    ids = [f"{type(est).__name__}-{check.__name__}" for est, check in cases]
+    return pytest.mark.parametrize("estimator, check", cases, ids=ids)

@@ -1,0 +1,16 @@
+"""Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
+
+from sklearn_fed import FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge
+from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
+
+ESTIMATORS = [
+    FederatedRidge(),
+    FederatedRidge(fit_intercept=False),
+    FederatedRidgeCV(),
+    ProjectedFederatedRidge(n_components=2, random_state=0),
+]
+
+
+@parametrize_with_federated_checks(ESTIMATORS)
+def test_federated_estimator(estimator, check):
+    check(estimator)
