@@ -11,6 +11,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from .._clients import group_rows_by_client, label_array
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
+from .._dask_dispatch import DaskDispatchMixin
 from ..protocol import (
     Client,
     CommunicationLedger,
@@ -105,9 +106,23 @@ class StatisticsClient(Client):
     protocol = "ridge.statistics"
 
     def _compute(self, task, X, y, sample_weight, rows):
+        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
+
+    # The answer is a reduction over rows, so a site whose rows come in blocks
+    # (Dask partitions) answers with _finish of the _merge of every block's
+    # _summarize, without gathering the rows (see sklearn_fed.dask).
+    def _summarize(self, task, X, y, sample_weight, rows):
+        """Statistics of a block of the site's rows."""
         centered = task_field(task, "centered", bool)
-        stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered, rows=rows)
-        return stats.to_payload()
+        return ClientStatistics.from_data(X, y, sample_weight, centered=centered, rows=rows)
+
+    def _merge(self, first, second):
+        """Summary of two disjoint blocks of rows (``first`` comes first)."""
+        return first.merge(second)
+
+    def _finish(self, task, summary):
+        """The reply from the summary of all the site's rows."""
+        return summary.to_payload()
 
 
 class StatisticsServer(Server):
@@ -165,13 +180,16 @@ class StatisticsServer(Server):
         return np.float32 if self._dtype == "float32" else np.float64
 
 
-class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
+class BaseFederatedRidge(
+    DaskDispatchMixin, FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
+):
     """Shared machinery of the ridge estimators fitted from client statistics.
 
     Subclasses implement ``fit``; this class validates input, turns rows into
     per-client :class:`~sklearn_fed.statistics.ClientStatistics`, validates
     untrusted messages, sets ``coef_``/``intercept_`` from an aggregate, and
-    predicts.
+    predicts. ``fit`` and ``partial_fit`` on Dask collections run the same
+    roles partition by partition (:mod:`sklearn_fed.dask`).
     """
 
     _parameter_constraints: dict = {

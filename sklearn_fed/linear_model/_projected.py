@@ -60,13 +60,11 @@ class ProjectedClient(StatisticsClient):
 
     protocol = "ridge.projected"
 
-    def _compute(self, task, X, y, sample_weight, rows):
-        step = task_field(task, "step", str)
+    def _summarize(self, task, X, y, sample_weight, rows):
+        step = _step(task)
         X, y, sample_weight = _take(X, rows), _take(y, rows), _take(sample_weight, rows)
         if step == "count":
-            return {"n_samples": int(X.shape[0])}, {}
-        if step != "statistics":
-            raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+            return int(X.shape[0])
         centered = task_field(task, "centered", bool)
         seed = task_field(task, "seed", int)
         m = task_field(task, "n_components", int)
@@ -75,8 +73,22 @@ class ProjectedClient(StatisticsClient):
             raise InvalidClientMessage("server: malformed projection task.", "server")
         if m < X.shape[1]:
             X = shared_projection(seed, X.shape[1], m, kind).transform(X)
-        stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered)
-        return stats.to_payload()
+        return ClientStatistics.from_data(X, y, sample_weight, centered=centered)
+
+    def _merge(self, first, second):
+        return first + second if isinstance(first, int) else first.merge(second)
+
+    def _finish(self, task, summary):
+        if _step(task) == "count":
+            return {"n_samples": summary}, {}
+        return summary.to_payload()
+
+
+def _step(task):
+    step = task_field(task, "step", str)
+    if step not in ("count", "statistics"):
+        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+    return step
 
 
 class ProjectedServer(StatisticsServer):

@@ -176,6 +176,10 @@ class Client(ABC):
     def _reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
         fields, arrays = self._compute(task, X, y, sample_weight, rows)
+        return self._reply_frame(task, fields, arrays, X, y, names)
+
+    def _reply_frame(self, task, fields, arrays, X, y, names):
+        """The reply frame of a computed answer; only the shapes and dtype of ``X``, ``y`` are read."""
         return Frame(
             kind=f"{self.protocol}/reply",
             federation=task.federation,

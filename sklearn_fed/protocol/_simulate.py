@@ -65,7 +65,6 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     -------
     server : Server
     """
-    through_bytes = getattr(_config, "through_bytes", False)
     labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
     position = {label_key(label): i for i, label in enumerate(labels)}
     tasks = server._next_frames(labels)
@@ -74,20 +73,30 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
         for site, task in tasks.items():
             client = clients[site] if isinstance(clients, dict) else clients
             site_rows = rows[position[label_key(site)]]
-            if through_bytes:
-                task = decode(encode(task, key=server._key(site)), key=client.key,
-                              client="server")
-                client._check_task(task)
+            task = deliver_task(server, client, site, task)
             reply = client._reply(task, X, y, sample_weight, site_rows, names)
-            if through_bytes:
-                data = encode(reply, key=client.key)
-                sizes[site] = len(data)
-                reply = decode(data, key=server._key(site), client=site,
-                               max_bytes=server.max_message_bytes)
-            replies[site] = reply
+            replies[site] = deliver_reply(server, client, site, reply, sizes)
         server._receive_frames(replies, sizes)
         tasks = server._next_frames(labels)
     return server
+
+
+def deliver_task(server, client, site, task):
+    """A task frame as the site receives it: through bytes inside :func:`simulate_through_bytes`."""
+    if not getattr(_config, "through_bytes", False):
+        return task
+    task = decode(encode(task, key=server._key(site)), key=client.key, client="server")
+    client._check_task(task)
+    return task
+
+
+def deliver_reply(server, client, site, reply, sizes):
+    """A reply frame as the server receives it; records its byte size in ``sizes`` when encoded."""
+    if not getattr(_config, "through_bytes", False):
+        return reply
+    data = encode(reply, key=client.key)
+    sizes[site] = len(data)
+    return decode(data, key=server._key(site), client=site, max_bytes=server.max_message_bytes)
 
 
 def atomic(method):
