@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench clean venv
+.PHONY: demo test docs bench bench-dask clean venv
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_federated_ridge.py
+
+# Builds a 32 GB table on disk (needs ~34 GB free; deleted afterwards) and fits it
+# out of core beside the BLAS floor, dask.array.linalg.lstsq and dask-ml.
+bench-dask: $(STAMP)
+	$(PY) benchmarks/bench_dask.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated

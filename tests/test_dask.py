@@ -17,6 +17,7 @@ from sklearn_fed import (
     IncrementalFederatedRidge,
     ProjectedFederatedRidge,
 )
+from sklearn_fed.linear_model._base import StatisticsClient
 from sklearn_fed.protocol import simulate_through_bytes
 
 da = pytest.importorskip("dask.array", reason="the 'dask' extra is not installed")
@@ -231,6 +232,28 @@ def test_incremental_dataframe_keeps_feature_names():
     assert fitted.feature_names_in_.tolist() == COLUMNS
     assert fitted.n_rounds_ == 4
     assert_allclose(fitted.coef_, FederatedRidge().fit(X, y).coef_, rtol=1e-9)
+
+
+class _WholeRowsClient(StatisticsClient):
+    """Answers from all of a site's rows at once (overrides _compute: not blockwise)."""
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
+
+
+class _WholeRowsRidge(FederatedRidge):
+    _client_role = _WholeRowsClient
+
+
+def test_a_client_role_that_is_not_blockwise_needs_each_site_in_one_partition():
+    X, y, clients, _ = _data(14)
+    by_partition = np.repeat(["a", "b", "c"], [40, 40, 41])
+    Xd, yd, cd = _as_dask(CHUNKINGS[0], X, y, by_partition)
+    fitted = _WholeRowsRidge().fit(Xd, yd, clients=cd)
+    _assert_same_model(fitted, FederatedRidge().fit(X, y, clients=by_partition), exact=True)
+    model = _WholeRowsRidge().fit(X, y)
+    _unchanged(model, lambda: model.fit(Xd, yd, clients=da.from_array(clients, chunks=((40, 40, 41),))),
+               r"site 0 has rows in partitions \[0, 1\].*not a BlockwiseClient")
 
 
 def test_partition_labels():

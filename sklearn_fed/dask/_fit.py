@@ -24,12 +24,15 @@ current round runs.
 from concurrent.futures import ThreadPoolExecutor
 
 import dask
+import dask.threaded
 import numpy as np
+from dask.base import get_scheduler
 from sklearn import config_context, get_config
+from threadpoolctl import threadpool_limits
 
 from .._clients import group_rows_by_client
 from .._compat import validate_data
-from ..protocol import atomic, label_key
+from ..protocol import BlockwiseClient, atomic, label_key
 from ..protocol._simulate import deliver_reply, deliver_task
 from ._partitions import Partitions
 
@@ -104,7 +107,7 @@ def _site_labels(parts):
     clients = parts.inputs["clients"]
     if clients is None:
         return [ONLY_SITE]
-    per_partition = dask.compute(*[
+    per_partition = _compute(*[
         dask.delayed(_labels_in, pure=True)(i, block) for i, block in enumerate(clients.blocks)
     ])
     present = [labels for labels in per_partition if len(labels)]
@@ -145,7 +148,7 @@ def _answer_round(parts, server, client, frames, names):
         ]
     # Only the merged summaries come back; the site role finishes them here,
     # where its state (e.g. keys kept between rounds) lives.
-    finished = SiteAnswers(client, tasks, parts.spec()).finish(nodes[0].compute())
+    finished = SiteAnswers(client, tasks, parts.spec()).finish(_compute(nodes[0])[0])
     # The reply's schema is read from these shapes and dtype, as from a site's rows.
     X_like = np.empty((0, parts.n_features), dtype=parts.dtype)
     y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
@@ -159,6 +162,19 @@ def _answer_round(parts, server, client, frames, names):
     return replies, sizes
 
 
+def _compute(*collections):
+    """``dask.compute``; on the local threaded scheduler, one BLAS thread per task.
+
+    Partitions are summarized in parallel threads already: letting each
+    BLAS call start one thread per core as well oversubscribes the cores
+    (scikit-learn's KMeans limits BLAS the same way around its parallel loop).
+    """
+    if get_scheduler(collections=collections) is dask.threaded.get:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return dask.compute(*collections)
+    return dask.compute(*collections)
+
+
 def _summarize_partition(answers, i, X, y, sample_weight, clients):
     return answers.summarize(i, X, y, sample_weight, clients)
 
@@ -168,11 +184,12 @@ def _combine(answers, *nodes):
 
 
 class _Piece:
-    """One site's summary of its rows in some partitions (listed, for error messages)."""
+    """A site's summary of its rows in some partitions (listed, for error messages)."""
 
-    __slots__ = ("summary", "partitions")
+    __slots__ = ("site", "summary", "partitions")
 
-    def __init__(self, summary, partitions):
+    def __init__(self, site, summary, partitions):
+        self.site = site
         self.summary = summary
         self.partitions = partitions
 
@@ -180,10 +197,10 @@ class _Piece:
 class SiteAnswers:
     """The client role applied to the sites' rows of one round, block by block.
 
-    With ``_summarize``/``_merge``/``_finish`` (and a ``_compute`` that is
-    their composition), a site's rows may span partitions. Otherwise each
-    site's reply is ``_compute`` of its rows, which must then lie in one
-    partition: a reply is not in general a sum (noise is drawn once per reply).
+    For a :class:`~sklearn_fed.protocol.BlockwiseClient`, a site's rows may
+    span partitions. For any other client role each site's reply is
+    ``_compute`` of its rows, which must then lie in one partition: a reply is
+    not in general a sum (noise, for instance, is drawn once per reply).
     """
 
     def __init__(self, client, tasks, spec):
@@ -201,6 +218,7 @@ class SiteAnswers:
             labels, rows = [ONLY_SITE], [None]
         pieces = {}
         for label, site_rows in zip(labels, rows):
+            label = label.item() if isinstance(label, np.generic) else label
             key = label_key(label)
             task = self.tasks.get(key)
             if task is None:  # the server did not ask this site this round
@@ -209,7 +227,7 @@ class SiteAnswers:
                 summary = self.client._summarize(task, X, y, sample_weight, site_rows)
             else:
                 summary = self.client._compute(task, X, y, sample_weight, site_rows)
-            pieces[key] = _Piece(summary, (i,))
+            pieces[key] = _Piece(label, summary, (i,))
         return pieces
 
     def combine(self, nodes):
@@ -224,11 +242,12 @@ class SiteAnswers:
         partitions = first.partitions + second.partitions
         if not self.blockwise:
             raise ValueError(
-                f"site {key} has rows in partitions {list(partitions)}, but the reply of "
-                f"{type(self.client).__name__} cannot be assembled from parts: put each "
-                "site's rows in one partition."
+                f"site {first.site!r} has rows in partitions {list(partitions)}, but "
+                f"{type(self.client).__name__} is not a BlockwiseClient: its reply cannot "
+                "be assembled from parts. Put each site's rows in one partition."
             )
-        return _Piece(self.client._merge(first.summary, second.summary), partitions)
+        summary = self.client._merge(first.summary, second.summary)
+        return _Piece(first.site, summary, partitions)
 
     def finish(self, node):
         if not self.blockwise:
@@ -239,16 +258,8 @@ class SiteAnswers:
 
 
 def _answers_from_blocks(role):
-    """Whether ``role._compute`` is the composition of its ``_summarize``/``_merge``/``_finish``.
-
-    A subclass that overrides ``_compute`` alone answers differently from
-    what its inherited summaries would give, so it is not used blockwise.
-    """
-    hooks = ("_summarize", "_merge", "_finish")
-    if not all(callable(getattr(role, hook, None)) for hook in hooks):
-        return False
-    compute_owner = _owner(role, "_compute")
-    return all(issubclass(_owner(role, hook), compute_owner) for hook in hooks)
+    """Whether ``role`` answers blockwise: a BlockwiseClient whose ``_compute`` is not replaced."""
+    return issubclass(role, BlockwiseClient) and _owner(role, "_compute") is BlockwiseClient
 
 
 def _owner(cls, name):

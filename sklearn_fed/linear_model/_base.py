@@ -13,7 +13,7 @@ from .._clients import group_rows_by_client, label_array
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
 from .._dask_dispatch import DaskDispatchMixin
 from ..protocol import (
-    Client,
+    BlockwiseClient,
     CommunicationLedger,
     FederatedMixin,
     InvalidClientMessage,
@@ -94,7 +94,7 @@ def task_field(task, name, kind):
     return value
 
 
-class StatisticsClient(Client):
+class StatisticsClient(BlockwiseClient):
     """A site of the statistics protocol: it sends its :class:`~sklearn_fed.ClientStatistics`.
 
     The task says whether to center (``fit_intercept``); the reply is the
@@ -105,23 +105,16 @@ class StatisticsClient(Client):
 
     protocol = "ridge.statistics"
 
-    def _compute(self, task, X, y, sample_weight, rows):
-        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
-
-    # The answer is a reduction over rows, so a site whose rows come in blocks
-    # (Dask partitions) answers with _finish of the _merge of every block's
-    # _summarize, without gathering the rows (see sklearn_fed.dask).
+    # The reply is _finish(_summarize(rows)): statistics are a reduction over
+    # rows, so a site's rows may come in blocks (see BlockwiseClient).
     def _summarize(self, task, X, y, sample_weight, rows):
-        """Statistics of a block of the site's rows."""
         centered = task_field(task, "centered", bool)
         return ClientStatistics.from_data(X, y, sample_weight, centered=centered, rows=rows)
 
     def _merge(self, first, second):
-        """Summary of two disjoint blocks of rows (``first`` comes first)."""
         return first.merge(second)
 
     def _finish(self, task, summary):
-        """The reply from the summary of all the site's rows."""
         return summary.to_payload()
 
 
