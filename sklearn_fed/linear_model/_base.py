@@ -21,7 +21,12 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..statistics import ClientStatistics, merge_statistics
+from ..statistics import (
+    ClientStatistics,
+    check_aggregate,
+    merge_statistics,
+    most_extreme_client,
+)
 
 __all__ = ["StatisticsClient", "StatisticsServer", "solve_ridge", "task_field"]
 
@@ -131,7 +136,8 @@ class StatisticsServer(Server):
         return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
 
     def _read_reply(self, site, frame):
-        stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site)
+        # O(d^2) checks per message; the PSD test runs once on the merge (_merged).
+        stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site, psd=False)
         expected = self._expected_features(frame)
         if stats.n_features != expected:
             raise InvalidClientMessage(
@@ -155,13 +161,29 @@ class StatisticsServer(Server):
             )
         return stats
 
+    @staticmethod
+    def _check_model(coef, aggregate, replies):
+        """Refuse a non-finite model: statistics within every cap can still overflow it."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            intercept = aggregate.y_mean - coef @ aggregate.x_mean if aggregate.centered else 0
+        if np.all(np.isfinite(coef)) and np.all(np.isfinite(intercept)):
+            return
+        label = most_extreme_client(replies)
+        raise InvalidClientMessage(
+            f"client {label!r}: the statistics give a non-finite model (this client's "
+            "message holds the most extreme values); nothing was applied.",
+            label,
+        )
+
     def _expected_features(self, frame):
         """Number of features the statistics of a reply must have."""
         return frame.schema["n_features"]
 
     def _merged(self, replies):
-        """Statistics of all replies of the round (exact tree merge, label order)."""
-        return merge_statistics(replies[site] for site in sorted_labels(replies))
+        """Statistics of all replies of the round (exact tree merge, label order), checked."""
+        merged = merge_statistics(replies[site] for site in sorted_labels(replies))
+        check_aggregate(merged, replies)
+        return merged
 
     def _dtype_of_round(self):
         return np.float32 if self._dtype == "float32" else np.float64
@@ -283,7 +305,8 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         """Parse and validate untrusted client messages, all before using any.
 
         ``messages`` is a list (client labels 0..K-1) or a dict label ->
-        message; a message is a ClientStatistics or its bytes.
+        message; a message is a ClientStatistics or its bytes. Each is
+        validated once, in O(d^2); the PSD test runs on their merge.
         """
         if isinstance(messages, dict):
             items = list(messages.items())
@@ -295,18 +318,19 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         first = None
         for label, message in items:
             if isinstance(message, ClientStatistics):
-                stats = message.validate(client=label)
+                stats = message
             elif isinstance(message, (bytes, bytearray, memoryview)):
-                stats = ClientStatistics.from_bytes(message, client=label)
+                stats = ClientStatistics.from_bytes(message, client=label, validate=False)
             else:
                 raise InvalidClientMessage(
                     f"client {label!r}: expected ClientStatistics or bytes, got "
                     f"{type(message).__name__}.",
                     label,
                 )
-            if first is None:
-                first = stats
-            stats.validate(client=label, n_features=first.n_features, n_targets=first.n_targets)
+            expected = (None, None) if first is None else (first.n_features, first.n_targets)
+            stats.validate(client=label, n_features=expected[0], n_targets=expected[1],
+                           psd=False)
+            first = stats if first is None else first
             if stats.centered != self.fit_intercept:
                 raise InvalidClientMessage(
                     f"client {label!r}: statistics are "

@@ -19,6 +19,7 @@ class FederatedRidgeServer(StatisticsServer):
         aggregate = batch if previous is None else previous.merge(batch)
         alpha = estimator._checked_alpha(aggregate.n_targets)
         coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
+        self._check_model(coef, aggregate, replies)
         ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
         labels = estimator._known_labels(
             estimator.clients_ if previous is not None else [], replies

@@ -143,6 +143,7 @@ class ProjectedServer(StatisticsServer):
         coef_projected = solve_ridge(
             aggregate.gram, aggregate.moment, estimator._checked_alpha(n_targets)
         )
+        self._check_model(coef_projected, aggregate, replies)
         m = min(self.m, d)
         projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
         ledger.n_parameters = estimator._n_parameters(d, n_targets)
