@@ -9,6 +9,7 @@ longer with ``make fuzz``.
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,15 +26,20 @@ def _honest(n=50, d=3, t=1, seed=0, centered=True):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     y = X @ np.arange(1.0, d + 1) + rng.normal(size=n)
-    return ClientStatistics.from_data(X, y if t == 1 else np.column_stack([y] * t),
-                                      centered=centered)
+    return ClientStatistics.from_data(
+        X, y if t == 1 else np.column_stack([y] * t), centered=centered
+    )
 
 
 def _run_isolated(code, timeout=120):
     """Run ``code`` in a fresh interpreter; a hang fails instead of stalling the suite."""
     try:
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                timeout=timeout)
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"the server hung for more than {timeout} s")
     assert result.returncode == 0, result.stderr
@@ -42,7 +48,8 @@ def _run_isolated(code, timeout=120):
 
 def test_overflowing_mean_neither_hangs_nor_poisons():
     """Finding 1: a mean of 1e154 overflowed the merge and LAPACK gelsd never returned."""
-    out = _run_isolated("""
+    out = _run_isolated(
+        """
 import dataclasses
 import numpy as np
 from sklearn_fed import ClientStatistics, FederatedRidge, InvalidClientMessage
@@ -57,7 +64,9 @@ for messages in ({"ok": honest, "evil": evil}, {"ok": honest.to_bytes(), "evil":
         print("accepted")
     except InvalidClientMessage as exc:
         print("rejected", exc.client)
-""", timeout=60)
+""",
+        timeout=60,
+    )
     assert out.split() == ["rejected", "evil", "rejected", "evil"]
 
 
@@ -114,99 +123,27 @@ def test_non_finite_model_is_refused_naming_the_extreme_client():
     """Statistics within every cap can still overflow the solution: refused, not NaN."""
     honest = _honest()
     evil = dataclasses.replace(
-        honest, x_mean=np.full(3, 1e75), moment=np.full((3, 1), 1e-45),
-        gram=np.eye(3) * 1e-290, target_ss=np.array([1e200]), n_samples=10, weight_sum=10.0,
+        honest,
+        x_mean=np.full(3, 1e75),
+        moment=np.full((3, 1), 1e-45),
+        gram=np.eye(3) * 1e-290,
+        target_ss=np.array([1e200]),
+        n_samples=10,
+        weight_sum=10.0,
     )  # coef ~ 1e245, intercept ~ 1e245 * 1e75: overflows
     with pytest.raises(InvalidClientMessage, match="client 'evil'.*non-finite model"):
         FederatedRidge(alpha=1e-300).fit_statistics({"evil": evil})
 
 
-FUZZ = '''
-import dataclasses, sys, warnings
-import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
-from sklearn_fed import ClientStatistics, FederatedRidge, FederatedRidgeCV, InvalidClientMessage
-
-EXTREMES = [1e308, -1e308, 1e200, 1e154, -1e154, 1e76, 1e75, 1e-310, 0.0, -1.0, 3.0, np.nan,
-            np.inf]
-ARRAYS = ["x_mean", "y_mean", "gram", "moment", "target_ss"]
-
-@st.composite
-def hostile(draw):
-    d, t = draw(st.integers(1, 4)), draw(st.integers(1, 2))
-    n = draw(st.integers(2, 30))
-    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-    X = rng.normal(size=(n, d)) * draw(st.sampled_from([1e-3, 1.0, 1e6]))
-    y = rng.normal(size=(n, t))
-    centered = draw(st.booleans())
-    stats = ClientStatistics.from_data(X, y if t > 1 else y[:, 0], centered=centered)
-    for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.integers(0, 4))
-        if kind == 0:
-            name = draw(st.sampled_from(ARRAYS))
-            value = getattr(stats, name).copy()
-            value.flat[draw(st.integers(0, value.size - 1))] = draw(st.sampled_from(EXTREMES))
-            stats = dataclasses.replace(stats, **{name: value})
-        elif kind == 1:
-            name = draw(st.sampled_from(ARRAYS))
-            factor = draw(st.sampled_from([1e-300, 1e-10, -1.0, 1e10, 1e100, 1e200]))
-            stats = dataclasses.replace(stats, **{name: getattr(stats, name) * factor})
-        elif kind == 2:
-            stats = dataclasses.replace(stats, n_samples=draw(st.sampled_from(
-                [1, 2, 2**63 - 1, 2**63])))
-        elif kind == 3:
-            stats = dataclasses.replace(stats, weight_sum=draw(st.sampled_from(
-                [0.0, 1e-300, 1e15, 1e75, 1e76, -1.0])))
-        else:
-            v = rng.normal(size=d)
-            sign = draw(st.sampled_from([-1.0, 1.0]))
-            size = draw(st.sampled_from([1e-8, 1.0, 1e6, 1e100]))
-            stats = dataclasses.replace(stats, gram=stats.gram + sign * size * np.outer(v, v))
-    return stats, centered, t
-
-outcomes = {"rejected": 0, "finite": 0}
-
-@settings(max_examples=int(sys.argv[1]), deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
-@given(hostile(), st.sampled_from([0.0, 1e-8, 1.0]), st.booleans(), st.booleans())
-def run(case, alpha, as_bytes, cv):
-    stats, centered, t = case
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(40, stats.n_features if stats.x_mean.ndim == 1 else 1))
-    honest = ClientStatistics.from_data(X, rng.normal(size=(40, t)) if t > 1 else X[:, 0],
-                                        centered=centered)
-    evil = stats
-    if as_bytes:
-        try:
-            evil = stats.to_bytes()
-        except Exception:
-            return  # cannot even be serialized: nothing reaches a server
-    messages = {"ok": honest, "evil": evil}
-    if cv:
-        messages["ok2"] = honest
-        model = FederatedRidgeCV(alphas=[1e-3, 1.0, 1e3], fit_intercept=centered)
-    else:
-        model = FederatedRidge(alpha=alpha, fit_intercept=centered)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.fit_statistics(messages)
-    except InvalidClientMessage as exc:
-        assert exc.client == "evil", exc
-        outcomes["rejected"] += 1
-        return
-    assert np.all(np.isfinite(model.coef_)) and np.all(np.isfinite(model.intercept_))
-    outcomes["finite"] += 1
-
-run()
-print(outcomes["rejected"], outcomes["finite"])
-'''
-
-
 def test_fuzzed_hostile_statistics_are_rejected_or_harmless():
     """>= 5,000 validated-but-hostile messages: no hang, only InvalidClientMessage or a
     finite model (bounded time, in a subprocess)."""
-    out = _run_isolated(FUZZ.replace("sys.argv[1]", "5000"), timeout=300)
+    script = Path(__file__).with_name("fuzz_statistics.py")
+    out = _run_isolated(
+        f"import runpy, sys; sys.argv = ['fuzz', '5000']; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')",
+        timeout=300,
+    )
     rejected, finite = map(int, out.split())
     assert rejected + finite >= 5000 * 0.9  # the rest could not even be serialized
     assert rejected > 1000 and finite > 100  # both outcomes are exercised
@@ -216,5 +153,96 @@ def test_cv_server_checks_the_merge_too():
     corr = np.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
     evil = dataclasses.replace(_honest(), gram=1e3 * corr, moment=np.zeros((3, 1)))
     with pytest.raises(InvalidClientMessage, match="client 'evil'.*semi-definite"):
-        FederatedRidgeCV().fit_statistics({"a": _honest(seed=1), "b": _honest(seed=2),
-                                           "evil": evil})
+        FederatedRidgeCV().fit_statistics(
+            {"a": _honest(seed=1), "b": _honest(seed=2), "evil": evil}
+        )
+
+
+# ------------------------------------------------------------ robust aggregation
+from sklearn_fed.linear_model import RobustAggregation  # noqa: E402
+
+
+def _federation(n_sites=8, rows=200, seed=0):
+    rng = np.random.default_rng(seed)
+    sites = {}
+    for k in range(n_sites):
+        X = rng.normal(size=(rows, 3))
+        sites[f"s{k}"] = (X, X @ [1.0, 2.0, 3.0] + rng.normal(size=rows))
+    return sites
+
+
+def _serve(sites, **server_kwargs):
+    estimator = FederatedRidge()
+    server = estimator.make_server(**server_kwargs)
+    tasks = server.next_tasks(list(sites))
+    client = estimator.make_client()
+    server.receive({s: client.respond(tasks[s], *sites[s]) for s in tasks})
+    return estimator, server
+
+
+def _honest_coef(sites):
+    return (
+        FederatedRidge()
+        .fit_statistics(
+            {s: ClientStatistics.from_data(*data) for s, data in sites.items()}
+        )
+        .coef_
+    )
+
+
+def test_a_site_claiming_a_million_rows_is_refused():
+    """Finding 4: one fake site claiming 1e6 rows moved coef_ from [1,2,3] to ~[-100,0,100]."""
+    sites = _federation()
+    honest = _honest_coef(sites)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(10**6, 3))
+    sites["evil"] = (X, X @ [-99.9, 0.0, 99.9])
+    attacked, _ = _serve(sites)
+    assert np.abs(attacked.coef_ - honest).max() > 50
+    with pytest.raises(InvalidClientMessage, match="client 'evil'.*more than max_rows"):
+        _serve(sites, robust=RobustAggregation(max_rows=10_000))
+    robust, server = _serve(
+        sites, robust=RobustAggregation(max_rows=10_000), on_invalid="drop"
+    )
+    np.testing.assert_allclose(robust.coef_, honest, rtol=1e-12)
+    assert list(server.dropped_) == ["evil"]
+
+
+def test_scaled_features_break_the_declared_bound():
+    sites = _federation()
+    X, y = sites["s3"]
+    sites["s3"] = (X * 1e4, y)
+    bound = RobustAggregation(feature_bound=10.0)
+    with pytest.raises(ValueError, match=r"site 's3': 200 rows have \|\|X\|\| above"):
+        _serve(sites, robust=bound)  # an honest site learns it before sending
+    # a dishonest site sends the statistics anyway: the server checks them
+    evil = ClientStatistics.from_data(X * 1e4, y)
+    with pytest.raises(InvalidClientMessage, match="client 's3'.*cannot all have"):
+        bound.check("s3", evil)
+
+
+def test_copied_statistics_under_a_second_label_are_refused():
+    sites = _federation(n_sites=3)
+    sites["copy"] = sites["s1"]
+    with pytest.raises(
+        InvalidClientMessage, match="client 's1'.*identical to site 'copy'"
+    ):
+        _serve(sites, robust=RobustAggregation(reject_duplicates=True))
+    accepted, _ = _serve(sites)  # off by default: honest sites may share data
+    assert accepted.n_clients_ == 4
+
+
+def test_outlier_detection_drops_a_poisoning_site_and_spares_honest_ones():
+    sites = _federation()
+    honest = _honest_coef(sites)
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(5000, 3))
+    sites["evil"] = (X, X @ [-99.9, 0.0, 99.9])
+    robust = RobustAggregation(outlier_threshold=3.5)
+    model, server = _serve(sites, robust=robust, on_invalid="drop")
+    assert list(server.dropped_) == ["evil"]
+    np.testing.assert_allclose(model.coef_, honest, rtol=1e-12)
+    for seed in range(5):  # honest federations of unequal sizes: nobody is dropped
+        honest_sites = _federation(n_sites=10, rows=50 + 40 * seed, seed=seed)
+        _, server = _serve(honest_sites, robust=robust, on_invalid="drop")
+        assert server.dropped_ == {}

@@ -21,6 +21,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
+from ._robust import RobustAggregation, check_rows_within_bounds
 from ..statistics import (
     ClientStatistics,
     check_aggregate,
@@ -111,6 +112,9 @@ class StatisticsClient(Client):
 
     def _compute(self, task, X, y, sample_weight, rows):
         centered = task_field(task, "centered", bool)
+        if "feature_bound" in task.fields or "target_bound" in task.fields:
+            site_rows = slice(None) if rows is None else rows
+            check_rows_within_bounds(task.fields, X[site_rows], y[site_rows], task.site)
         stats = ClientStatistics.from_data(
             X, y, sample_weight, centered=centered, rows=rows, check_input=False
         )
@@ -126,10 +130,22 @@ class StatisticsServer(Server):
 
     protocol = "ridge.statistics"
 
+    def __init__(self, estimator, *, robust=None, **kwargs):
+        super().__init__(estimator, **kwargs)
+        if robust is not None and not isinstance(robust, RobustAggregation):
+            raise TypeError(f"robust must be a RobustAggregation; got {robust!r}.")
+        self.robust = robust
+
     def _plan(self, sites):
         if self.round > 0:
             return {}
-        return {site: ({"centered": bool(self.estimator.fit_intercept)}, {}) for site in sites}
+        fields = {"centered": bool(self.estimator.fit_intercept)}
+        if self.robust is not None:
+            fields.update(self.robust.task_fields())
+        return {site: (dict(fields), {}) for site in sites}
+
+    def _cross_check(self, replies):
+        return {} if self.robust is None else self.robust.cross_check(replies)
 
     def _previous(self):
         """The aggregate this round adds to (warm start), or None."""
@@ -152,6 +168,8 @@ class StatisticsServer(Server):
                 f"for fit_intercept={self.estimator.fit_intercept}.",
                 site,
             )
+        if self.robust is not None:
+            self.robust.check(site, stats)
         previous = self._previous()
         if previous is not None and stats.n_targets != previous.n_targets:
             raise InvalidClientMessage(
