@@ -90,8 +90,8 @@ class FederatedRidge(BaseFederatedRidge):
     >>> fed = FederatedRidge(alpha=1.0).fit(X, y, clients=clients)
     >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
     True
-    >>> fed.n_clients_, fed.communication_.uplink_bytes
-    (3, 540)
+    >>> fed.n_clients_, fed.communication_.uplink_bytes_per_client["a"]
+    (3, 553)
     """
 
     _server_role = FederatedRidgeServer
