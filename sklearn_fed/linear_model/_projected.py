@@ -73,7 +73,9 @@ class ProjectedClient(StatisticsClient):
             raise InvalidClientMessage("server: malformed projection task.", "server")
         if m < X.shape[1]:
             X = shared_projection(seed, X.shape[1], m, kind).transform(X)
-        return ClientStatistics.from_data(X, y, sample_weight, centered=centered)
+        return ClientStatistics.from_data(
+            X, y, sample_weight, centered=centered, check_input=False
+        )
 
     def _merge(self, first, second):
         return first + second if isinstance(first, int) else first.merge(second)
@@ -102,6 +104,11 @@ class ProjectedServer(StatisticsServer):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        if self.robust is not None and (self.robust.feature_bound or self.robust.target_bound):
+            raise ValueError(
+                "ProjectedFederatedRidge cannot enforce feature_bound or target_bound: "
+                "sites send statistics of projected rows."
+            )
         previous = self._previous()
         if previous is not None:  # partial_fit: the same projection
             self.seed, self.m = estimator.projection_seed_, estimator.n_components_
@@ -153,6 +160,7 @@ class ProjectedServer(StatisticsServer):
         coef_projected = solve_ridge(
             aggregate.gram, aggregate.moment, estimator._checked_alpha(n_targets)
         )
+        self._check_model(coef_projected, aggregate, replies)
         m = min(self.m, d)
         projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
         ledger.n_parameters = estimator._n_parameters(d, n_targets)
