@@ -190,7 +190,7 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
 
 def _sparse_products(X, y, sample_weight, rows, feature_bound, target_bound):
     """Upper triangle of ``[c_x x, c_y y, 1]^T W [c_x x, c_y y, 1]`` for sparse rows."""
-    Xs, ys = X[rows], y[rows]
+    Xs, ys = sp.csr_matrix(X[rows], dtype=np.float64), y[rows]
     cx = _clip_factors(Xs, feature_bound)
     cy = _clip_factors(ys, target_bound)
     n_clipped = int(np.count_nonzero((cx < 1) | (cy < 1)))
