@@ -49,6 +49,10 @@ from sklearn_fed.protocol import InvalidClientMessage, SitePolicy, TaskRefused, 
 from sklearn_fed.statistics import ClientStatistics
 
 
+# Most tests here clip on purpose; the tests of the warning itself still see it.
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn_fed.privacy.ClippingWarning")
+
+
 def _data(n=300, d=4, t=None, seed=0, scale=0.6):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) * scale / np.sqrt(d)

@@ -37,6 +37,7 @@ from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
+from scipy import linalg
 from scipy.linalg.blas import dsyrk
 
 from .._compat import Interval, Options, StrOptions, _fit_context
@@ -226,7 +227,13 @@ def _unpack(vector, d, t, fit_intercept):
 
 def project_psd(gram):
     """Nearest (Frobenius) positive semi-definite matrix: clip negative eigenvalues."""
-    values, vectors = np.linalg.eigh((gram + gram.T) / 2)
+    gram = (gram + gram.T) / 2
+    try:  # positive definite already (the usual case with enough rows): nothing to clip
+        linalg.cholesky(gram, check_finite=False)
+        return gram
+    except linalg.LinAlgError:
+        pass
+    values, vectors = np.linalg.eigh(gram)
     return (vectors * np.maximum(values, 0.0)) @ vectors.T
 
 
@@ -295,7 +302,8 @@ class PrivateClient(Client):
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
         self.clipped_ = {}
-        self._masking_keys = {}
+        self._masking_keys = {}  # (federation, site) -> MaskingKey, until it masks
+        self._pair_keys = {}  # pair keys shared by the sites this process runs
 
     def respond(self, task, X, y=None, sample_weight=None):
         self.clipped_.clear()
@@ -347,9 +355,13 @@ class PrivateClient(Client):
         if key is None:
             raise InvalidClientMessage(
                 "server: a masked release without this site's key round.", "server")
-        return reply_fields, {
-            "masked": mask_vector(encoded, key, index, public_keys, _context(task))
-        }
+        local = {other.public_bytes for (federation, _), other in self._masking_keys.items()
+                 if federation == task.federation}
+        if not local:
+            self._pair_keys.clear()  # the last site of this process has masked
+        masked = mask_vector(encoded, key, index, public_keys, _context(task),
+                             pair_keys=self._pair_keys, local_publics=local)
+        return reply_fields, {"masked": masked}
 
 
 def _count(n_samples, rows):
@@ -533,7 +545,6 @@ class PrivateServer(Server):
         estimator.delta_ = float(estimator.delta)
         estimator.sensitivity_ = plan.sensitivity
         estimator.noise_std_ = plan.noise_std
-        estimator.privacy_spent_ = (privacy.epsilon(estimator.delta), float(estimator.delta))
         estimator.n_releases_ = len(privacy)
         estimator.communication_ = ledger
         estimator.clients_ = labels
@@ -769,6 +780,14 @@ class PrivateFederatedRidge(BaseFederatedRidge):
             X, y, sample_weight, labels, rows, warm_start=previous is not None
         )
 
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every release so far (computed when read)."""
+        privacy = self.__dict__.get("_privacy")
+        if privacy is None:
+            raise AttributeError("privacy_spent_ is set by fit or partial_fit.")
+        return privacy.epsilon(self.delta_), self.delta_
+
     def _run_protocol(self, X, y, sample_weight, labels, rows, *, warm_start=False):
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
@@ -779,8 +798,9 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         n_rows = sum(total for _, _, total in client.clipped_.values())
         self.clipped_share_ = n_clipped / n_rows if n_rows else 0.0
         if self.clipped_share_ > CLIPPED_SHARE_WARNING:
+            # stacklevel: the caller of fit, above _fit_context and atomic
             warnings.warn(_clipping_message(self.clipped_share_, "the sites"),
-                          ClippingWarning, stacklevel=3)
+                          ClippingWarning, stacklevel=5)
         return self
 
     def _solve(self, total, d, t, alpha, single_target, plan):

@@ -87,6 +87,7 @@ class PrivacyLedger:
         self._inverse_squares = 0.0  # sum of m^-2 over full-batch releases
         self._noiseless = False
         self._sampled = Counter()  # (multiplier, probability) -> count
+        self._epsilons = {}  # delta -> epsilon of the releases recorded so far
 
     def record(self, noise_multiplier, count=1, *, sampling_probability=1.0):
         """Add ``count`` Gaussian releases with this noise multiplier (0: no noise).
@@ -111,6 +112,7 @@ class PrivacyLedger:
             )
         if count == 0:
             return
+        self._epsilons = {}
         self._count += int(count)
         if noise_multiplier == 0:
             self._noiseless = True
@@ -141,6 +143,11 @@ class PrivacyLedger:
         """
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1); got {delta!r}.")
+        if delta not in self._epsilons:
+            self._epsilons[delta] = self._epsilon(delta)
+        return self._epsilons[delta]
+
+    def _epsilon(self, delta):
         if self._count == 0:
             return 0.0
         if self._noiseless:

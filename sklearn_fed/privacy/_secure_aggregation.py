@@ -39,6 +39,7 @@ signed 64-bit integer, *is* the integer sum, whatever the masks (they cancel
 exactly in the ring). With ``K = 10,000`` sites, ``M`` is about ``9.2e14``.
 """
 
+import functools
 import hashlib
 
 import numpy as np
@@ -59,6 +60,7 @@ PUBLIC_KEY_BYTES = 32
 _INT63 = 2**63 - 1
 
 
+@functools.cache
 def _crypto():
     try:
         from cryptography.hazmat.primitives import hashes
@@ -188,19 +190,25 @@ def check_public_keys(public_keys, n_parties=None, *, who="server"):
     return keys
 
 
-def _pair_stream(secret, context, low_public, high_public, size):
-    """``size`` uint64 mask words from one pair's shared secret."""
-    hashes, _, Cipher, algorithms, HKDF = _crypto()
-    key = HKDF(
+def _pair_key(secret, context, low_public, high_public):
+    """The ChaCha20 key of one pair's mask, bound to the round and both public keys."""
+    hashes, _, _, _, HKDF = _crypto()
+    return HKDF(
         algorithm=hashes.SHA256(), length=32, salt=None,
         info=b"sklearn-fed/secure-aggregation/v1|" + context + low_public + high_public,
     ).derive(secret)
+
+
+def _mask_stream(key, size):
+    """``size`` uint64 mask words: the ChaCha20 keystream of ``key``."""
+    _, _, Cipher, algorithms, _ = _crypto()
     # The key is used for this one stream only, so a zero nonce is safe.
     stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
     return np.frombuffer(stream.update(bytes(8 * size)), dtype="<u8").astype(np.uint64)
 
 
-def mask_vector(encoded, own_key, own_index, public_keys, context):
+def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=None,
+                local_publics=()):
     """Site side: the masked vector ``e_i + sum_{j>i} m_ij - sum_{j<i} m_ji (mod 2^64)``.
 
     Parameters
@@ -215,6 +223,12 @@ def mask_vector(encoded, own_key, own_index, public_keys, context):
         Every party's public key, in the order the server fixed.
     context : bytes
         Binds the masks to one federation and round (so they are never reused).
+    pair_keys : dict, default=None
+        Only when one process runs several sites (a simulation): the pair
+        keys a site derives for the sites in ``local_publics`` are left here
+        for them, so each pair's key agreement is done once, not twice.
+    local_publics : set of bytes, default=()
+        Public keys of the other sites this process runs.
 
     Returns
     -------
@@ -230,10 +244,13 @@ def mask_vector(encoded, own_key, own_index, public_keys, context):
         if other == own_index:
             continue
         low, high = sorted((own_index, other))
-        stream = _pair_stream(
-            own_key.shared_secret(keys[other]), context, bytes(keys[low]), bytes(keys[high]),
-            message.shape[0],
-        )
+        pair = (context, bytes(keys[low]), bytes(keys[high]))
+        key = None if pair_keys is None else pair_keys.pop(pair, None)
+        if key is None:
+            key = _pair_key(own_key.shared_secret(keys[other]), *pair)
+            if pair_keys is not None and bytes(keys[other]) in local_publics:
+                pair_keys[pair] = key
+        stream = _mask_stream(key, message.shape[0])
         if other > own_index:
             message += stream
         else:
