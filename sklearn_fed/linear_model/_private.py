@@ -673,8 +673,8 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     >>> clients = np.repeat(np.arange(4), 1000)
     >>> model = PrivateFederatedRidge(alpha=1.0, epsilon=2.0, random_state=0)
     >>> model = model.fit(X, y, clients=clients)
-    >>> model.coef_.round(1)
-    array([ 1. , -0.5,  0.2])
+    >>> bool(np.abs(model.coef_ - [1.0, -0.5, 0.25]).max() < 0.1)
+    True
     >>> round(model.privacy_spent_[0], 3), model.privacy_spent_[1], model.clipped_share_
     (2.0, 1e-05, 0.0)
     """
