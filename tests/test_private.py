@@ -638,3 +638,17 @@ def test_blockwise_clipped_sums_equal_the_reference(monkeypatch, layout, weighte
     assert n_clipped == expected
     sparse, _ = clipped_sums(sp.csr_matrix(X), y, w, rows, 1.0, 1.5, True)
     assert_allclose(sparse, got, rtol=1e-10, atol=1e-10)
+
+
+def test_missing_cryptography_names_the_extra(monkeypatch):
+    import sys
+
+    from sklearn_fed.privacy import _secure_aggregation
+
+    _secure_aggregation._crypto.cache_clear()
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    try:
+        with pytest.raises(ImportError, match=r"sklearn-fed\[secure\]"):
+            MaskingKey()
+    finally:
+        _secure_aggregation._crypto.cache_clear()

@@ -45,6 +45,7 @@ import hashlib
 import numpy as np
 
 from ..protocol import InvalidClientMessage
+from ._dp import import_optional
 
 __all__ = [
     "MaskingKey",
@@ -62,16 +63,12 @@ _INT63 = 2**63 - 1
 
 @functools.cache
 def _crypto():
-    try:
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.asymmetric import x25519
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "Secure aggregation needs the 'cryptography' package; install it with "
-            "pip install 'sklearn-fed[secure]'."
-        ) from exc
+    import_optional("cryptography", "cryptography", "secure")
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import x25519
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     return hashes, x25519, Cipher, algorithms, HKDF
 
 
