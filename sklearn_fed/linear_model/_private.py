@@ -138,10 +138,12 @@ def released_sums(stats, fit_intercept):
 def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_intercept):
     """A site's released vector from its clipped rows, and how many rows were clipped.
 
-    Dense rows are read block by block: each block is clipped and scaled
-    into one small work array ``[c_x x, c_y y, 1] * sqrt(w)``, whose product
-    with itself (BLAS ``syrk`` accumulating into one ``(d+t+1)^2`` matrix)
-    gives every sum at once; ``X`` is never copied.
+    Dense rows are read block by block, and ``X`` is never copied. BLAS
+    ``syrk`` adds each block's ``sum c_x^2 w x x^T`` to one ``d x d``
+    accumulator and one product with ``[c_y y, 1] c_x w`` gives the other
+    sums. An unweighted float64 block is read in place (a view) and only its
+    clipped rows are corrected (``(c_x^2 - 1) x x^T``); other blocks are
+    scaled into one small work array first.
 
     Returns
     -------
@@ -154,60 +156,69 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
     y2 = y.reshape(y.shape[0], -1)
     rows = slice(0, X.shape[0]) if rows is None else rows
     d, t = X.shape[1], y2.shape[1]
-    q = d + t + 1
     if sp.issparse(X):
-        products, n_clipped = _sparse_products(X, y2, sample_weight, rows, feature_bound,
-                                               target_bound)
-    else:
-        products = np.zeros((q, q), order="F")
-        n_clipped = 0
-        positions = range(X.shape[0])[rows] if isinstance(rows, slice) else rows
-        block = max(1, _BLOCK_BYTES // (8 * q))
-        work_memory = np.empty(min(block, len(positions)) * q)
-        for start in range(0, len(positions), block):
-            take = positions[start : start + block]
-            if isinstance(take, range):
-                take = slice(take.start, take.stop)  # a view, not a gather
-            Xb, yb = X[take], y2[take]
-            cx = _clip_factors(Xb, feature_bound)
-            cy = _clip_factors(yb, target_bound)
-            n_clipped += int(np.count_nonzero((cx < 1) | (cy < 1)))
-            root = None if sample_weight is None else np.sqrt(sample_weight[take])
-            if root is not None:
-                cx, cy = cx * root, cy * root
-            work = work_memory[: Xb.shape[0] * q].reshape(Xb.shape[0], q)
-            np.multiply(Xb, cx[:, None], out=work[:, :d])
-            np.multiply(yb, cy[:, None], out=work[:, d : d + t])
-            work[:, q - 1] = 1.0 if root is None else root
-            # work.T is Fortran-ordered: syrk adds work^T work to the upper triangle.
-            products = dsyrk(1.0, work.T, beta=1.0, c=products, trans=0, lower=0,
-                             overwrite_c=1)
+        return _sparse_sums(X, y2, sample_weight, rows, feature_bound, target_bound,
+                            fit_intercept)
+    gram = np.zeros((d, d), order="F")  # upper triangle of sum c_x^2 w x x^T
+    cross = np.zeros((d, t + 1))  # [sum c_x c_y w x y^T, sum c_x w x]
+    target_sums = np.zeros(t + 1)  # [sum c_y w y, sum w]
+    n_clipped = 0
+    positions = range(X.shape[0])[rows] if isinstance(rows, slice) else rows
+    block = max(1, _BLOCK_BYTES // (8 * (d + t + 1)))
+    work_memory = None
+    for start in range(0, len(positions), block):
+        take = positions[start : start + block]
+        if isinstance(take, range):
+            take = slice(take.start, take.stop)  # a view, not a gather
+        Xb, yb = X[take], y2[take]
+        cx = _clip_factors(Xb, feature_bound)
+        cy = _clip_factors(yb, target_bound)
+        n_clipped += int(np.count_nonzero((cx < 1) | (cy < 1)))
+        root = None if sample_weight is None else np.sqrt(sample_weight[take])
+        targets = np.empty((Xb.shape[0], t + 1))  # [c_y y, 1] (times sqrt(w))
+        np.multiply(yb, cy[:, None], out=targets[:, :t])
+        targets[:, t] = 1.0
+        if root is not None:
+            targets *= root[:, None]
+        target_sums += targets.sum(axis=0) if root is None else root @ targets
+        if root is None and Xb.dtype == np.float64 and Xb.flags.c_contiguous:
+            # Read in place; the few clipped rows are corrected afterwards.
+            gram = dsyrk(1.0, Xb.T, beta=1.0, c=gram, trans=0, lower=0, overwrite_c=1)
+            clipped = np.flatnonzero(cx < 1)
+            if clipped.size:
+                Xc = Xb[clipped]
+                gram += (Xc * (cx[clipped] ** 2 - 1)[:, None]).T @ Xc
+            cross += Xb.T @ (targets * cx[:, None])
+            continue
+        if work_memory is None:
+            work_memory = np.empty(min(block, len(positions)) * d)
+        scaled = work_memory[: Xb.shape[0] * d].reshape(Xb.shape[0], d)
+        np.multiply(Xb, (cx if root is None else cx * root)[:, None], out=scaled)
+        # scaled.T is Fortran-ordered: syrk adds scaled^T scaled to the upper triangle.
+        gram = dsyrk(1.0, scaled.T, beta=1.0, c=gram, trans=0, lower=0, overwrite_c=1)
+        cross += scaled.T @ targets
     upper = np.triu_indices(d)
-    parts = [products[:d, :d][upper], products[:d, d : d + t].ravel()]
+    parts = [gram[upper], cross[:, :t].ravel()]
     if fit_intercept:
-        parts = [[products[q - 1, q - 1]], products[:d, q - 1], products[d : d + t, q - 1]] + parts
+        parts = [[target_sums[t]], cross[:, t], target_sums[:t]] + parts
     return np.concatenate(parts), n_clipped
 
 
-def _sparse_products(X, y, sample_weight, rows, feature_bound, target_bound):
-    """Upper triangle of ``[c_x x, c_y y, 1]^T W [c_x x, c_y y, 1]`` for sparse rows."""
+def _sparse_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_intercept):
+    """:func:`clipped_sums` of sparse rows (the site's rows, scaled, stay sparse)."""
     Xs, ys = sp.csr_matrix(X[rows], dtype=np.float64), y[rows]
     cx = _clip_factors(Xs, feature_bound)
     cy = _clip_factors(ys, target_bound)
     n_clipped = int(np.count_nonzero((cx < 1) | (cy < 1)))
     w = np.ones(Xs.shape[0]) if sample_weight is None else sample_weight[rows]
-    Xw = sp.csr_matrix(sp.diags(cx * w) @ Xs)  # rows scaled by c_x w
     Xc = sp.csr_matrix(sp.diags(cx) @ Xs)
+    Xw = sp.csr_matrix(sp.diags(w) @ Xc)
     yc = ys * cy[:, None]
-    d, t = Xs.shape[1], ys.shape[1]
-    q = d + t + 1
-    products = np.zeros((q, q))
-    products[:d, :d] = (Xw.T @ Xc).toarray()
-    products[:d, d : d + t] = np.asarray(Xw.T @ yc)
-    products[:d, q - 1] = np.asarray(Xw.sum(axis=0)).ravel()
-    products[d : d + t, q - 1] = w @ yc
-    products[q - 1, q - 1] = w.sum()
-    return products, n_clipped
+    gram = (Xw.T @ Xc).toarray()
+    parts = [gram[np.triu_indices(Xs.shape[1])], np.asarray(Xw.T @ yc).ravel()]
+    if fit_intercept:
+        parts = [[w.sum()], np.asarray(Xw.sum(axis=0)).ravel(), w @ yc] + parts
+    return np.concatenate(parts), n_clipped
 
 
 def _unpack(vector, d, t, fit_intercept):
@@ -357,10 +368,10 @@ class PrivateClient(Client):
                 "server: a masked release without this site's key round.", "server")
         local = {other.public_bytes for (federation, _), other in self._masking_keys.items()
                  if federation == task.federation}
-        if not local:
-            self._pair_keys.clear()  # the last site of this process has masked
         masked = mask_vector(encoded, key, index, public_keys, _context(task),
                              pair_keys=self._pair_keys, local_publics=local)
+        if not local:
+            self._pair_keys.clear()  # the last site of this process has masked
         return reply_fields, {"masked": masked}
 
 
