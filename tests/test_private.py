@@ -652,3 +652,15 @@ def test_missing_cryptography_names_the_extra(monkeypatch):
             MaskingKey()
     finally:
         _secure_aggregation._crypto.cache_clear()
+
+
+def test_the_same_release_under_two_sites_is_refused():
+    X, y, clients = _data(n=200)
+    model = PrivateFederatedRidge(epsilon=2.0)
+    server = model.make_server()
+    tasks = server.next_tasks(["a", "b"])
+    reply = model.make_client().respond(tasks["a"], X, y)
+    frame = decode(reply)
+    frame.site = "b"
+    with pytest.raises(InvalidClientMessage, match="client 'b': sent the same release"):
+        server.receive({"a": reply, "b": encode(frame)})

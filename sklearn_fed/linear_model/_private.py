@@ -502,6 +502,20 @@ class PrivateServer(Server):
             fail(f"its sums exceed the fixed-point range of {len(self._open)} sites.")
         return frame.fields["single_target"], n_targets, vector
 
+    def _cross_check(self, replies):
+        """The same vector (or public key) under two sites is a replay: refuse the second."""
+        refused, seen = {}, {}
+        for site in sorted_labels(replies):
+            reply = replies[site]
+            data = (reply if self._stage == "keys" else reply[2]).tobytes()
+            if data in seen:
+                refused[site] = InvalidClientMessage(
+                    f"client {site!r}: sent the same {self._stage} as site {seen[data]!r} "
+                    "(replayed).", site)
+            else:
+                seen[data] = site
+        return refused
+
     def _apply(self, replies, ledger):
         if self._stage == "keys":
             self._public_keys = {

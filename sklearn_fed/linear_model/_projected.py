@@ -72,7 +72,7 @@ def projected_statistics(X, y, sample_weight, rows, projection, centered):
             take = slice(take.start, take.stop)  # a view of X, not a gather
         part = ClientStatistics.from_data(
             projection.transform(X[take]), y[take], _take(sample_weight, take),
-            centered=centered,
+            centered=centered, check_input=False,
         )
         statistics = part if statistics is None else statistics.merge(part)
     return statistics
@@ -107,7 +107,9 @@ class ProjectedClient(StatisticsClient):
             projection = shared_projection(seed, X.shape[1], m, kind)
             stats = projected_statistics(X, y, sample_weight, rows, projection, centered)
         else:
-            stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered, rows=rows)
+            stats = ClientStatistics.from_data(
+                X, y, sample_weight, centered=centered, rows=rows, check_input=False
+            )
         return stats.to_payload()
 
 
@@ -122,6 +124,11 @@ class ProjectedServer(StatisticsServer):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        if self.robust is not None and (self.robust.feature_bound or self.robust.target_bound):
+            raise ValueError(
+                "ProjectedFederatedRidge cannot enforce feature_bound or target_bound: "
+                "sites send statistics of projected rows."
+            )
         previous = self._previous()
         if previous is not None:  # partial_fit: the same projection
             self.seed, self.m = estimator.projection_seed_, estimator.n_components_
@@ -173,6 +180,7 @@ class ProjectedServer(StatisticsServer):
         coef_projected = solve_ridge(
             aggregate.gram, aggregate.moment, estimator._checked_alpha(n_targets)
         )
+        self._check_model(coef_projected, aggregate, replies)
         m = min(self.m, d)
         projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
         ledger.n_parameters = estimator._n_parameters(d, n_targets)
