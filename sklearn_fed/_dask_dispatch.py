@@ -30,9 +30,11 @@ class DaskDispatchMixin:
     As scikit-learn's ``_SetOutputMixin`` wraps ``transform``, each subclass's
     own ``fit`` and ``partial_fit`` are wrapped when the class is created: a
     call whose ``X``, ``y``, ``sample_weight`` or ``clients`` is a Dask
-    collection runs :func:`sklearn_fed.dask._fit.fit_collection` (the same
-    client and server roles, one partition at a time); any other call runs the
-    method itself, unchanged.
+    collection goes to :func:`sklearn_fed.dask._fit.fit_collection`, which
+    calls the method itself with the collections' partitions as ``X``; any
+    other call runs the method unchanged. The method's own validation
+    (``_validate_rows``) and protocol run (``run_simulation``) recognise the
+    partitions, so each estimator keeps its own ``fit`` logic on Dask.
     """
 
     def __init_subclass__(cls, **kwargs):
@@ -54,7 +56,7 @@ def _dispatching(method, name):
             return method(self, *args, **kwargs)
         from .dask._fit import fit_collection
 
-        return fit_collection(self, name, **data)
+        return fit_collection(self, method, name, **data)
 
     wrapper._dask_method = name
     return wrapper

@@ -15,6 +15,7 @@ from sklearn_fed import (
     FederatedRidge,
     FederatedRidgeCV,
     IncrementalFederatedRidge,
+    PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
 from sklearn_fed.linear_model._base import StatisticsClient
@@ -122,6 +123,32 @@ def test_sites_within_partitions_give_the_same_bits():
         _assert_same_model(fitted, expected, exact=True)
     one = FederatedRidge().fit(da.from_array(X, chunks=(N, 4)), da.from_array(y, chunks=N))
     _assert_same_model(one, FederatedRidge().fit(X, y), exact=True)
+
+
+@pytest.mark.parametrize("noise", ["local", "distributed"])
+@pytest.mark.parametrize("epsilon", [np.inf, 1.0])
+def test_private_releases_once_per_site(epsilon, noise):
+    """A site's clipped sums are merged over its partitions, then noised once: same release."""
+    rng = np.random.default_rng(15)
+    X = rng.uniform(-1, 1, size=(N, D)) / 2
+    y = X @ [1.0, -1.0, 0.5, 0.2] + 0.05 * rng.normal(size=N)
+    clients = rng.integers(0, 5, size=N)
+    private = PrivateFederatedRidge(epsilon=epsilon, noise=noise, random_state=0)
+    for chunks in CHUNKINGS[:2]:
+        for c in (None, clients):
+            Xd, yd, cd = _as_dask(chunks, X, y, c)
+            fitted = clone(private).fit(Xd, yd, clients=cd)
+            expected = clone(private).fit(X, y, clients=c)
+            # the sums are rounded to the noise grid, which absorbs the round-off
+            _assert_same_model(fitted, expected, exact=True)
+            assert fitted.clipped_share_ == expected.clipped_share_ > 0
+            assert fitted.privacy_spent_ == expected.privacy_spent_
+            assert fitted.communication_.uplink_bytes == expected.communication_.uplink_bytes
+    ddf, frame = _frame(X, y, clients, np.ones(N))
+    fitted = clone(private).fit(ddf[COLUMNS], ddf["target"], clients=ddf["site"])
+    _assert_same_model(fitted, clone(private).fit(frame[COLUMNS], y, clients=clients), exact=True)
+    fitted.partial_fit(ddf[COLUMNS], ddf["target"], clients=ddf["site"])
+    assert fitted.n_releases_ == 2
 
 
 def test_cross_validation_holds_out_clients():
@@ -422,6 +449,10 @@ def test_two_worker_local_cluster(cluster_client):
     projected = ProjectedFederatedRidge(random_state=0)
     fitted = clone(projected).fit(ddf[COLUMNS], ddf["target"], clients=ddf["site"])
     _assert_same_model(fitted, clone(projected).fit(frame[COLUMNS], y, clients=clients))
+    private = PrivateFederatedRidge(noise="distributed", feature_bound=1e7, target_bound=1e7,
+                                    random_state=0)
+    fitted = clone(private).fit(Xd, yd, clients=cd)
+    _assert_same_model(fitted, clone(private).fit(X, y, clients=clients), exact=True)
     incremental = IncrementalFederatedRidge(random_state=0)
     fitted = clone(incremental).fit(Xd, yd, clients=cd)
     expected = _rounds_by_hand(clone(incremental), X, y, clients, CHUNKINGS[1][0])

@@ -1,15 +1,18 @@
-"""``fit``/``partial_fit`` on Dask collections: the protocol, one partition at a time.
+"""``fit``/``partial_fit`` on Dask collections: the estimator's own protocol, partition by partition.
 
 One-shot estimators (FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge,
-and any estimator whose client role splits its answer into ``_summarize`` /
-``_merge`` / ``_finish``) run their own server and client roles, exactly as
-``fit`` on arrays does, except for where a site's answer is computed:
+PrivateFederatedRidge, and any estimator that fits through
+``_validate_rows`` and ``run_simulation``) run their own ``fit`` with a
+:class:`PartitionedRows` as ``X``; only where a site's answer is computed
+changes:
 
-1. the server plans the round for the sites named by ``clients`` (one site,
-   labelled 0, without ``clients``: partitions are then blocks of that one
-   site's rows, as ``fit(X, y)`` treats all rows as one site);
-2. every partition is validated and each site's rows in it are summarized by
-   the client role, where the partition lives;
+1. ``_validate_rows`` checks the feature names and count on the collection's
+   metadata and finds the sites in ``clients`` (one site, labelled 0, without
+   ``clients``: partitions are then blocks of that one site's rows, as
+   ``fit(X, y)`` treats all rows as one site);
+2. ``run_simulation`` runs the server as always, and for each round every
+   partition is validated and each site's rows in it are summarized by the
+   client role (``BlockwiseClient._summarize``) where the partition lives;
 3. the summaries are merged by a tree reduction (a fixed tree, partitions in
    order, so every run gives the same bits); only the merged summaries travel
    back, and the site role finishes each site's answer from its summary;
@@ -17,8 +20,8 @@ and any estimator whose client role splits its answer into ``_summarize`` /
    other run.
 
 IncrementalFederatedRidge treats a collection as a stream: one round
-(``partial_fit``) per partition, in order, the next partition read while the
-current round runs.
+(``fit`` then ``partial_fit``) per partition, in order, the next partition
+read while the current round runs.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +30,6 @@ import dask
 import dask.threaded
 import numpy as np
 from dask.base import get_scheduler
-from sklearn import config_context, get_config
 from threadpoolctl import threadpool_limits
 
 from .._clients import group_rows_by_client
@@ -36,7 +38,7 @@ from ..protocol import BlockwiseClient, atomic, label_key
 from ..protocol._simulate import deliver_reply, deliver_task
 from ._partitions import Partitions
 
-__all__ = ["fit_collection"]
+__all__ = ["PartitionedRows", "fit_collection"]
 
 #: Partition summaries merged per node of the reduction tree.
 SPLIT_EVERY = 8
@@ -44,23 +46,27 @@ SPLIT_EVERY = 8
 ONLY_SITE = 0
 
 
-def fit_collection(estimator, method, X, y=None, sample_weight=None, clients=None):
-    """Run ``estimator.<method>`` (``"fit"`` or ``"partial_fit"``) on Dask collections.
+def fit_collection(estimator, method, name, X, y=None, sample_weight=None, clients=None):
+    """Run ``method`` (the estimator's ``fit`` or ``partial_fit``, called ``name``) on Dask collections.
 
     Called by the estimators' ``fit``/``partial_fit`` when an argument is a
     Dask collection (see :class:`~sklearn_fed._dask_dispatch.DaskDispatchMixin`).
     """
-    if not get_config()["skip_parameter_validation"]:
-        estimator._validate_params()
     from ..linear_model import FederatedRidgeCV, IncrementalFederatedRidge
 
+    if isinstance(estimator, IncrementalFederatedRidge):
+        return _stream(estimator, name, Partitions(X, y, sample_weight, clients))
+    if getattr(estimator, "_server_role", None) is None:
+        raise TypeError(
+            f"{type(estimator).__name__} does not fit through protocol roles, so it cannot "
+            "fit Dask collections."
+        )
     if isinstance(estimator, FederatedRidgeCV):
         _check_cv_on_collection(estimator, clients)
-    parts = Partitions(X, y, sample_weight, clients)
-    with config_context(skip_parameter_validation=True):
-        if isinstance(estimator, IncrementalFederatedRidge):
-            return _stream(estimator, method, parts)
-        return _one_shot(estimator, method, parts)
+    rows = PartitionedRows(Partitions(X, y, sample_weight, clients))
+    # ``clients`` is passed on for what fit decides from it (``clients is None``);
+    # the labels themselves are read from the partitions.
+    return method(estimator, rows, rows, sample_weight=None, clients=clients)
 
 
 def _check_cv_on_collection(estimator, clients):
@@ -78,35 +84,49 @@ def _check_cv_on_collection(estimator, clients):
         )
 
 
-# ----------------------------------------------------------------- one-shot
-@atomic
-def _one_shot(estimator, method, parts):
-    if estimator._server_role is None:
+class PartitionedRows:
+    """``X`` as an estimator's ``fit`` receives it from Dask collections.
+
+    It is never an array: ``_validate_rows`` and ``run_simulation`` hand it
+    back here (:meth:`_validate_partitions`, :meth:`_run_partitions`).
+    """
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def __array__(self, *args, **kwargs):
         raise TypeError(
-            f"{type(estimator).__name__} does not run through protocol roles, so it cannot "
-            "fit a Dask collection."
+            "rows in Dask partitions cannot be used as one array; this estimator computes "
+            "something from X outside its protocol roles."
         )
-    warm_start = method == "partial_fit" and hasattr(estimator, "n_features_in_")
-    validate_data(estimator, parts.stand_in, "no_validation", reset=not warm_start,
-                  skip_check_array=True)
-    names = getattr(estimator, "feature_names_in_", None)
-    names = None if names is None else [str(name) for name in names]
-    labels = _site_labels(parts)
-    server = estimator.make_server(feature_names=names, warm_start=warm_start)
-    client = estimator.make_client()
-    frames = server._next_frames(labels)
-    while frames:
-        replies, sizes = _answer_round(parts, server, client, frames, names)
-        server._receive_frames(replies, sizes)
+
+    def _validate_partitions(self, estimator, *, reset):
+        """What ``_validate_rows`` returns: ``(X, y, sample_weight, labels, rows)``.
+
+        ``y`` has no rows (only its shape says how many targets); the
+        partitions carry the rows, weights and labels.
+        """
+        parts = self.parts
+        validate_data(estimator, parts.stand_in, "no_validation", reset=reset,
+                      skip_check_array=True)
+        y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
+        return self, y_like, None, _site_labels(parts), None
+
+    def _run_partitions(self, server, clients, labels, names):
+        """``run_simulation`` on partitions: every round answered partition by partition."""
         frames = server._next_frames(labels)
-    return estimator
+        while frames:
+            replies, sizes = _answer_round(self.parts, server, clients, frames, names)
+            server._receive_frames(replies, sizes)
+            frames = server._next_frames(labels)
+        return server
 
 
 def _site_labels(parts):
     """Every site label in ``clients``, ordered as ``fit`` on arrays orders them."""
     clients = parts.inputs["clients"]
     if clients is None:
-        return [ONLY_SITE]
+        return np.array([ONLY_SITE])
     per_partition = _compute(*[
         dask.delayed(_labels_in, pure=True)(i, block) for i, block in enumerate(clients.blocks)
     ])
@@ -116,39 +136,49 @@ def _site_labels(parts):
     # Labels of each partition in order of first appearance, concatenated: the
     # grouping of arrays then gives the same order (sorted, or first appearance).
     labels, _ = group_rows_by_client(np.concatenate(present), sum(map(len, present)))
-    return [label.item() if isinstance(label, np.generic) else label for label in labels]
+    return labels
 
 
 def _labels_in(i, clients):
     clients = np.asarray(clients)
     if clients.ndim == 2 and clients.shape[1] == 1:
         clients = clients[:, 0]
+    if not len(clients):
+        return clients
     try:
-        labels, rows = group_rows_by_client(clients, clients.shape[0]) if len(clients) else (
-            clients[:0], [])
+        labels, rows = group_rows_by_client(clients, clients.shape[0])
     except ValueError as exc:
         raise ValueError(f"partition {i}: {exc}") from exc
     first = np.argsort([r.start if isinstance(r, slice) else r[0] for r in rows], kind="stable")
     return labels[first]
 
 
-def _answer_round(parts, server, client, frames, names):
+def _answer_round(parts, server, clients, frames, names):
     """Every tasked site's reply frame, computed partition by partition."""
     sites = {label_key(site): site for site in frames}
-    tasks = {key: deliver_task(server, client, site, frames[site]) for key, site in sites.items()}
-    answers = dask.delayed(SiteAnswers(client, tasks, parts.spec()), pure=True)
+    roles = {key: clients[site] if isinstance(clients, dict) else clients
+             for key, site in sites.items()}
+    tasks = {key: deliver_task(server, roles[key], site, frames[site])
+             for key, site in sites.items()}
+    answers = SiteAnswers(roles, tasks, parts.spec())
+    # Workers get site roles rebuilt from the estimator alone: a role's key and
+    # the state it keeps between rounds (a masking key) never leave this process.
+    rebuilt = {}
+    fresh = {key: rebuilt.setdefault(id(role), type(role)(role.estimator))
+             for key, role in roles.items()}
+    shared = dask.delayed(SiteAnswers(fresh, tasks, parts.spec()), pure=True)
     nodes = [
-        dask.delayed(_summarize_partition, pure=True)(answers, i, *parts.delayed(i))
+        dask.delayed(_summarize_partition, pure=True)(shared, i, *parts.delayed(i))
         for i in range(parts.n_partitions)
     ]
     while len(nodes) > 1:
         nodes = [
-            dask.delayed(_combine, pure=True)(answers, *nodes[i : i + SPLIT_EVERY])
+            dask.delayed(_combine, pure=True)(shared, *nodes[i : i + SPLIT_EVERY])
             for i in range(0, len(nodes), SPLIT_EVERY)
         ]
-    # Only the merged summaries come back; the site role finishes them here,
-    # where its state (e.g. keys kept between rounds) lives.
-    finished = SiteAnswers(client, tasks, parts.spec()).finish(_compute(nodes[0])[0])
+    # Only the merged summaries come back; the site roles finish them here,
+    # where their state (e.g. keys kept between rounds) lives.
+    finished = answers.finish(_compute(nodes[0])[0])
     # The reply's schema is read from these shapes and dtype, as from a site's rows.
     X_like = np.empty((0, parts.n_features), dtype=parts.dtype)
     y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
@@ -157,8 +187,9 @@ def _answer_round(parts, server, client, frames, names):
         if key not in finished:
             continue  # no rows of this site: dropout
         fields, arrays = finished[key]
-        frame = client._reply_frame(tasks[key], fields, arrays, X_like, y_like, names)
-        replies[site] = deliver_reply(server, client, site, frame, sizes)
+        role = roles[key]
+        frame = role._reply_frame(tasks[key], fields, arrays, X_like, y_like, names)
+        replies[site] = deliver_reply(server, role, site, frame, sizes)
     return replies, sizes
 
 
@@ -195,7 +226,7 @@ class _Piece:
 
 
 class SiteAnswers:
-    """The client role applied to the sites' rows of one round, block by block.
+    """The client roles applied to the sites' rows of one round, block by block.
 
     For a :class:`~sklearn_fed.protocol.BlockwiseClient`, a site's rows may
     span partitions. For any other client role each site's reply is
@@ -203,11 +234,10 @@ class SiteAnswers:
     not in general a sum (noise, for instance, is drawn once per reply).
     """
 
-    def __init__(self, client, tasks, spec):
-        self.client = client
+    def __init__(self, roles, tasks, spec):
+        self.roles = roles
         self.tasks = tasks
         self.spec = spec
-        self.blockwise = _answers_from_blocks(type(client))
 
     def summarize(self, i, X, y, sample_weight, clients):
         checked = self.spec.check(i, X, y, sample_weight, clients)
@@ -223,10 +253,11 @@ class SiteAnswers:
             task = self.tasks.get(key)
             if task is None:  # the server did not ask this site this round
                 continue
-            if self.blockwise:
-                summary = self.client._summarize(task, X, y, sample_weight, site_rows)
+            role = self.roles[key]
+            if _answers_from_blocks(type(role)):
+                summary = role._summarize(task, X, y, sample_weight, site_rows)
             else:
-                summary = self.client._compute(task, X, y, sample_weight, site_rows)
+                summary = role._compute(task, X, y, sample_weight, site_rows)
             pieces[key] = _Piece(label, summary, (i,))
         return pieces
 
@@ -239,22 +270,25 @@ class SiteAnswers:
         return merged
 
     def _merge(self, key, first, second):
+        role = self.roles[key]
         partitions = first.partitions + second.partitions
-        if not self.blockwise:
+        if not _answers_from_blocks(type(role)):
             raise ValueError(
                 f"site {first.site!r} has rows in partitions {list(partitions)}, but "
-                f"{type(self.client).__name__} is not a BlockwiseClient: its reply cannot "
-                "be assembled from parts. Put each site's rows in one partition."
+                f"{type(role).__name__} is not a BlockwiseClient: its reply cannot be "
+                "assembled from parts. Put each site's rows in one partition."
             )
-        summary = self.client._merge(first.summary, second.summary)
-        return _Piece(first.site, summary, partitions)
+        return _Piece(first.site, role._merge(first.summary, second.summary), partitions)
 
     def finish(self, node):
-        if not self.blockwise:
-            return {key: piece.summary for key, piece in node.items()}
-        return {
-            key: self.client._finish(self.tasks[key], piece.summary) for key, piece in node.items()
-        }
+        finished = {}
+        for key, piece in node.items():
+            role = self.roles[key]
+            finished[key] = (
+                role._finish(self.tasks[key], piece.summary)
+                if _answers_from_blocks(type(role)) else piece.summary
+            )
+        return finished
 
 
 def _answers_from_blocks(role):
@@ -268,10 +302,9 @@ def _owner(cls, name):
 
 # ------------------------------------------------------------------- stream
 @atomic
-def _stream(estimator, method, parts):
+def _stream(estimator, name, parts):
     """One round per partition, in order; the next partition is read meanwhile."""
     spec = parts.spec()
-    first_round = method == "fit"
     rounds = 0
     with ThreadPoolExecutor(max_workers=1) as reader:
         pending = reader.submit(_read_partition, parts, 0)
@@ -281,13 +314,12 @@ def _stream(estimator, method, parts):
                 pending = reader.submit(_read_partition, parts, i + 1)
             if spec.check(i, X, y, sample_weight, clients) is None:
                 continue  # a partition without rows brings no round
-            step = estimator.fit if first_round and rounds == 0 else estimator.partial_fit
+            step = estimator.fit if name == "fit" and rounds == 0 else estimator.partial_fit
             step(X, y, sample_weight=sample_weight, clients=clients)
             rounds += 1
     if rounds == 0:
         raise ValueError("X has no rows.")
     return estimator
-
 
 
 def _read_partition(parts, i):

@@ -240,6 +240,8 @@ class BaseFederatedRidge(
     # ---------------------------------------------------------------- inputs
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
         """Validate one batch of rows; returns arrays and per-client row groups."""
+        if hasattr(X, "_validate_partitions"):  # Dask collections (sklearn_fed.dask)
+            return X._validate_partitions(self, reset=reset)
         X, y = validate_data(
             self,
             X,

@@ -66,6 +66,8 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     server : Server
     """
     labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
+    if hasattr(X, "_run_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
+        return X._run_partitions(server, clients, labels, names)
     position = {label_key(label): i for i, label in enumerate(labels)}
     tasks = server._next_frames(labels)
     while tasks:
