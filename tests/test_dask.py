@@ -151,6 +151,24 @@ def test_private_releases_once_per_site(epsilon, noise):
     assert fitted.n_releases_ == 2
 
 
+def test_a_key_exchange_reads_no_partition():
+    """Distributed noise: keys first, then the release; only the release reads the rows."""
+    reads = []
+
+    def read(block):
+        reads.append(len(block))
+        return block
+
+    rng = np.random.default_rng(16)
+    X = rng.uniform(-1, 1, size=(N, D)) / 2
+    y, clients = X @ [1.0, -1.0, 0.5, 0.2], rng.integers(0, 3, size=N)
+    Xd, yd, cd = _as_dask(((40, 40, 41), (4,)), X, y, clients)
+    private = PrivateFederatedRidge(noise="distributed", random_state=0)
+    fitted = clone(private).fit(Xd.map_blocks(read, dtype=float), yd, clients=cd)
+    assert sorted(n for n in reads if n) == [40, 40, 41]  # (dask calls read on no rows first)
+    _assert_same_model(fitted, clone(private).fit(X, y, clients=clients), exact=True)
+
+
 def test_cross_validation_holds_out_clients():
     X, y, clients, _ = _data(3)
     cv = FederatedRidgeCV(alphas=[1e-3, 1.0, 1e3])

@@ -161,6 +161,18 @@ def _answer_round(parts, server, clients, frames, names):
     tasks = {key: deliver_task(server, roles[key], site, frames[site])
              for key, site in sites.items()}
     answers = SiteAnswers(roles, tasks, parts.spec())
+    if any(answers.reads_rows(key) for key in tasks):
+        # Only the merged summaries come back; the site roles finish them here,
+        # where their state (e.g. keys kept between rounds) lives.
+        merged = _compute(_reduction(parts, roles, tasks))[0]
+    else:  # e.g. a key exchange: no partition is read
+        merged = {key: _Piece(site, roles[key]._summarize(tasks[key], None, None, None, None), ())
+                  for key, site in sites.items()}
+    return _replies(parts, server, roles, sites, tasks, answers.finish(merged), names)
+
+
+def _reduction(parts, roles, tasks):
+    """The delayed tree: each partition's summaries, merged eight at a time, in order."""
     # Workers get site roles rebuilt from the estimator alone: a role's key and
     # the state it keeps between rounds (a masking key) never leave this process.
     rebuilt = {}
@@ -176,9 +188,11 @@ def _answer_round(parts, server, clients, frames, names):
             dask.delayed(_combine, pure=True)(shared, *nodes[i : i + SPLIT_EVERY])
             for i in range(0, len(nodes), SPLIT_EVERY)
         ]
-    # Only the merged summaries come back; the site roles finish them here,
-    # where their state (e.g. keys kept between rounds) lives.
-    finished = answers.finish(_compute(nodes[0])[0])
+    return nodes[0]
+
+
+def _replies(parts, server, roles, sites, tasks, finished, names):
+    """The reply frames of the finished answers, as the server receives them."""
     # The reply's schema is read from these shapes and dtype, as from a site's rows.
     X_like = np.empty((0, parts.n_features), dtype=parts.dtype)
     y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
@@ -238,6 +252,10 @@ class SiteAnswers:
         self.roles = roles
         self.tasks = tasks
         self.spec = spec
+
+    def reads_rows(self, key):
+        role = self.roles[key]
+        return not _answers_from_blocks(type(role)) or role._reads_rows(self.tasks[key])
 
     def summarize(self, i, X, y, sample_weight, clients):
         checked = self.spec.check(i, X, y, sample_weight, clients)

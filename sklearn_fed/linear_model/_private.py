@@ -327,6 +327,9 @@ class PrivateClient(BlockwiseClient):
 
     # A release is _finish (grid, noise, mask: once per site) of the sum of the
     # clipped sums of the site's rows, so its rows may come in blocks.
+    def _reads_rows(self, task):
+        return _step(task) != "keys"
+
     def _summarize(self, task, X, y, sample_weight, rows):
         if _step(task) == "keys":
             return None  # a key depends on no row

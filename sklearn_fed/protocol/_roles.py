@@ -211,6 +211,10 @@ class BlockwiseClient(Client):
     def _compute(self, task, X, y, sample_weight, rows):
         return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
 
+    def _reads_rows(self, task):
+        """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
+        return True
+
     @abstractmethod
     def _summarize(self, task, X, y, sample_weight, rows):
         """A summary of the site's rows ``X[rows]`` (one block of them)."""
