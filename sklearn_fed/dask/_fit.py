@@ -1,4 +1,4 @@
-"""``fit``/``partial_fit`` on Dask collections: the estimator's own protocol, partition by partition.
+"""``fit``/``partial_fit`` on Dask collections: the estimator's protocol, partition by partition.
 
 One-shot estimators (FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge,
 PrivateFederatedRidge, and any estimator that fits through
@@ -47,7 +47,7 @@ ONLY_SITE = 0
 
 
 def fit_collection(estimator, method, name, X, y=None, sample_weight=None, clients=None):
-    """Run ``method`` (the estimator's ``fit`` or ``partial_fit``, called ``name``) on Dask collections.
+    """Run ``method`` (``fit`` or ``partial_fit``, called ``name``) on Dask collections.
 
     Called by the estimators' ``fit``/``partial_fit`` when an argument is a
     Dask collection (see :class:`~sklearn_fed._dask_dispatch.DaskDispatchMixin`).
@@ -231,7 +231,7 @@ def _combine(answers, *nodes):
 class _Piece:
     """A site's summary of its rows in some partitions (listed, for error messages)."""
 
-    __slots__ = ("site", "summary", "partitions")
+    __slots__ = ("partitions", "site", "summary")
 
     def __init__(self, site, summary, partitions):
         self.site = site
