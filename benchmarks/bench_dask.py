@@ -250,9 +250,11 @@ def main(argv=None):
         full = {"federated_ridge": [], "floor": []}
         for repeat in range(args.repeats):  # interleaved: both see the same machine
             for method in ("federated_ridge", "floor"):
-                full[method].append(measure(method, table, args.rows, args.timeout))
-                print(f"  repeat {repeat}: {method} {full[method][-1].get('seconds', '-')}",
-                      flush=True)
+                result = measure(method, table, args.rows, args.timeout)
+                full[method].append(result)
+                print(f"  repeat {repeat}: {method} "
+                      + " ".join(f"{k}={v:.3g}" for k, v in result.items()
+                                 if isinstance(v, float) or k == "peak_rss"), flush=True)
         subset = min(args.subset_rows, args.rows)
         partial = {m: [measure(m, table, subset, args.timeout)]
                    for m in ("federated_ridge", "lstsq", "dask_ml")}
