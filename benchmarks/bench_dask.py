@@ -75,7 +75,16 @@ def _load(directory, rows):
 
 # ---------------------------------------------------------------- measurements
 def _peak_rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+    """Peak resident set size of this process, in bytes.
+
+    ``VmHWM`` belongs to the process's own address space, which ``exec``
+    replaces; ``ru_maxrss`` would also count the parent's memory at ``fork``.
+    """
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # not Linux
 
 
 def run_federated_ridge(directory, rows):
