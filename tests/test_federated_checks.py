@@ -1,6 +1,11 @@
 """Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
 
-from sklearn_fed import FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge
+from sklearn_fed import (
+    FederatedRidge,
+    FederatedRidgeCV,
+    IncrementalFederatedRidge,
+    ProjectedFederatedRidge,
+)
 from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
 
 ESTIMATORS = [
@@ -8,6 +13,8 @@ ESTIMATORS = [
     FederatedRidge(fit_intercept=False),
     FederatedRidgeCV(),
     ProjectedFederatedRidge(n_components=2, random_state=0),
+    IncrementalFederatedRidge(random_state=0),
+    IncrementalFederatedRidge(fit_intercept=False, min_clients=2, random_state=0),
 ]
 
 
