@@ -17,7 +17,7 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
-from scipy.linalg.blas import dsyrk
+from scipy.linalg.lapack import dgeqrf as _geqrf
 
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import (
@@ -67,42 +67,55 @@ def _site_statistics(X, y, sample_weight, centered):
     The Gram travels as the ``R`` of a QR of the site's (sqrt-weighted,
     centered) rows when that is smaller than its packed triangle, i.e. with
     fewer than ``(d + 1) / 2`` rows; ``R^T R`` is the Gram and ``R`` is fixed
-    by the Gram up to signs, so it tells the server nothing more.
+    by the Gram up to signs, so it tells the server nothing more. Centered
+    rows ``C`` satisfy ``sqrt(w)^T C = 0``, so they have rank ``n - 1``: the
+    QR of ``[sqrt(w), C]`` puts that direction in its first row, and the
+    remaining ``n - 1`` rows of ``R`` (past the first column) factor the Gram.
     """
     n, d = X.shape
-    single_target = y.ndim == 1
     if 2 * (n - centered) >= d + 1:
         return ClientStatistics.from_data(X, y, sample_weight, centered=centered).to_payload()
     X = np.asarray(X.toarray() if sp.issparse(X) else X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64).reshape(n, -1)
-    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    weight_sum = float(w.sum())
-    denom = weight_sum if weight_sum > 0 else 1.0
-    x_mean = (w @ X) / denom
-    y_mean = (w @ y) / denom
-    root = np.sqrt(w)[:, None]
-    if centered:
-        Xs = (X - x_mean) * root
-        ys = (y - y_mean) * root
-        rows = _drop_direction(Xs, root[:, 0])
+    y2 = np.asarray(y, dtype=np.float64).reshape(n, -1)
+    if sample_weight is None:
+        weight_sum, root = float(n), None
+        x_mean, y_mean = X.mean(axis=0), y2.mean(axis=0)
     else:
-        Xs, ys = X * root, y * root
-        rows = Xs
-    factor = np.zeros((0, d))
-    if rows.shape[0]:
-        factor = linalg.qr(rows, mode="r", check_finite=False)[0][: min(rows.shape[0], d)]
+        w = np.asarray(sample_weight, dtype=np.float64)
+        weight_sum = float(w.sum())
+        denom = weight_sum if weight_sum > 0 else 1.0
+        x_mean, y_mean = (w @ X) / denom, (w @ y2) / denom
+        root = np.sqrt(w)
+    stacked = np.empty((n, d + 1))  # [sqrt(w), sqrt(w) (x - mean)]
+    Xs = stacked[:, 1:]
+    if centered:
+        np.subtract(X, x_mean, out=Xs)
+        ys = y2 - y_mean
+    else:
+        Xs[:] = X
+        ys = y2
+    if root is not None:
+        Xs *= root[:, None]
+        ys = ys * root[:, None]
+    moment = Xs.T @ ys
+    target_ss = np.einsum("ij,ij->j", ys, ys)
+    if centered:
+        stacked[:, 0] = 1.0 if root is None else root
+        factor = np.triu(_geqrf(stacked)[0][1:, 1:])
+    else:
+        factor = np.triu(_geqrf(Xs)[0][: min(n, d)]) if n else np.zeros((0, d))
     fields = {
         "n_samples": int(n),
         "weight_sum": weight_sum,
         "centered": bool(centered),
-        "single_target": bool(single_target),
+        "single_target": y.ndim == 1,
     }
     arrays = {
         "x_mean": x_mean,
         "y_mean": y_mean,
-        "factor": np.ascontiguousarray(factor),
-        "moment": Xs.T @ ys,
-        "target_ss": np.einsum("ij,ij->j", ys, ys),
+        "factor": factor,
+        "moment": moment,
+        "target_ss": target_ss,
     }
     return fields, arrays
 
@@ -249,11 +262,8 @@ def _merge_round(previous, contributions, centered):
 
 
 def _gram_of(rows):
-    """``rows^T rows``; BLAS syrk (half the flops of a product) for many rows."""
-    if rows.shape[0] < 64:
-        return rows.T @ rows
-    upper = dsyrk(1.0, np.asfortranarray(rows.T), trans=0, lower=0)
-    return np.triu(upper) + np.triu(upper, 1).T
+    """``rows^T rows`` (numpy runs BLAS syrk for ``A.T @ A`` and mirrors the triangle)."""
+    return rows.T @ rows
 
 
 # ------------------------------------------------------------------ solver state
@@ -333,7 +343,8 @@ class _InverseState:
 def _refactor(gram, alpha, kind):
     """Rebuild the solver state from the exact statistics; None if not SPD."""
     d = gram.shape[0]
-    system = gram + alpha * np.eye(d)
+    system = gram.copy()
+    system.flat[:: d + 1] += alpha
     try:
         chol = linalg.cholesky(system, lower=False, check_finite=False)
     except linalg.LinAlgError:

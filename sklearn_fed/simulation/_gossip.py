@@ -82,9 +82,7 @@ def elect_leader(nodes, bids=None, *, fanout=3, n_rounds=3, random_state=None):
         check_random_state(random_state)
     )
     if bids is None:
-        winner = int(rng.integers(k)) if isinstance(rng, np.random.Generator) else int(
-            rng.randint(k)
-        )
+        winner = int(_draw(rng, k))
     else:
         bids = np.asarray(bids, dtype=np.float64)
         if bids.shape != (k,):
@@ -111,6 +109,8 @@ def _spread(k, fanout, n_rounds, rng):
 
     Nodes are exchangeable, so the informed ones are numbered ``0 .. I-1``.
     """
+    if fanout >= k - 1:  # everyone contacts everyone: one round informs all
+        return k if n_rounds > 0 else 1
     informed = 1
     for _ in range(n_rounds):
         if informed == k:
@@ -119,7 +119,9 @@ def _spread(k, fanout, n_rounds, rng):
         pushed = np.unique(peers[peers >= informed]).size
         # A node that pushed nothing to still learns the bid if one of its own
         # fanout contacts is informed: C(k-1-I, f) / C(k-1, f) is the miss chance.
-        miss = np.prod((k - 1 - informed - np.arange(fanout)) / (k - 1 - np.arange(fanout)))
+        miss = 1.0
+        for j in range(fanout):
+            miss *= (k - 1 - informed - j) / (k - 1 - j)
         rest = k - informed - pushed
         pulled = int(rng.binomial(rest, 1.0 - miss)) if rest > 0 else 0
         informed += pushed + pulled
@@ -130,9 +132,13 @@ def _distinct_peers(n_senders, k, fanout, rng):
     """For senders ``0 .. n-1``: ``fanout`` distinct peers each, never themselves.
 
     Row ``i`` draws ``fanout`` values from the ``k - 1`` other nodes; rows
-    with a repeated peer are drawn again (rare unless ``k`` is tiny).
+    with a repeated peer are drawn again (rare: with few nodes the peers are
+    a random order of all the others instead).
     """
     senders = np.arange(n_senders)[:, None]
+    if k - 1 < 4 * fanout:  # few nodes: a random order of the others, no rejections
+        order = np.argsort(rng.random((n_senders, k - 1)), axis=1)[:, :fanout]
+        return order + (order >= senders)
     peers = np.empty((n_senders, fanout), dtype=np.intp)
     redo = np.arange(n_senders)
     while redo.size:
