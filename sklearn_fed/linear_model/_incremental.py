@@ -86,7 +86,8 @@ def _site_statistics(X, y, sample_weight, centered):
         denom = weight_sum if weight_sum > 0 else 1.0
         x_mean, y_mean = (w @ X) / denom, (w @ y2) / denom
         root = np.sqrt(w)
-    stacked = np.empty((n, d + 1))  # [sqrt(w), sqrt(w) (x - mean)]
+    # [sqrt(w), sqrt(w) (x - mean)], in Fortran order so LAPACK works on it in place
+    stacked = np.empty((n, d + 1), order="F")
     Xs = stacked[:, 1:]
     if centered:
         np.subtract(X, x_mean, out=Xs)
@@ -101,9 +102,10 @@ def _site_statistics(X, y, sample_weight, centered):
     target_ss = np.einsum("ij,ij->j", ys, ys)
     if centered:
         stacked[:, 0] = 1.0 if root is None else root
-        factor = np.triu(_geqrf(stacked)[0][1:, 1:])
+        factor = np.triu(_geqrf(stacked, overwrite_a=True)[0][1:, 1:])
     else:
-        factor = np.triu(_geqrf(Xs)[0][: min(n, d)]) if n else np.zeros((0, d))
+        factor = np.triu(_geqrf(np.asfortranarray(Xs))[0][: min(n, d)]) if n else np.zeros(
+            (0, d))
     fields = {
         "n_samples": int(n),
         "weight_sum": weight_sum,
@@ -577,8 +579,7 @@ class IncrementalClient(Client):
             return {"held": int(n_pending)}, {}
         if self._pending:
             X, y, sample_weight = _stack(self._pending + ((X, y, sample_weight),))
-        with np.errstate(over="ignore", invalid="ignore"):  # the server names the site
-            payload = _site_statistics(X, y, sample_weight, centered)
+        payload = _site_statistics(X, y, sample_weight, centered)
         self._pending = ()
         return payload
 

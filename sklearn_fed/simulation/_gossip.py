@@ -116,7 +116,7 @@ def _spread(k, fanout, n_rounds, rng):
         if informed == k:
             break
         peers = _distinct_peers(informed, k, fanout, rng)
-        pushed = np.unique(peers[peers >= informed]).size
+        pushed = len(set(peers[peers >= informed].tolist()))
         # A node that pushed nothing to still learns the bid if one of its own
         # fanout contacts is informed: C(k-1-I, f) / C(k-1, f) is the miss chance.
         miss = 1.0
