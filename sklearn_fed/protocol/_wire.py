@@ -152,6 +152,8 @@ class Frame:
 
 
 def _wire_dtype(dtype, name):
+    if dtype.str in _DTYPES:  # already little-endian (or byte-sized): the common case
+        return dtype.str
     dtype = np.dtype(dtype)
     code = dtype.newbyteorder("<").str if dtype.byteorder not in "|" else dtype.str
     if code not in _DTYPES:
