@@ -112,7 +112,8 @@ def bench_intelex(args):
             for d in args.dims:
                 n_rounds = args.rounds if d <= 100 else max(10, args.rounds // 4)
                 for sites in (1, 5):
-                    clients = np.arange(ROWS_PER_ROUND) % sites
+                    # one site: no clients array, as for IncrementalRidge
+                    clients = None if sites == 1 else np.arange(ROWS_PER_ROUND) % sites
                     for read in (False, True):
                         wall, cpu, ours, theirs = [], [], [], []
                         for seed in range(args.repeats):

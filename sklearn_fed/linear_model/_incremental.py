@@ -11,6 +11,7 @@ the exact statistics.
 """
 
 import copy
+import math
 import time
 from numbers import Integral, Real
 
@@ -42,6 +43,8 @@ _AUTO_RANK_RATIO = 8
 # Statistics whose Gram diagonal exceeds this would overflow when merged or solved.
 _MAX_MAGNITUDE = np.finfo(np.float64).max / 64
 _CONTRIBUTION_FIELDS = {"n_samples", "weight_sum", "centered", "single_target"}
+_FACTOR_ARRAYS = {"x_mean", "y_mean", "factor", "moment", "target_ss"}
+_GRAM_ARRAYS = {"x_mean", "y_mean", "gram", "moment", "target_ss"}
 
 
 # --------------------------------------------------------------------- messages
@@ -79,7 +82,7 @@ def _site_statistics(X, y, sample_weight, centered):
     y2 = np.asarray(y, dtype=np.float64).reshape(n, -1)
     if sample_weight is None:
         weight_sum, root = float(n), None
-        x_mean, y_mean = X.mean(axis=0), y2.mean(axis=0)
+        x_mean, y_mean = X.sum(axis=0) / n, y2.sum(axis=0) / n  # np.mean, without its overhead
     else:
         w = np.asarray(sample_weight, dtype=np.float64)
         weight_sum = float(w.sum())
@@ -151,7 +154,7 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
         raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
     fields, arrays = frame.fields, frame.arrays
-    if set(fields) != _CONTRIBUTION_FIELDS:
+    if fields.keys() != _CONTRIBUTION_FIELDS:
         fail(f"statistics fields must be {sorted(_CONTRIBUTION_FIELDS)}; got {sorted(fields)}.")
     n, weight_sum = fields["n_samples"], fields["weight_sum"]
     if not (type(n) is int and 0 < n < 2**53):
@@ -163,50 +166,49 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
              f"asked for centered={centered}.")
     if type(fields["single_target"]) is not bool or (fields["single_target"] and n_targets != 1):
         fail("single_target must be a boolean, and true only with one target.")
-    matrix = {"factor", "gram"} & set(arrays)
-    if set(arrays) - {"factor", "gram"} != {"x_mean", "y_mean", "moment", "target_ss"} or len(
-        matrix
-    ) != 1:
-        fail("statistics arrays must be x_mean, y_mean, moment, target_ss and one of "
-             f"factor or gram; got {sorted(arrays)}.")
     d, t = n_features, n_targets
     shapes = {"x_mean": (d,), "y_mean": (t,), "moment": (d, t), "target_ss": (t,)}
-    if "gram" in arrays:
+    if arrays.keys() == _GRAM_ARRAYS:
         gram = arrays["gram"]
-        shapes["gram"] = (d, d)
         arrays = dict(arrays, gram=gram.matrix if isinstance(gram, SymmetricMatrix) else gram)
-    else:
-        p = arrays["factor"].shape[0] if arrays["factor"].ndim == 2 else -1
+        shapes["gram"] = (d, d)
+    elif arrays.keys() == _FACTOR_ARRAYS:
+        factor = arrays["factor"]
+        p = factor.shape[0] if getattr(factor, "ndim", 0) == 2 else -1
         if not 0 <= p < d:
             fail(f"factor must have fewer rows than the {d} features.")
         shapes["factor"] = (p, d)
+    else:
+        fail("statistics arrays must be x_mean, y_mean, moment, target_ss and one of "
+             f"factor or gram; got {sorted(arrays)}.")
     for name, shape in shapes.items():
         array = arrays[name]
-        if not (isinstance(array, np.ndarray) and array.dtype == np.float64):
+        if not (type(array) is np.ndarray and array.dtype == np.float64):
             fail(f"{name} must be a float64 array.")
         if array.shape != shape:
             fail(f"{name} has shape {array.shape}, expected {shape}.")
-        if not np.isfinite(array).all():
-            fail(f"{name} contains NaN or infinity: the site's rows hold values too large "
-                 "for float64 statistics (|x| near 1e154 or more). Nothing was applied.")
+        # one reduction: a NaN or an infinity (or values near 1e308) make the sum non-finite
+        if not math.isfinite(array.sum()):
+            fail(f"{name} contains NaN or infinity, or values too large for float64: the "
+                 "site's rows hold values near 1e154 or more. Nothing was applied.")
     contribution = _Contribution(site, fields, arrays)
-    if "gram" in arrays:  # a full Gram must look like one; a factor's R^T R always does
+    if contribution.gram is not None:  # a full Gram must look like one
         stats = ClientStatistics(
             n, float(weight_sum), contribution.x_mean, contribution.y_mean, contribution.gram,
             contribution.moment, contribution.target_ss, centered=centered,
         )
         stats.validate(client=site)
-    else:
+    else:  # a factor's R^T R is positive semi-definite by construction
         # |moment_ij| <= |column i| |target j|; the factor's column norms miss the
         # row dropped by centering, a rounding error of order eps |x_mean| sqrt(W).
         column = np.sqrt(contribution.gram_diagonal) + 1e-8 * np.sqrt(
             contribution.weight_sum) * np.abs(contribution.x_mean)
-        target = np.sqrt(np.maximum(contribution.target_ss, 0))
+        target = np.sqrt(contribution.target_ss)
         if np.any(contribution.target_ss < 0) or np.any(
             np.abs(contribution.moment) > np.outer(column, target) * (1 + 1e-6)
         ):
             fail("moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
-    if np.max(contribution.gram_diagonal, initial=0.0) > _MAX_MAGNITUDE:
+    if contribution.gram_diagonal.max(initial=0.0) > _MAX_MAGNITUDE:
         fail("its statistics are too large to be merged without overflow (values of its "
              "rows near 1e154 or more). Nothing was applied.")
     return contribution
