@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from scipy import linalg
 from scipy.linalg.lapack import dgeqrf as _geqrf
 
+from .._clients import label_array
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import (
     Client,
@@ -720,10 +721,7 @@ class IncrementalServer(Server):
                 site_pending[label_key(site)] = (site, replies[site])
             else:
                 site_pending.pop(label_key(site), None)
-        contributors = []
-        for contribution in waiting:
-            if contribution.site not in contributors:
-                contributors.append(contribution.site)
+        contributors = list({label_key(c.site): c.site for c in waiting}.values())
         n_targets = state["n_targets"]
         if arrived:
             n_targets = arrived[0].moment.shape[1]
@@ -738,7 +736,7 @@ class IncrementalServer(Server):
             "uplink_bytes": _round_bytes(ledger.uplink_bytes_per_client, self._ledger, "up",
                                          replies),
             "downlink_bytes": _round_bytes(ledger.downlink_bytes_per_client, self._ledger,
-                                           "down", replies),
+                                           "down", [site for site, _ in self._open.values()]),
             "gossip_converged": plan["converged"],
             "merge_seconds": 0.0,
             "solve_seconds": 0.0,
@@ -792,8 +790,6 @@ def _round_bytes(totals, previous_ledger, direction, sites):
 
 def _append_labels(labels, new):
     """``labels`` (an array) followed by ``new``, keeping each label's type."""
-    from .._clients import label_array
-
     new = label_array(new)
     if labels.dtype.kind == new.dtype.kind and labels.dtype.kind in "iub":
         return np.concatenate([labels, new])
