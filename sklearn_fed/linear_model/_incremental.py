@@ -197,6 +197,7 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
         stats = ClientStatistics(
             n, float(weight_sum), contribution.x_mean, contribution.y_mean, contribution.gram,
             contribution.moment, contribution.target_ss, centered=centered,
+            single_target=contribution.single_target,
         )
         stats.validate(client=site)
     else:  # a factor's R^T R is positive semi-definite by construction
