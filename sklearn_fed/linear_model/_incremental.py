@@ -235,8 +235,8 @@ def _merge_round(previous, contributions, centered):
     moment = sum(c.moment for c in contributions)
     target_ss = sum(c.target_ss for c in contributions)
     x_ref, y_ref = groups[0].x_mean, groups[0].y_mean
-    dx = np.array([g.x_mean - x_ref for g in groups])
-    dy = np.array([g.y_mean - y_ref for g in groups])
+    dx = np.stack([g.x_mean for g in groups]) - x_ref
+    dy = np.stack([g.y_mean for g in groups]) - y_ref
     if total > 0:
         shift_x, shift_y = weights @ dx / total, weights @ dy / total
     else:
@@ -445,9 +445,9 @@ class _Model:
         return model
 
     def _check_finite(self, contributions):
-        values = (self.x_mean, self.y_mean, self.moment, self.target_ss, self.diagonal)
-        if all(np.isfinite(v).all() for v in values) and not (
-            np.max(self.diagonal, initial=0.0) > _MAX_MAGNITUDE
+        values = (self.x_mean, self.y_mean, self.moment, self.target_ss)
+        if all(math.isfinite(v.sum()) for v in values) and (
+            self.diagonal.max(initial=0.0) <= _MAX_MAGNITUDE  # False for NaN, too
         ):
             return
         site = max(contributions, key=_magnitude).site
