@@ -126,7 +126,7 @@ def _site_statistics(X, y, sample_weight, centered):
     return fields, arrays
 
 
-class _Contribution:
+class _SiteReply:
     """One site's validated message of one round (the Gram as ``factor`` or ``gram``)."""
 
     __slots__ = ("site", "n_samples", "weight_sum", "x_mean", "y_mean", "factor", "gram",
@@ -192,7 +192,7 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
         if not math.isfinite(array.sum()):
             fail(f"{name} contains NaN or infinity, or values too large for float64: the "
                  "site's rows hold values near 1e154 or more. Nothing was applied.")
-    contribution = _Contribution(site, fields, arrays)
+    contribution = _SiteReply(site, fields, arrays)
     if contribution.gram is not None:  # a full Gram must look like one
         stats = ClientStatistics(
             n, float(weight_sum), contribution.x_mean, contribution.y_mean, contribution.gram,
@@ -714,7 +714,7 @@ class IncrementalServer(Server):
     def _apply(self, replies, ledger):
         estimator, state, plan = self.estimator, self._state, self._round
         sites = sorted_labels(replies)
-        arrived = [replies[site] for site in sites if isinstance(replies[site], _Contribution)]
+        arrived = [replies[site] for site in sites if isinstance(replies[site], _SiteReply)]
         waiting = state["waiting"] + tuple(arrived)
         site_pending = dict(state["site_pending"])
         for site in sites:
