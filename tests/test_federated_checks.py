@@ -4,6 +4,7 @@ from sklearn_fed import (
     FederatedRidge,
     FederatedRidgeCV,
     IncrementalFederatedRidge,
+    PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
 from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
@@ -15,6 +16,11 @@ ESTIMATORS = [
     ProjectedFederatedRidge(n_components=2, random_state=0),
     IncrementalFederatedRidge(random_state=0),
     IncrementalFederatedRidge(fit_intercept=False, min_clients=2, random_state=0),
+    PrivateFederatedRidge(epsilon=2.0, feature_bound=5.0, target_bound=10.0, random_state=0),
+    PrivateFederatedRidge(
+        epsilon=2.0, feature_bound=5.0, target_bound=10.0, noise="distributed",
+        fit_intercept=False, random_state=0,
+    ),
 ]
 
 
