@@ -445,19 +445,19 @@ def test_huge_batch_is_rejected_naming_the_site_and_later_rounds_are_fine():
     assert rel_err(model, Ridge().fit(X, y)) <= RTOL
 
 
-def test_statistics_that_overflow_only_when_merged_are_rejected():
+def test_statistics_that_would_overflow_when_merged_are_rejected():
+    """Each site's Gram is finite, the merged one would not be: the caps stop it first."""
     from sklearn_fed import InvalidClientMessage
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 3))
-    X[::2, 0] = 1e153  # each site's Gram is finite; the merged one would not be
+    X[::2, 0] = 1e153  # constant within each site: every site's centered Gram is tiny
     X[1::2, 0] = -1e153
     y = rng.normal(size=40)
     model = IncrementalFederatedRidge()
-    with pytest.raises(InvalidClientMessage, match="too large|overflow"), np.errstate(
-        over="ignore"
-    ):
+    with pytest.raises(InvalidClientMessage, match="beyond 1e\\+75") as error:
         model.partial_fit(X, y, clients=np.arange(40) % 4)
+    assert error.value.client in range(4)
     assert not hasattr(model, "coef_") and not hasattr(model, "n_rounds_")
 
 
@@ -544,3 +544,21 @@ def test_gossip_leader_is_uniform_and_cheap_for_many_nodes():
     assert counts.min() > 400  # uniform: 500 expected each
     big = elect_leader(range(10**9), fanout=3, n_rounds=3, random_state=0)
     assert 0 < big.converged_fraction < 1e-5 and big.n_messages == 2 * 3 * 3 * 10**9
+
+
+def test_merge_backstop_names_the_site_when_statistics_overflow():
+    """Past the per-message caps (e.g. 2**40 capped messages), the merge itself refuses."""
+    from sklearn_fed import InvalidClientMessage
+    from sklearn_fed.linear_model._incremental import _Model, _SiteReply
+
+    def reply(site, scale):
+        fields = {"n_samples": 2, "weight_sum": 2.0, "single_target": True}
+        arrays = {"x_mean": np.full(3, scale), "y_mean": np.zeros(1),
+                  "factor": np.full((1, 3), 1e154), "moment": np.zeros((3, 1)),
+                  "target_ss": np.zeros(1)}
+        return _SiteReply(site, fields, arrays)
+
+    with pytest.raises(InvalidClientMessage, match="client 'big'.*overflows"):
+        _Model.after_round(None, [reply("small", 1.0), reply("big", 1e160)], alpha=1.0,
+                           options=("auto", None, 1e-11), centered=True, single_target=True,
+                           dtype=np.float64, record={})

@@ -33,7 +33,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..simulation import elect_leader
-from ..statistics import ClientStatistics
+from ..statistics import _MAX_MEAN, _MAX_SECOND, _MAX_WEIGHT, ClientStatistics
 from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]
@@ -41,7 +41,8 @@ __all__ = ["IncrementalFederatedRidge"]
 # Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
 # rows (measured crossover, see benchmarks/bench_incremental.py).
 _AUTO_RANK_RATIO = 8
-# Statistics whose Gram diagonal exceeds this would overflow when merged or solved.
+# A merged Gram whose diagonal exceeds this could overflow in the solve (a
+# backstop: the per-message caps already keep any real stream far below it).
 _MAX_MAGNITUDE = np.finfo(np.float64).max / 64
 _CONTRIBUTION_FIELDS = {"n_samples", "weight_sum", "centered", "single_target"}
 _FACTOR_ARRAYS = {"x_mean", "y_mean", "factor", "moment", "target_ss"}
@@ -160,7 +161,7 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
     n, weight_sum = fields["n_samples"], fields["weight_sum"]
     if not (type(n) is int and 0 < n < 2**53):
         fail(f"n_samples must be a positive integer, got {n!r}.")
-    if not (type(weight_sum) in (int, float) and 0 <= weight_sum < _MAX_MAGNITUDE):
+    if not (type(weight_sum) in (int, float) and 0 <= weight_sum <= _MAX_WEIGHT):
         fail(f"weight_sum must be a finite non-negative number, got {weight_sum!r}.")
     if fields["centered"] is not centered:
         fail(f"statistics are {'' if fields['centered'] else 'un'}centered, but the task "
@@ -168,30 +169,33 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
     if type(fields["single_target"]) is not bool or (fields["single_target"] and n_targets != 1):
         fail("single_target must be a boolean, and true only with one target.")
     d, t = n_features, n_targets
-    shapes = {"x_mean": (d,), "y_mean": (t,), "moment": (d, t), "target_ss": (t,)}
+    # (shape, magnitude cap): the caps of ClientStatistics.validate, which make
+    # merging and solving overflow-free; a factor's entries are square roots of
+    # second moments.
+    shapes = {"x_mean": ((d,), _MAX_MEAN), "y_mean": ((t,), _MAX_MEAN),
+              "moment": ((d, t), _MAX_SECOND), "target_ss": ((t,), _MAX_SECOND)}
     if arrays.keys() == _GRAM_ARRAYS:
         gram = arrays["gram"]
         arrays = dict(arrays, gram=gram.matrix if isinstance(gram, SymmetricMatrix) else gram)
-        shapes["gram"] = (d, d)
+        shapes["gram"] = ((d, d), _MAX_SECOND)
     elif arrays.keys() == _FACTOR_ARRAYS:
         factor = arrays["factor"]
         p = factor.shape[0] if getattr(factor, "ndim", 0) == 2 else -1
         if not 0 <= p < d:
             fail(f"factor must have fewer rows than the {d} features.")
-        shapes["factor"] = (p, d)
+        shapes["factor"] = ((p, d), math.sqrt(_MAX_SECOND))
     else:
         fail("statistics arrays must be x_mean, y_mean, moment, target_ss and one of "
              f"factor or gram; got {sorted(arrays)}.")
-    for name, shape in shapes.items():
+    for name, (shape, cap) in shapes.items():
         array = arrays[name]
         if not (type(array) is np.ndarray and array.dtype == np.float64):
             fail(f"{name} must be a float64 array.")
         if array.shape != shape:
             fail(f"{name} has shape {array.shape}, expected {shape}.")
-        # one reduction: a NaN or an infinity (or values near 1e308) make the sum non-finite
-        if not math.isfinite(array.sum()):
-            fail(f"{name} contains NaN or infinity, or values too large for float64: the "
-                 "site's rows hold values near 1e154 or more. Nothing was applied.")
+        if not np.abs(array).max(initial=0.0) <= cap:  # also false for NaN
+            fail(f"{name} contains NaN or infinity or entries beyond {cap:g} in magnitude "
+                 "(no real data does: its rows hold huge values). Nothing was applied.")
     contribution = _SiteReply(site, fields, arrays)
     if contribution.gram is not None:  # a full Gram must look like one
         stats = ClientStatistics(
@@ -210,9 +214,9 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
             np.abs(contribution.moment) > np.outer(column, target) * (1 + 1e-6)
         ):
             fail("moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
-    if contribution.gram_diagonal.max(initial=0.0) > _MAX_MAGNITUDE:
-        fail("its statistics are too large to be merged without overflow (values of its "
-             "rows near 1e154 or more). Nothing was applied.")
+    if not contribution.gram_diagonal.max(initial=0.0) <= _MAX_SECOND:
+        fail(f"its second moments exceed {_MAX_SECOND:g} (no real data does: its rows hold "
+             "huge values). Nothing was applied.")
     return contribution
 
 
@@ -450,7 +454,8 @@ class _Model:
             self.diagonal.max(initial=0.0) <= _MAX_MAGNITUDE  # False for NaN, too
         ):
             return
-        site = max(contributions, key=_magnitude).site
+        with np.errstate(over="ignore"):  # ranking huge values: inf is a fine rank
+            site = max(contributions, key=_magnitude).site
         raise InvalidClientMessage(
             f"client {site!r}: merging its statistics overflows float64 (its rows hold values "
             "too large for ridge statistics). Nothing was applied.",
