@@ -558,7 +558,9 @@ def test_merge_backstop_names_the_site_when_statistics_overflow():
                   "target_ss": np.zeros(1)}
         return _SiteReply(site, fields, arrays)
 
-    with pytest.raises(InvalidClientMessage, match="client 'big'.*overflows"):
+    with pytest.raises(InvalidClientMessage, match="client 'big'.*overflows"), np.errstate(
+        over="ignore"
+    ):
         _Model.after_round(None, [reply("small", 1.0), reply("big", 1e160)], alpha=1.0,
                            options=("auto", None, 1e-11), centered=True, single_target=True,
                            dtype=np.float64, record={})

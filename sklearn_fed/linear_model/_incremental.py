@@ -226,9 +226,10 @@ def _merge_round(previous, contributions, centered):
 
     ``previous`` is the last :class:`_Model` (or None). Returns the merged
     ``(n_samples, weight_sum, x_mean, y_mean, moment, target_ss)``, the
-    update ``rows`` (the sites' factors and the Chan mean-shift rows, reduced
-    by one, see the User Guide) and the sum ``dense`` of any full Grams, so
-    that ``G_new = G + rows^T rows + dense``.
+    update as a list of row ``blocks`` (the sites' factors and the Chan
+    mean-shift rows, reduced by one, see the User Guide; stacked only when
+    solved) and the sum ``dense`` of any full Grams, so that
+    ``G_new = G + sum(B^T B for B in blocks) + dense``.
     """
     groups = ([previous] if previous is not None else []) + list(contributions)
     d = contributions[0].moment.shape[0]
@@ -252,8 +253,9 @@ def _merge_round(previous, contributions, centered):
         my = (dy - shift_y) * root[:, None]
         moment = moment + mx.T @ my
         target_ss = target_ss + np.einsum("ij,ij->j", my, my)
-        factors.append(_drop_direction(mx, root))
-    rows = np.vstack(factors) if len(factors) > 1 else (factors[0] if factors else np.zeros((0, d)))
+        shift_rows = _drop_direction(mx, root)
+        if shift_rows.shape[0]:
+            factors.append(shift_rows)
     dense = None
     if grams:
         dense = grams[0].copy()
@@ -266,7 +268,7 @@ def _merge_round(previous, contributions, centered):
         n_samples += previous.n_samples
     merged = (n_samples, total, x_ref + shift_x, y_ref + shift_y, moment,
               np.maximum(target_ss, 0.0))
-    return merged, rows, dense
+    return merged, factors, dense
 
 
 def _gram_of(rows):
@@ -421,12 +423,12 @@ class _Model:
     @classmethod
     def after_round(cls, previous, contributions, *, alpha, options, centered, single_target,
                     dtype, record):
-        merged, rows, dense = _merge_round(previous, contributions, centered)
+        merged, blocks, dense = _merge_round(previous, contributions, centered)
         d = merged[2].shape[0]
-        record["rank"] = d if dense is not None else rows.shape[0]
-        diagonal = np.einsum("ij,ij->j", rows, rows)
-        if dense is not None:
-            diagonal += np.diag(dense)
+        record["rank"] = d if dense is not None else sum(block.shape[0] for block in blocks)
+        diagonal = np.diag(dense).copy() if dense is not None else np.zeros(d)
+        for block in blocks:
+            diagonal += np.einsum("ij,ij->j", block, block)
         if previous is None:
             gram, pending, solvers = None, (), {}
         elif previous._solution is not None:  # continue from the solved system
@@ -437,8 +439,7 @@ class _Model:
             gram, solvers = previous.gram, previous.solvers
             pending, dense = previous.pending, _add(previous.dense, dense)
             diagonal += previous.diagonal
-        if rows.shape[0]:
-            pending = pending + (rows,)
+        pending = pending + tuple(blocks)
         if sum(block.shape[0] for block in pending) > d:  # more rows than a Gram: fold them
             dense = _add(dense, _gram_of(np.vstack(pending)))
             pending = ()
