@@ -263,8 +263,9 @@ class Server(ABC):
         self.dropped_ = {}
         self._open = None
         self._dtype = None
+        # Read, never changed: each round records on a copy (O(sites seen) per round).
         self._ledger = (
-            estimator.communication_.copy()
+            estimator.communication_
             if warm_start and hasattr(estimator, "communication_") else None
         )
 
