@@ -33,7 +33,7 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils import check_random_state
 
-from .._clients import group_rows_by_client
+from .._clients import group_rows_by_client, take_clients
 from .._compat import (
     Interval,
     StrOptions,
@@ -179,6 +179,12 @@ class FedMPDDClassifier(NeuralNetClassifier):
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left"),
                        StrOptions({"-1"}), None],
     }
+
+    @property
+    def _without_clients(self):  # what fit does without clients (MissingClientsWarning)
+        return (f"its rows are split into n_clients={self.n_clients} simulated clients "
+                f"(partition={self.partition!r}); to simulate on purpose, pass the split, "
+                f"e.g. clients=sklearn_fed.simulation.partition_iid(len(X), {self.n_clients})")
 
     def __init__(
         self,
@@ -326,6 +332,7 @@ class FedMPDDClassifier(NeuralNetClassifier):
                 f"{type(self).__name__} requires y to be passed, "
                 "but the target y is None."
             )
+        X, clients = take_clients(self, X, clients)
         X, y = validate_data(
             self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1
         )
