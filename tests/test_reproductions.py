@@ -6,9 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from sklearn_fed.experiments import EXPERIMENTS
-from sklearn_fed.experiments.__main__ import build_parser, main
-from sklearn_fed.experiments._report import progress
+from reproductions import EXPERIMENTS
+from reproductions.__main__ import build_parser, main
+from reproductions._report import progress
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -92,7 +92,7 @@ def test_progress_bar_draws_on_a_terminal_unless_disabled():
 
 
 def test_equal_to_centralized_only_to_round_off():
-    from sklearn_fed.experiments.oneshot import figure3_table
+    from reproductions.oneshot import figure3_table
 
     curve = np.linspace(1.0, 0.0101, 60)
     result = {"FedAvg": curve, "FedProx": curve, "centralized": 0.0100}
@@ -103,7 +103,7 @@ def test_equal_to_centralized_only_to_round_off():
 
 
 def test_oneshot_table2_exactness():
-    from sklearn_fed.experiments.oneshot import QUICK_DATA, one_shot_vs_centralized
+    from reproductions.oneshot import QUICK_DATA, one_shot_vs_centralized
 
     result = one_shot_vs_centralized(n_trials=2, **QUICK_DATA)
     np.testing.assert_allclose(result["one_shot"], result["centralized"], rtol=1e-9, atol=0)

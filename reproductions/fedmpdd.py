@@ -27,18 +27,22 @@ def add_arguments(parser):
     parser.add_argument("--quick", action="store_true", help="small run, under a minute")
     parser.add_argument("--data-dir", default=None,
                         help="folder with t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz")
-    parser.add_argument("--rounds", type=int, default=None, help="digits: rounds at equal-round comparison")
-    parser.add_argument("--mnist-rounds", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=None, help="digits: rounds of the equal-round comparison (150; 60 with --quick)")
+    parser.add_argument("--mnist-rounds", type=int, default=300,
+                        help="rounds of each MNIST run (10 with --quick; the paper does not say)")
     parser.add_argument("--mnist-batch", type=int, default=1,
                         help="per-client minibatch for MNIST (paper: 1)")
-    parser.add_argument("--skip-digits", action="store_true")
+    parser.add_argument("--skip-digits", action="store_true",
+                        help="run only the MNIST part (needs --data-dir)")
     parser.add_argument("--standardize", action="store_true",
                         help="MNIST pixels to (x - 0.1307) / 0.3081 instead of [0, 1]")
     parser.add_argument("--mnist-fraction", type=float, default=0.5,
                         help="client fraction for the MNIST runs (paper: 0.5)")
-    parser.add_argument("--mnist-m", type=int, nargs="+", default=[50, 200, 400, 600])
-    parser.add_argument("--audit-images", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mnist-m", type=int, nargs="+", default=[50, 200, 400, 600],
+                        help="directions m of the MNIST runs (paper Table 18: 50 200 400 600)")
+    parser.add_argument("--audit-images", type=int, default=3,
+                        help="test images attacked by gradient inversion (1 with --quick)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the models and the audit")
     add_progress_argument(parser)
 
 
@@ -60,7 +64,7 @@ def digits_part(args, bar):
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
-    from ..neural_network import FedMPDDClassifier
+    from sklearn_fed.neural_network import FedMPDDClassifier
 
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
@@ -110,9 +114,9 @@ def _directions_to_run(args):
 def mnist_part(args, bar):
     import torch
 
-    from ..datasets import load_mnist_idx
-    from ..neural_network import FedMPDDClassifier, LeNet
-    from ..privacy import inversion_audit
+    from sklearn_fed.datasets import load_mnist_idx
+    from sklearn_fed.neural_network import FedMPDDClassifier, LeNet
+    from sklearn_fed.privacy import inversion_audit
 
     root = Path(args.data_dir)
     X, y = load_mnist_idx(root / "t10k-images-idx3-ubyte.gz", root / "t10k-labels-idx1-ubyte.gz")

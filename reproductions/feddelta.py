@@ -66,10 +66,10 @@ def add_arguments(parser):
         help="folder with california_housing/housing.csv and insurance/insurance.csv "
         "(without it only the bundled diabetes data is used)",
     )
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--nodes", type=int, default=20)
-    parser.add_argument("--alpha", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=30, help="stream rounds (paper: 30; 5 with --quick)")
+    parser.add_argument("--nodes", type=int, default=20, help="nodes K (paper: 20)")
+    parser.add_argument("--alpha", type=float, default=0.01, help="ridge penalty lambda (paper: 0.01)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the train/test split and the streams")
     parser.add_argument(
         "--local-epochs",
         type=int,
@@ -107,7 +107,7 @@ def _datasets(data_dir):
     yield "diabetes", X, y
     if data_dir is None:
         return
-    from ..datasets import load_california_housing_csv, load_insurance_csv
+    from sklearn_fed.datasets import load_california_housing_csv, load_insurance_csv
 
     for name, loader, relative in [
         ("housing", load_california_housing_csv, ("california_housing", "housing.csv")),
@@ -165,7 +165,7 @@ class _Scaler:
 
 
 def _gradient_models(args, local_epochs, seed):
-    from ..baselines import FedAvgRegressor, FedNovaRegressor, FedProxRegressor
+    from sklearn_fed.baselines import FedAvgRegressor, FedNovaRegressor, FedProxRegressor
 
     common = dict(
         alpha=args.alpha,
@@ -189,7 +189,7 @@ def run_scenario(X_train, y_train, X_test, y_test, scenario, *, rounds, nodes, a
     ``partial_fit`` round per stream round on (a ``local_rows`` sample of) the
     rows every node holds so far, standardized by ``scaler``.
     """
-    from .. import IncrementalFederatedRidge
+    from sklearn_fed import IncrementalFederatedRidge
 
     gradient = gradient or {}
     rng = np.random.default_rng(seed)

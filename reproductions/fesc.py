@@ -21,9 +21,9 @@ import sys
 
 import numpy as np
 
-from ..datasets import make_fesc_regression
-from ..linear_model import FESCRidge
-from ..simulation import SAMPLE_SIZE_LAWS, sample_client_sizes
+from sklearn_fed.datasets import make_fesc_regression
+from sklearn_fed.linear_model import FESCRidge
+from sklearn_fed.simulation import SAMPLE_SIZE_LAWS, sample_client_sizes
 from ._report import add_progress_argument, new_figure, save_figure, write_markdown
 from ._report import progress as progress_bar
 
