@@ -302,6 +302,7 @@ def _gap_verdict(gap, paper_gap):
 
 def _figure(results, names, rounds, path):
     from matplotlib.figure import Figure  # no pyplot: works under any backend
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(3.2 * len(SCENARIOS), 2.6 * len(names)), layout="constrained")
     axes = fig.subplots(len(names), len(SCENARIOS), squeeze=False)
@@ -327,6 +328,7 @@ def _figure(results, names, rounds, path):
                         ha="right", transform=ax.transAxes)
             ax.set_title(f"{name} ({scenario[0]}:{scenario[1]})", fontsize=9)
             ax.set_xlabel("round", fontsize=8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole
             if j == 0:
                 ax.set_ylabel("test R$^2$", fontsize=8)
             ax.tick_params(labelsize=7)

@@ -181,13 +181,18 @@ def mnist_part(args, bar):
 
 
 def _figure(digits, mnist, out):
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     fig = new_figure((10, 4) if mnist else (5.5, 4))
     ax = fig.add_subplot(1, 2 if mnist else 1, 1)
     for setting, name, acc, up, _ in digits:
         ax.scatter(up / 1e6, acc, label=name, marker="o" if "FedSGD" in name else "^")
-    ax.set(xscale="log", xlabel="total uplink (MB)", ylabel="test accuracy (%)",
+    ax.set(xscale="log", xlabel="total uplink (MB, log scale)", ylabel="test accuracy (%)",
            title="digits: accuracy vs uplink bytes")
-    ax.tick_params(axis="x", which="minor", labelbottom=False)  # labels would overlap
+    # the points span about one decade: ticks at 1, 2, 5 x 10^k in plain numbers
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8)
     if mnist:
         accuracy, ms = mnist

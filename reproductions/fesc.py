@@ -147,12 +147,19 @@ def plot_mse(results, ax):
             half = 1.96 * values.std(axis=1, ddof=1) / math.sqrt(n_repeats)
             low = np.maximum(mean - half, mean * 1e-3)
             ax.fill_between(gammas, low, mean + half, color=colors[name], alpha=0.2)
-    ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax.axvline(1.0, color="grey", linestyle=":", linewidth=1,
+               label=f"gamma = 1: as many rows per client as clients ({results['n_nodes']})")
     ax.set_yscale("log")
     ax.set_xlabel("gamma (mean rows per client = m ** gamma)")
     ax.set_ylabel("MSE  ||theta_hat - theta*||^2")
     ax.set_title(f"{results['law']}, m = {results['n_nodes']}, {n_repeats} repeats")
-    ax.legend()
+    handles, labels = ax.get_legend_handles_labels()
+    if n_repeats > 1:  # say what the shading is
+        from matplotlib.patches import Patch
+
+        handles.append(Patch(color="grey", alpha=0.2))
+        labels.append(f"shaded: 95% interval of the mean over {n_repeats} repeats")
+    ax.legend(handles, labels, fontsize=8)
     return ax
 
 
