@@ -165,3 +165,16 @@ def test_series_of_labels_is_aligned_to_the_frame_by_index():
     np.testing.assert_array_equal(
         positional.coef_, FESCRidge().fit(X, y, clients=shuffled.to_numpy()).coef_
     )
+
+
+def test_fedmpdd_accepts_clients_whose_rows_are_contiguous():
+    pytest.importorskip("torch")
+    from sklearn_fed import FedMPDDClassifier
+
+    labels = (X[:, 0] > 0).astype(int)
+    sorted_clients = np.repeat([0, 1, 2], 20)  # grouped as slices of rows
+    net = FedMPDDClassifier(max_epochs=2, n_directions=2, random_state=0)
+    net.fit(X.astype(np.float32), labels, clients=sorted_clients)
+    assert [rows.tolist() for rows in net.client_rows_] == [
+        list(range(0, 20)), list(range(20, 40)), list(range(40, 60))
+    ]

@@ -264,7 +264,8 @@ class FedMPDDClassifier(NeuralNetClassifier):
                     f"{n_samples} samples"
                 )
             labels, rows = group_rows_by_client(clients, n_samples)
-            return np.asarray(labels), list(rows)
+            # contiguous clients come as slices; the round iterator needs index arrays
+            return np.asarray(labels), [np.arange(n_samples)[r] for r in rows]
         if self.n_clients > n_samples:
             raise ValueError(
                 f"n_clients={self.n_clients} exceeds n_samples={n_samples}: every simulated "
