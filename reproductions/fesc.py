@@ -81,7 +81,9 @@ def simulate(law, n_nodes, n_features, n_repeats, *, gammas=GAMMAS, seed=0, prog
             X, y, clients, theta = make_fesc_regression(sizes, n_features, random_state=rng)
             # One estimator object gives all three: with one client and
             # proportional weights FESCRidge is exactly centralized ridge.
-            central = FESCRidge(weighting="proportional", fit_intercept=False).fit(X, y)
+            central = FESCRidge(weighting="proportional", fit_intercept=False).fit(
+                X, y, clients=np.zeros(len(y))  # one client holding every row
+            )
             fesc = FESCRidge(weighting="fesc", fit_intercept=False).fit(X, y, clients=clients)
             plain = np.asarray(fesc.client_sizes_ / fesc.client_sizes_.sum()) @ fesc.local_coefs_
             mse["centralized"][g, r] = np.sum((central.coef_ - theta) ** 2)

@@ -68,6 +68,7 @@ def test_fit_without_clients_warns_once_and_says_what_happens(estimator, consequ
     message = str(caught[0].message)
     assert type(estimator).__name__ in message and consequence in message
     assert "clients=" in message
+    assert caught[0].filename == __file__  # it points at the user's fit call
     assert not _missing_clients_warnings(lambda: estimator.fit(X, y, clients=CLIENTS))
 
 
@@ -94,6 +95,7 @@ def test_pipeline_without_step_clients_warns():
     caught = _missing_clients_warnings(lambda: pipe.fit(X, y))
     assert len(caught) == 1 and "fescridge__clients" not in str(caught[0].message)
     assert "<step>__clients" in str(caught[0].message)
+    assert caught[0].filename == __file__  # past the Pipeline's frames too
     assert not _missing_clients_warnings(lambda: pipe.fit(X, y, fescridge__clients=CLIENTS))
 
 
