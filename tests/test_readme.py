@@ -68,6 +68,7 @@ def test_shell_commands_exist():
 
 
 def test_links_point_inside_the_repository():
+    assert not re.search(r"`(\.\./|/work|/home|/tmp)", README), "a path outside the repository"
     for target in re.findall(r"\]\(([^)#]+)\)", README):
         if not re.match(r"\w+://", target):
             path = (ROOT / target).resolve()
