@@ -180,3 +180,14 @@ def test_fedmpdd_accepts_clients_whose_rows_are_contiguous():
     assert [rows.tolist() for rows in net.client_rows_] == [
         list(range(0, 20)), list(range(20, 40)), list(range(40, 60))
     ]
+
+
+@pytest.mark.parametrize("estimator", [FESCRidge(), FederatedRidgeCV()], ids=lambda e: type(e).__name__)
+def test_scikit_learn_checks_pass_with_the_warning_shown(estimator):
+    """scikit-learn's checks fit without clients: the warning must not break any of them."""
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MissingClientsWarning)
+        check_estimator(estimator)
+    assert any(issubclass(w.category, MissingClientsWarning) for w in caught)
