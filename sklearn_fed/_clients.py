@@ -30,7 +30,7 @@ class MissingClientsWarning(UserWarning):
 
 
 def take_clients(estimator, X, clients):
-    """The ``clients`` of a fit call, checked against the raw ``X``; returns ``(X, clients)``.
+    """The ``clients`` of a fit call, checked against the raw ``X``.
 
     - ``None``: a :class:`MissingClientsWarning` when the estimator's answer
       depends on the clients (its ``_without_clients`` says what happens
@@ -54,8 +54,8 @@ def take_clients(estimator, X, clients):
 
     Returns
     -------
-    X : the input ``X``, unchanged
-    clients : ndarray of shape (n_samples,) or None
+    clients : array-like of shape (n_samples,) or None
+        The labels in the row order of ``X``.
 
     Examples
     --------
@@ -63,17 +63,17 @@ def take_clients(estimator, X, clients):
     >>> from sklearn_fed import FederatedRidge
     >>> X = pd.DataFrame({"age": [30, 40, 50]}, index=[10, 11, 12])
     >>> by_index = pd.Series(["b", "a", "a"], index=[12, 11, 10])
-    >>> take_clients(FederatedRidge(), X, by_index)[1].tolist()
+    >>> take_clients(FederatedRidge(), X, by_index).tolist()
     ['a', 'a', 'b']
     """
     if clients is None:
         _warn_missing(estimator)
-        return X, None
+        return None
     if np.ndim(clients) == 0:
-        raise ValueError(_column_name_message(estimator, X, clients))
+        raise ValueError(_column_name_message(X, clients))
     if _is_pandas(clients) and _is_pandas(X) and hasattr(X, "columns"):
-        clients = _aligned(clients, X)
-    return X, clients
+        return _aligned(clients, X)
+    return clients
 
 
 def _is_pandas(obj):
@@ -100,7 +100,7 @@ def _aligned(series, X):
     return series.to_numpy()
 
 
-def _column_name_message(estimator, X, name):
+def _column_name_message(X, name):
     if hasattr(X, "columns") and name in list(X.columns):
         return (
             f"clients={name!r} names a column of X; pass its values and leave it out "
@@ -187,6 +187,7 @@ def _is_missing(label):
         return bool(label != label)  # NaN and NaT differ from themselves
     except (TypeError, ValueError):  # pandas.NA: its comparisons are undecided
         return True
+
 
 def group_rows_by_client(clients, n_samples):
     """Group row positions by client label.

@@ -263,7 +263,7 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- internals
     def _validate(self, X, y, sample_weight, clients, *, reset):
-        X, clients = take_clients(self, X, clients)
+        clients = take_clients(self, X, clients)
         X, y = validate_data(
             self,
             X,

@@ -229,7 +229,7 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
     # ---------------------------------------------------------------- inputs
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
         """Validate one batch of rows; returns arrays and per-client row groups."""
-        X, clients = take_clients(self, X, clients)
+        clients = take_clients(self, X, clients)
         X, y = validate_data(
             self,
             X,

@@ -333,7 +333,7 @@ class FedMPDDClassifier(NeuralNetClassifier):
                 f"{type(self).__name__} requires y to be passed, "
                 "but the target y is None."
             )
-        X, clients = take_clients(self, X, clients)
+        clients = take_clients(self, X, clients)
         X, y = validate_data(
             self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1
         )
