@@ -20,7 +20,7 @@ def build_parser():
         ),
         epilog=(
             "Run from the repository root. 'python -m reproductions NAME --help' lists "
-            "the options of one; --quick gives a run of a minute or less, --out DIR "
+            "the options of one; --quick gives a small run (under a minute of CPU), --out DIR "
             "writes DIR/NAME.md and the figures. Data the bundled sets do not cover is "
             "read from --data-dir (never downloaded)."
         ),
