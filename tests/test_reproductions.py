@@ -1,5 +1,6 @@
 """End-to-end runs of every reproduction (``--quick``) through the CLI entry point."""
 
+import argparse
 import io
 import re
 
@@ -62,6 +63,19 @@ def test_oneshot_table2(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "Table II" in captured.out
     assert captured.err == ""  # --no-progress: nothing drawn
+
+
+def test_help_names_the_real_command_and_explains_every_option(capsys):
+    parser = build_parser()
+    assert parser.prog == "python -m reproductions"
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        assert sub.prog == f"python -m reproductions {name}"
+        for action in sub._actions:
+            assert action.help and action.help != argparse.SUPPRESS, (name, action.dest)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "sklearn-fed reproduce" not in capsys.readouterr().out
 
 
 def test_every_experiment_accepts_no_progress():
