@@ -334,6 +334,7 @@ def _figure(results, names, rounds, path):
             ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7)
     fig.savefig(path, dpi=90)
+    return fig
 
 
 def run(args):

@@ -186,6 +186,10 @@ def mnist_part(args, bar):
 
 
 def _figure(digits, mnist, out):
+    return save_figure(_draw(digits, mnist), out, "fedmpdd.png")
+
+
+def _draw(digits, mnist):
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig = new_figure((10, 4) if mnist else (5.5, 4))
@@ -207,7 +211,7 @@ def _figure(digits, mnist, out):
         ax.axhline(accuracy[None], color="gray", linestyle=":", label="FedSGD (ours)")
         ax.set(xlabel="directions m", ylabel="test accuracy (%)", title="MNIST LeNet")
         ax.legend(fontsize=8)
-    return save_figure(fig, out, "fedmpdd.png")
+    return fig
 
 
 def run(args):

@@ -75,3 +75,19 @@ def test_links_point_inside_the_repository():
             assert path.is_relative_to(ROOT) and path.exists(), target
     for path in re.findall(r"`((?:docs|examples|tests|benchmarks|reproductions)/[\w./-]+)`", README):
         assert "_build" in path or (ROOT / path).exists(), path  # _build: made by make docs
+
+
+def test_make_demo_explains_every_column(capsys):
+    import runpy
+
+    runpy.run_path(str(ROOT / "examples" / "demo_diabetes.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("clients |"))
+    columns = [c.strip() for c in header.split("|")]
+    explained = {"clients", "uplink bytes", "FedAvg-200 uplink"}
+    assert explained <= set(columns)
+    for name in explained:
+        assert f"\n{name}: " in out, f"the demo does not explain its column {name!r}"
+    # the FedAvg column is 200 rounds x 11 values x 8 bytes per client
+    first = next(line for line in out.splitlines() if line.strip().startswith("1 |"))
+    assert first.split("|")[-1].strip() == f"{200 * 11 * 8:,}"
