@@ -2,7 +2,7 @@
 
 Python blocks run one by one, each in a fresh interpreter started in the
 repository root (a block must not lean on another's variables), with a time
-limit. Shell blocks are checked without running them: ``make`` targets must
+limit, and must not warn. Shell blocks are checked without running them: ``make`` targets must
 exist in the Makefile and ``python -m reproductions`` command lines must parse.
 Relative links must point inside the repository.
 """
@@ -41,6 +41,7 @@ def test_python_block_runs(code):
         timeout=TIME_LIMIT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == "", f"the block warns or prints to stderr:\n{result.stderr[-3000:]}"
 
 
 def _shell_commands():
