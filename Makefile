@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-dask clean venv fuzz
+.PHONY: demo test docs bench bench-incremental bench-dask clean venv fuzz
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_federated_ridge.py
+
+# IncrementalFederatedRidge per round vs scikit-learn-intelex (if installed), flatness, routes.
+bench-incremental: $(STAMP)
+	$(PY) benchmarks/bench_incremental.py
 
 # Builds a 32 GB table on disk (needs ~34 GB free; deleted afterwards) and fits it
 # out of core beside the BLAS floor, dask.array.linalg.lstsq and dask-ml.

@@ -405,8 +405,15 @@ def test_other_bad_inputs():
     Xd, yd = _as_dask(CHUNKINGS[0], X, y)
     _unchanged(model, lambda: model.fit(Xd[:, 0], yd), "Expected a 2-D X")
     _unchanged(model, lambda: model.fit(Xd, y[:-1]), "X has 121 rows but y has 120")
-    _unchanged(model, lambda: model.fit(Xd, yd, clients=np.arange(N) % 3 + 0.5 * (
-        np.arange(N) == 7) * np.nan), "partition 0: clients contains NaN")
+    labels = (np.arange(N) % 3).astype(float)
+    labels[47] = np.nan
+    _unchanged(model, lambda: model.fit(Xd, yd, clients=labels),
+               r"partition 1: clients has 1 missing label.*row 7")
+    _unchanged(model, lambda: model.fit(Xd, yd, clients="region"),
+               "clients must hold one label per row")
+    ddf, _ = _frame(X, y, np.zeros(N), np.ones(N))
+    _unchanged(model, lambda: model.fit(ddf[[*COLUMNS, "site"]], ddf["target"], clients="site"),
+               r"clients='site' names a column of X; pass its values")
 
 
 # --------------------------------------------------------------- out of core

@@ -63,7 +63,7 @@ def fit_collection(estimator, method, name, X, y=None, sample_weight=None, clien
         )
     if isinstance(estimator, FederatedRidgeCV):
         _check_cv_on_collection(estimator, clients)
-    rows = PartitionedRows(Partitions(X, y, sample_weight, clients))
+    rows = PartitionedRows(X, y, sample_weight, clients)
     # ``clients`` is passed on for what fit decides from it (``clients is None``);
     # the labels themselves are read from the partitions.
     return method(estimator, rows, rows, sample_weight=None, clients=clients)
@@ -91,8 +91,14 @@ class PartitionedRows:
     back here (:meth:`_validate_partitions`, :meth:`_run_partitions`).
     """
 
-    def __init__(self, parts):
-        self.parts = parts
+    def __init__(self, X, y, sample_weight, clients):
+        self._inputs = (X, y, sample_weight, clients)
+        self.parts = None
+
+    @property
+    def columns(self):
+        """The columns of a DataFrame ``X`` (for messages about them)."""
+        return self._inputs[0].columns
 
     def __array__(self, *args, **kwargs):
         raise TypeError(
@@ -106,7 +112,7 @@ class PartitionedRows:
         ``y`` has no rows (only its shape says how many targets); the
         partitions carry the rows, weights and labels.
         """
-        parts = self.parts
+        parts = self.parts = Partitions(*self._inputs)
         validate_data(estimator, parts.stand_in, "no_validation", reset=reset,
                       skip_check_array=True)
         y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))

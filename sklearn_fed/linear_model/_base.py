@@ -9,7 +9,7 @@ from scipy import linalg
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import group_rows_by_client, label_array
+from .._clients import group_rows_by_client, label_array, take_clients
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
 from .._dask_dispatch import DaskDispatchMixin
 from ..protocol import (
@@ -240,6 +240,7 @@ class BaseFederatedRidge(
     # ---------------------------------------------------------------- inputs
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
         """Validate one batch of rows; returns arrays and per-client row groups."""
+        clients = take_clients(self, X, clients)
         if hasattr(X, "_validate_partitions"):  # Dask collections (sklearn_fed.dask)
             return X._validate_partitions(self, reset=reset)
         X, y = validate_data(
