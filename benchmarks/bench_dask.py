@@ -18,7 +18,8 @@ peak RSS is its own:
   coefficient difference to FederatedRidge.
 
 FederatedRidge and the floor runs are interleaved, ``--repeats`` times; the
-table reports medians. The table is deleted at the end (``--keep`` keeps it).
+table reports medians, and the ratios are medians over the pairs of adjacent
+runs (the machine may be shared). The table is deleted at the end (``--keep`` keeps it).
 
 Usage::
 
@@ -288,10 +289,15 @@ def report(args, width, full, partial, subset):
                       ("dask-ml LinearRegression (lbfgs), subset", "dask_ml")):
         _row(name, subset, width, partial[key])
     print()
-    if fed and floor:
-        pass_floor = float(np.median([r["seconds"] for r in floor]))
-        print(f"FederatedRidge / syrk floor: {fed / syrk:.2f}x; / read+syrk floor: "
-              f"{fed / pass_floor:.2f}x (medians of {args.repeats} interleaved runs)")
+    pairs = [(f, r) for f, r in zip(full["federated_ridge"], full["floor"])
+             if "seconds" in f and "seconds" in r]
+    if fed and syrk and pairs:
+        # each run beside the floor measured next to it: the machine is shared
+        for name, key in (("syrk floor", "syrk_seconds"), ("read+syrk floor", "seconds")):
+            ratios = [f["seconds"] / r[key] for f, r in pairs]
+            print(f"FederatedRidge / {name}: {np.median(ratios):.2f}x (median of "
+                  f"{len(ratios)} interleaved pairs; min {min(ratios):.2f}x, max "
+                  f"{max(ratios):.2f}x)")
     for key in ("lstsq", "dask_ml"):
         other = partial[key][0]
         if "coef" in other and "coef" in base:
