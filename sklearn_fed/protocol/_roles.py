@@ -110,6 +110,8 @@ class Client(ABC):
     protocol = None
     accept_sparse = True
     needs_y = True
+    #: Whether ``y`` must be numeric (regression) or may hold class labels.
+    y_numeric = True
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
         self.estimator = estimator
@@ -157,7 +159,7 @@ class Client(ABC):
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
         X, y, sample_weight, names = check_site_data(
             X, y, sample_weight, schema=schema, site=task.site,
-            accept_sparse=self.accept_sparse,
+            accept_sparse=self.accept_sparse, y_numeric=self.y_numeric,
         )
         if self.policy is not None:
             self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
@@ -176,6 +178,34 @@ class Client(ABC):
     def _reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
         fields, arrays = self._compute(task, X, y, sample_weight, rows)
+        return self._reply_frame(task, X, y, names, fields, arrays)
+
+    def _reply_all(self, tasks, X, y, sample_weight, rows, names):
+        """Replies of every site of a simulated round, ``{site: frame}``.
+
+        ``rows`` maps each site to its rows of the shared ``X``. Used by
+        :func:`~sklearn_fed.protocol.run_simulation` when one client role
+        answers for all sites; see :meth:`_compute_all`.
+        """
+        answers = self._compute_all(tasks, X, y, sample_weight, rows)
+        return {
+            site: self._reply_frame(tasks[site], X, y, names, *answers[site]) for site in tasks
+        }
+
+    def _compute_all(self, tasks, X, y, sample_weight, rows):
+        """``{site: (fields, arrays)}`` for many simulated sites at once.
+
+        One site at a time by default. A family may compute many sites
+        together (one vectorized call) provided every answer is, bit for bit,
+        what :meth:`_compute` gives that site alone: the bytes of a
+        simulation must be those of a deployment.
+        """
+        return {
+            site: self._compute(task, X, y, sample_weight, rows[site])
+            for site, task in tasks.items()
+        }
+
+    def _reply_frame(self, task, X, y, names, fields, arrays):
         return Frame(
             kind=f"{self.protocol}/reply",
             federation=task.federation,

@@ -70,21 +70,28 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     position = {label_key(label): i for i, label in enumerate(labels)}
     tasks = server._next_frames(labels)
     while tasks:
-        replies, sizes = {}, {}
-        for site, task in tasks.items():
-            client = clients[site] if isinstance(clients, dict) else clients
-            site_rows = rows[position[label_key(site)]]
-            if through_bytes:
-                task = decode(encode(task, key=server._key(site)), key=client.key,
-                              client="server")
-                client._check_task(task)
-            reply = client._reply(task, X, y, sample_weight, site_rows, names)
-            if through_bytes:
+        if through_bytes:
+            for site, task in tasks.items():
+                client = clients[site] if isinstance(clients, dict) else clients
+                tasks[site] = decode(encode(task, key=server._key(site)), key=client.key,
+                                     client="server")
+                client._check_task(tasks[site])
+        site_rows = {site: rows[position[label_key(site)]] for site in tasks}
+        if isinstance(clients, dict):
+            replies = {
+                site: clients[site]._reply(task, X, y, sample_weight, site_rows[site], names)
+                for site, task in tasks.items()
+            }
+        else:  # one role answers for every site: it may compute them together
+            replies = clients._reply_all(tasks, X, y, sample_weight, site_rows, names)
+        sizes = {}
+        if through_bytes:
+            for site, reply in replies.items():
+                client = clients[site] if isinstance(clients, dict) else clients
                 data = encode(reply, key=client.key)
                 sizes[site] = len(data)
-                reply = decode(data, key=server._key(site), client=site,
-                               max_bytes=server.max_message_bytes)
-            replies[site] = reply
+                replies[site] = decode(data, key=server._key(site), client=site,
+                                       max_bytes=server.max_message_bytes)
         server._receive_frames(replies, sizes)
         tasks = server._next_frames(labels)
     return server
