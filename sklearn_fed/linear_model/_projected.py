@@ -75,7 +75,9 @@ class ProjectedClient(StatisticsClient):
             raise InvalidClientMessage("server: malformed projection task.", "server")
         if m < X.shape[1]:
             X = shared_projection(seed, X.shape[1], m, kind).transform(X)
-        stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered)
+        stats = ClientStatistics.from_data(
+            X, y, sample_weight, centered=centered, check_input=False
+        )
         return stats.to_payload()
 
 
@@ -90,6 +92,11 @@ class ProjectedServer(StatisticsServer):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        if self.robust is not None and (self.robust.feature_bound or self.robust.target_bound):
+            raise ValueError(
+                "ProjectedFederatedRidge cannot enforce feature_bound or target_bound: "
+                "sites send statistics of projected rows."
+            )
         previous = self._previous()
         if previous is not None:  # partial_fit: the same projection
             self.seed, self.m = estimator.projection_seed_, estimator.n_components_
@@ -141,6 +148,7 @@ class ProjectedServer(StatisticsServer):
         coef_projected = solve_ridge(
             aggregate.gram, aggregate.moment, estimator._checked_alpha(n_targets)
         )
+        self._check_model(coef_projected, aggregate, replies)
         m = min(self.m, d)
         projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
         ledger.n_parameters = estimator._n_parameters(d, n_targets)
