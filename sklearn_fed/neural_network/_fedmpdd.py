@@ -43,7 +43,7 @@ from .._compat import (
 from ..protocol import FederatedMixin, atomic, label_key, run_simulation
 from ._codecs import UPLINKS, derive_seed, make_codec
 from ._modules import MLP
-from ._roles import SERVER_STREAM, FedMPDDClient, FedMPDDServer, Round
+from ._roles import SERVER_STREAM, FedMPDDClient, FedMPDDServer, Round, seeded_torch
 
 __all__ = ["CommunicationLog", "FedMPDDClassifier"]
 
@@ -481,8 +481,7 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
     # -------------------------------------------------------- the network
     def _build_network(self, n_features, n_classes):
         """A module and criterion built from this configuration (what a site runs)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)  # its parameters are overwritten by the server's
+        with seeded_torch(0):  # its parameters are overwritten by the server's
             module = self._new_module(n_features, n_classes)
         criterion = self.initialized_instance(self.criterion, self.get_params_for("criterion"))
         return module, criterion
@@ -507,8 +506,7 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
                 "the module is built when the protocol starts (its input size and classes "
                 "come from the sites); call fit first."
             )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.seed_, 0, SERVER_STREAM - 1))
+        with seeded_torch(derive_seed(self.seed_, 0, SERVER_STREAM - 1)):
             self.module_ = self._new_module(self.n_features_in_, len(self.classes_inferred_))
         return self
 
@@ -530,6 +528,7 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
         ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
         self.communication_ = ledger
         self.clients_ = label_array(sites)
+        self._client_keys = frozenset(label_key(s) for s in sites)
 
     def _parameters(self):
         return [p for p in self.module_.parameters() if p.requires_grad]
@@ -598,10 +597,10 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
         batch.ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
         self.communication_ = batch.ledger
         self.n_rounds_ = batch.index + 1
-        known = {label_key(c) for c in self.clients_}
-        new = [s for s in batch.participants if label_key(s) not in known]
+        new = [s for s in batch.participants if label_key(s) not in self._client_keys]
         if new:
             self.clients_ = label_array(list(self.clients_) + new)
+            self._client_keys = self._client_keys | {label_key(s) for s in new}
 
     def _warn_if_stalled(self, losses, fresh):
         """A ConvergenceWarning when a new model ends no better than it started.

@@ -15,6 +15,7 @@ its minibatch loss. The server checks every reply, decodes and averages
 them, and lets the skorch optimizer take one step (one skorch epoch).
 """
 
+import contextlib
 import copy
 import math
 import secrets
@@ -94,7 +95,7 @@ def _parse_labels(value, fail):
         fail("class labels must all be numbers, all strings or all booleans.")
     if any(isinstance(label, float) and not math.isfinite(label) for label in value):
         fail("class labels must be finite.")
-    if len({label_key(label) for label in value}) != len(value):
+    if len(set(value)) != len(value):  # one kind: 1 and 1.0 are the same class
         fail("class labels must be distinct.")
     return value
 
@@ -274,6 +275,7 @@ class FedMPDDClient(Client):
                     f"the task's model has {task.params.shape[0]} parameters, but this site's "
                     f"module has {n_params}: site and server must use the same module settings."
                 )
+            module.train(True)
             self._network = (key, module, named, criterion, None)
         _, module, named, criterion, loaded = self._network
         if loaded is not task.params:
@@ -284,22 +286,21 @@ class FedMPDDClient(Client):
                     p.copy_(flat[offset:offset + p.numel()].view_as(p))
                     offset += p.numel()
             self._network = self._network[:4] + (task.params,)
-        module.train(True)
         return module, [p for _, p in named if p.requires_grad], criterion
 
     def _gradients(self, tasks, batches):
         """``({site: float32 gradient}, {site: loss})``, each as its site computes it alone."""
         gradients, losses = {}, {}
-        vectorized = self._vectorized(tasks, batches)
-        for site, task in tasks.items():
-            if site in vectorized:
-                continue
-            x, y, w = batches[site]
-            module, params, criterion = self._net(task, x.shape[1])
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(task.minibatch_seed)  # dropout, if any
-                g, loss = site_gradient(module, params, criterion, x, y, w)
-            gradients[site], losses[site] = self._checked(task, g, loss)
+        with one_torch_thread():
+            vectorized = self._vectorized(tasks, batches)
+            for site, task in tasks.items():
+                if site in vectorized:
+                    continue
+                x, y, w = batches[site]
+                module, params, criterion = self._net(task, x.shape[1])
+                with seeded_torch(task.minibatch_seed):  # dropout, if any
+                    g, loss = site_gradient(module, params, criterion, x, y, w)
+                gradients[site], losses[site] = self._checked(task, g, loss)
         for site, (g, loss) in vectorized.items():
             gradients[site], losses[site] = self._checked(tasks[site], g, loss)
         return gradients, losses
@@ -368,6 +369,38 @@ class FedMPDDClient(Client):
                            randomness="different")(trainable, X, Y, W)
         flat = torch.cat([grads[k].reshape(len(sites), -1) for k in trainable], 1)
         return {s: (flat[i].numpy(), float(loss[i])) for i, s in enumerate(sites)}
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """Within this block torch computes on one thread.
+
+    A site's gradient is a small computation: one thread is faster than a
+    pool (whose barriers cost more than the work on a busy machine), and a
+    site's reply then does not depend on its machine's thread count (a
+    multithreaded reduction may add in another order).
+    """
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+@contextlib.contextmanager
+def seeded_torch(seed):
+    """Within this block torch's global generator is seeded with ``seed``; restored after.
+
+    (The generator's own methods: ``torch.random.fork_rng`` costs 50x more.)
+    """
+    generator = torch.default_generator
+    state = generator.get_state()
+    generator.manual_seed(seed)
+    try:
+        yield
+    finally:
+        generator.set_state(state)
 
 
 def site_gradient(module, params, criterion, x, y, w):
@@ -454,6 +487,7 @@ class FedMPDDServer(Server):
             self.seed = estimator.seed_
             self.first_round = estimator.n_rounds_
             self.ready = True
+            self._d = estimator._n_trainable()
             if self.extra_classes is not None:
                 unknown = np.setdiff1d(np.asarray(self.extra_classes), estimator.classes_)
                 if len(unknown):
@@ -512,7 +546,7 @@ class FedMPDDServer(Server):
         message = Frame(kind=self.codec.kind, round=frame.round, site=frame.site,
                         fields={k: v for k, v in frame.fields.items() if k != "loss"},
                         arrays=frame.arrays)
-        self.codec.read(message, self.estimator._n_trainable(), client=site)
+        self.codec.read(message, self._d, client=site)
         if self.codec.seeded and message.fields["seed"] != self._seeds[label_key(site)]:
             fail("its directions' seed is not the one its task gave.")
         return float(loss), message
@@ -548,12 +582,13 @@ class FedMPDDServer(Server):
             classes = classes_array(labels + (self.extra_classes or []))
         estimator._start(self.seed, classes, self.schema, ordered, ledger)
         self.ready = True
+        self._d = estimator._n_trainable()
 
     def _step(self, replies, ledger):
         estimator = self.estimator
         ordered = sorted_labels(replies)
         messages = [replies[site][1] for site in ordered]
-        d = estimator._n_trainable()
+        d = self._d
         estimate = self.codec.decode_mean(messages, d)
         if not torch.isfinite(estimate).all():
             raise self._culprit(ordered, messages, d)
