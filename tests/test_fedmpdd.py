@@ -556,4 +556,3 @@ def test_missing_torch_names_the_extra(monkeypatch):
                         lambda name, *a: None if name == "skorch" else real(name, *a))
     with pytest.raises(ImportError, match=r"sklearn-fed\[nn\]"):
         nn_pkg.__getattr__("FedMPDDClassifier")
-

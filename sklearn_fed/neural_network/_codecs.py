@@ -441,7 +441,9 @@ class QSGDCodec(_Codec):
 
     def __init__(self, levels=255):
         if not (isinstance(levels, Integral) and 1 <= levels < _MAX_LEVELS):
-            raise ValueError(f"QSGD levels must be an integer in [1, {_MAX_LEVELS}), got {levels!r}")
+            raise ValueError(
+                f"QSGD levels must be an integer in [1, {_MAX_LEVELS}), got {levels!r}"
+            )
         self.levels = int(levels)
 
     def settings(self):

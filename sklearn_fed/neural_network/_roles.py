@@ -17,7 +17,6 @@ them, and lets the skorch optimizer take one step (one skorch epoch).
 Three sites, driven by hand with bytes (what a deployment runs; ``fit`` runs
 the same code in process):
 
->>> import numpy as np
 >>> from sklearn.datasets import load_iris
 >>> from sklearn.preprocessing import scale
 >>> from sklearn_fed.neural_network import FedMPDDClassifier
@@ -67,9 +66,8 @@ SERVER_STREAM = (1 << 32) - 1
 _DIRECTIONS, _MINIBATCH, _LOCAL = 0, 1, 2
 #: At and above this many rows per client, one vmap call is slower than a loop.
 VMAP_MAX_BATCH = 64
-# A task may not ask a site for more than this many classes or parameters.
-_MAX_CLASSES = 1 << 16
-_MAX_LABELS_PER_REPLY = 1 << 16
+#: Most class labels a task or a describe reply may hold.
+MAX_CLASSES = 1 << 16
 
 
 def _server_fail(reason):
@@ -109,8 +107,8 @@ def classes_array(labels):
 
 
 def _parse_labels(value, fail):
-    if not (isinstance(value, list) and len(value) <= _MAX_LABELS_PER_REPLY):
-        fail(f"the class list must be a list of at most {_MAX_LABELS_PER_REPLY} labels.")
+    if not (isinstance(value, list) and len(value) <= MAX_CLASSES):
+        fail(f"the class list must be a list of at most {MAX_CLASSES} labels.")
     kinds = {_label_kind(label) for label in value}
     if None in kinds or len(kinds) > 1:
         fail("class labels must all be numbers, all strings or all booleans.")
@@ -131,7 +129,6 @@ class TrainTask:
     minibatch_seed: int
     seed: object
     codec: object
-    round: int
     site: object = None
 
     @classmethod
@@ -154,7 +151,7 @@ class TrainTask:
         if not (type(batch) is int and (batch == -1 or 1 <= batch < 2**31)):
             _server_fail(f"batch_size must be -1 or a positive integer, got {batch!r}.")
         classes = _parse_labels(fields.get("classes"), _server_fail)
-        if not 1 <= len(classes) <= _MAX_CLASSES:
+        if not classes:
             _server_fail("the task names no classes.")
         params = task.arrays.get("params")
         if set(task.arrays) != {"params"} or not (
@@ -164,7 +161,7 @@ class TrainTask:
         if not np.isfinite(params).all():
             _server_fail("the task's parameters are not finite.")
         return cls(params, classes_array(classes), batch, seeds[0], fields.get("seed"), codec,
-                   task.round, task.site)
+                   task.site)
 
 
 def _site_rows(rows, n_rows):
@@ -250,7 +247,7 @@ class FedMPDDClient(Client):
             batches[site] = (X[index], labels, weight)
         gradients, losses = self._gradients(tasks, batches)
         answers = {}
-        for codec_key, sites in _by_codec(tasks).items():
+        for sites in _by_codec(tasks).values():
             codec = tasks[sites[0]].codec
             seeds = [self._codec_seed(tasks[site]) for site in sites]
             messages = codec.encode_many(np.stack([gradients[s] for s in sites]), seeds)

@@ -161,10 +161,13 @@ _THREADED_WORK = 1 << 18
 try:
     from numba import njit
 except ImportError:  # the numpy path gives the same bits, only slower
-    HAVE_NUMBA = False
+    njit = None
+# The compiled loops read 64-bit words as bytes in place: little-endian hosts only.
+HAVE_NUMBA = njit is not None and np.little_endian
+
+if not HAVE_NUMBA:
     _encode, _decode = _encode_numpy, _decode_numpy
 else:
-    HAVE_NUMBA = True
 
     @njit(cache=True, boundscheck=False, nogil=True)
     def _fill_row(seed, first_word, words):  # pragma: no cover - compiled
@@ -240,10 +243,6 @@ else:
                         _split(jobs, min(jobs, n_threads)), jobs * 2048)
             _in_threads(lambda a, b: _decode_columns(seeds[first:first + chunk], tables, out, a, b),
                         columns, jobs * d)
-
-    if not np.little_endian:  # the compiled loops read words as bytes in place
-        HAVE_NUMBA = False
-        _encode, _decode = _encode_numpy, _decode_numpy
 
 
 def _seed_array(seeds):
