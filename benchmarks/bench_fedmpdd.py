@@ -31,6 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +101,10 @@ def _codec_parts(net, participants, codec):
 def _before_round(module, batch_size, args, X, y):
     net = module.FedMPDDClassifier(LeNet, n_clients=2 * args.participants, client_fraction=0.5,
                                    n_directions=args.m, batch_size=batch_size, lr=0.0,
-                                   max_epochs=0, random_state=0).fit(X, y)
+                                   max_epochs=0, random_state=0)
+    with warnings.catch_warnings():  # whatever that version warns about a 0-round fit
+        warnings.simplefilter("ignore")
+        net.fit(X, y)
     net.history.new_epoch()
     batch = next(iter(net.get_iterator(net.get_dataset(X, y), training=True)))
     grads = net._gradients_vmap(*batch[:4])[0].detach()
