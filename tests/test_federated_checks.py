@@ -2,7 +2,13 @@
 
 import importlib.util
 
-from sklearn_fed import FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge
+from sklearn_fed import (
+    FederatedRidge,
+    FederatedRidgeCV,
+    IncrementalFederatedRidge,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
+)
 from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
 
 ESTIMATORS = [
@@ -10,6 +16,13 @@ ESTIMATORS = [
     FederatedRidge(fit_intercept=False),
     FederatedRidgeCV(),
     ProjectedFederatedRidge(n_components=2, random_state=0),
+    IncrementalFederatedRidge(random_state=0),
+    IncrementalFederatedRidge(fit_intercept=False, min_clients=2, random_state=0),
+    PrivateFederatedRidge(epsilon=2.0, feature_bound=5.0, target_bound=10.0, random_state=0),
+    PrivateFederatedRidge(
+        epsilon=2.0, feature_bound=5.0, target_bound=10.0, noise="distributed",
+        fit_intercept=False, random_state=0,
+    ),
 ]
 
 if all(importlib.util.find_spec(m) for m in ("torch", "skorch")):  # the `nn` extra

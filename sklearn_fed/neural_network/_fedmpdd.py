@@ -31,7 +31,7 @@ from skorch import NeuralNetClassifier
 from skorch.callbacks import Callback, EpochTimer, PassthroughScoring, PrintLog
 from skorch.history import History
 
-from .._clients import group_rows_by_client, label_array
+from .._clients import _user_stacklevel, group_rows_by_client, label_array, take_clients
 from .._compat import (
     Interval,
     StrOptions,
@@ -217,6 +217,12 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
                        StrOptions({"-1"}), None],
         "max_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
     }
+
+    @property
+    def _without_clients(self):  # what fit does without clients (MissingClientsWarning)
+        return (f"its rows are split into n_clients={self.n_clients} simulated clients "
+                f"(partition={self.partition!r}); to simulate on purpose, pass the split, "
+                f"e.g. clients=sklearn_fed.simulation.partition_iid(len(X), {self.n_clients})")
 
     def __init__(
         self,
@@ -420,6 +426,7 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target "
                              "y is None.")
+        clients = take_clients(self, X, clients)
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1)
         check_classification_targets(y)
         if sample_weight is not None:
@@ -624,7 +631,7 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
                 "features (e.g. make_pipeline(StandardScaler(), FedMPDDClassifier())), "
                 "tune lr, or run more rounds.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=_user_stacklevel(),
             )
 
     # -------------------------------------------------------------- predict
