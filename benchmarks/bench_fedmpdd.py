@@ -31,6 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tracemalloc
 import warnings
 from pathlib import Path
 
@@ -172,6 +173,27 @@ def _report(args, threads, d, rows_out):
                   f"{codec_after / med['before codec'][0]:.2f}")
 
 
+def _memory(args):
+    """Peak traced memory of one round's encode and decode as m grows."""
+    d = sum(p.numel() for p in LeNet().parameters())
+    G = np.random.default_rng(0).standard_normal((args.participants, d)).astype(np.float32)
+    seeds = list(range(1, args.participants + 1))
+    print(f"\nCodec peak memory (tracemalloc), {args.participants} participants, d={d}: "
+          "encode_many, then decode_mean of their messages")
+    print(f"{'m':>7} {'dense U per site MB':>20} {'gradients MB':>13} {'peak MB':>8}")
+    for m in (100, 1000, 10000):
+        codec = MPDDCodec(m)
+        codec.decode_mean([codec.encode(G[0], seed=1)], d)  # compiled before tracing
+        tracemalloc.start()
+        frames = [Frame(kind=codec.kind, fields=f, arrays=a)
+                  for f, a in codec.encode_many(G, seeds)]
+        codec.decode_mean(frames, d)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"{m:>7} {m * d * 4 / 2**20:>20.1f} {G.nbytes / 2**20:>13.1f} "
+              f"{peak / 2**20:>8.1f}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -193,6 +215,7 @@ def main(argv=None):
         before = _import_ref(args.before, tmp) if args.before else None
         for threads in args.threads:
             _report(args, threads, *_measure(args, threads, X, y, before))
+    _memory(args)
 
 
 if __name__ == "__main__":
