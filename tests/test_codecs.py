@@ -2,6 +2,7 @@
 many participants in one call, and every field of an untrusted message checked."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -261,7 +262,9 @@ _FIELD = st.one_of(st.none(), st.booleans(), st.integers(-2**64, 2**64), st.floa
                    st.text(max_size=3))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 300 examples in the suite; `make fuzz` runs many more.
+@settings(max_examples=int(os.environ.get("SKLEARN_FED_FUZZ_EXAMPLES", 300)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(
     codec=st.sampled_from([MPDDCodec(8), TopKCodec(3), QSGDCodec(3), FullCodec(),
                            LDPCodec("gaussian")]),

@@ -355,7 +355,8 @@ class FedMPDDClient(Client):
                     tasks[s].params, task.params) for s in sites):
                 continue
             try:
-                out.update(self._vmap(task, sites, batches))
+                with seeded_torch(task.minibatch_seed):  # dropout, if any
+                    out.update(self._vmap(task, sites, batches))
             except Exception:
                 if mode is True:
                     raise

@@ -147,12 +147,14 @@ _pool = None
 
 
 def _executor():
+    """A pool of ``_workers()`` threads, made again after a fork (whose child has no threads)."""
     global _pool
-    if _pool is None or _pool._max_workers != _workers():
+    if _pool is None or _pool[0] != (os.getpid(), _workers()):
         from concurrent.futures import ThreadPoolExecutor
 
-        _pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="sklearn-fed-mpdd")
-    return _pool
+        _pool = ((os.getpid(), _workers()),
+                 ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="sklearn-fed-mpdd"))
+    return _pool[1]
 
 
 #: Below this many inner-loop steps a call stays on the calling thread.
