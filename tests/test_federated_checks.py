@@ -1,6 +1,6 @@
 """Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
 
-from sklearn_fed import FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge
+from sklearn_fed import FederatedRidge, FederatedRidgeCV, FESCRidge, ProjectedFederatedRidge
 from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
 
 ESTIMATORS = [
@@ -8,6 +8,8 @@ ESTIMATORS = [
     FederatedRidge(fit_intercept=False),
     FederatedRidgeCV(),
     ProjectedFederatedRidge(n_components=2, random_state=0),
+    FESCRidge(),
+    FESCRidge(alpha=0.5, weighting="proportional", fit_intercept=False),
 ]
 
 
