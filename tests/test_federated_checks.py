@@ -1,6 +1,15 @@
 """Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
 
-from sklearn_fed import FederatedRidge, FederatedRidgeCV, FESCRidge, ProjectedFederatedRidge
+from sklearn_fed import (
+    DPFedAvgRegressor,
+    FedAvgRegressor,
+    FederatedRidge,
+    FederatedRidgeCV,
+    FedNovaRegressor,
+    FedProxRegressor,
+    FESCRidge,
+    ProjectedFederatedRidge,
+)
 from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
 
 ESTIMATORS = [
@@ -10,6 +19,10 @@ ESTIMATORS = [
     ProjectedFederatedRidge(n_components=2, random_state=0),
     FESCRidge(),
     FESCRidge(alpha=0.5, weighting="proportional", fit_intercept=False),
+    FedAvgRegressor(n_rounds=4, batch_size=7, client_fraction=0.7, random_state=0),
+    FedProxRegressor(n_rounds=3, fit_intercept=False, learning_rate=0.05),
+    FedNovaRegressor(n_rounds=3, batch_size=11, random_state=0),
+    DPFedAvgRegressor(n_rounds=3, epsilon=10.0, random_state=0),
 ]
 
 
