@@ -340,7 +340,7 @@ def test_sparse_input_equals_dense(cls):
     X[X < 3.0] = 0.0
     params = dict(n_rounds=5, batch_size=8, random_state=0, learning_rate=0.01)
     if cls is DPFedAvgRegressor:
-        params["epsilon"] = 1e9
+        params["epsilon"] = 1e7
     dense = cls(**params).fit(X, y, clients=clients)
     sparse = cls(**params).fit(sp.csr_matrix(X), y, clients=clients)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-9, atol=1e-12)
@@ -418,7 +418,7 @@ def test_dp_noise_is_gaussian_with_the_calibrated_std():
 
 def test_dp_clipping_bounds_each_round_move():
     X, y, clients = _data(n=90, d=4, n_clients=3)
-    dp = DPFedAvgRegressor(epsilon=1e9, clip_norm=0.05, learning_rate=0.1,
+    dp = DPFedAvgRegressor(epsilon=1e7, clip_norm=0.05, learning_rate=0.1,
                            n_rounds=1, random_state=0)
     dp.fit(X, y, clients=clients)
     previous = np.r_[dp.coef_, dp.intercept_]
