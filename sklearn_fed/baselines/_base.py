@@ -137,9 +137,10 @@ def _train_dense(X, y, s, weight_sums, coef, params, seeds):
     penalty = params.penalty(coef.shape[0])
     eta, mu = params.learning_rate, params.mu
     residual = X @ coef - y
-    losses = np.array([(residual[g] ** 2).sum(axis=1) @ s[g] for g in range(G)])
+    # (1, n) @ (n, 1) per site: each slice of a batched product is one site's own
+    losses = np.matmul((residual**2).sum(axis=2)[:, None, :], s[:, :, None])[:, 0, 0]
     W = np.repeat(coef[None], G, axis=0)
-    rngs = [np.random.default_rng(seed) for seed in seeds]
+    rngs = None if full_batch else [np.random.default_rng(seed) for seed in seeds]
     offsets = n * np.arange(G)[:, None]
     for epoch in range(params.local_epochs):
         if full_batch:
