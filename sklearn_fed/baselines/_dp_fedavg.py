@@ -42,8 +42,8 @@ def noise_multiplier(epsilon, delta, n_releases):
 
     Examples
     --------
-    >>> round(noise_multiplier(1.0, 1e-5, 101), 2)
-    37.5
+    >>> round(noise_multiplier(1.0, 1e-5, 101), 2)  # sqrt(101) * 3.73
+    37.49
     """
     return math.sqrt(n_releases) * gaussian_noise_std(epsilon, delta, 1.0)
 
