@@ -8,6 +8,7 @@ from sklearn_fed import (
     FedNovaRegressor,
     FedProxRegressor,
     FESCRidge,
+    PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
 from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
@@ -23,6 +24,11 @@ ESTIMATORS = [
     FedProxRegressor(n_rounds=3, fit_intercept=False, learning_rate=0.05),
     FedNovaRegressor(n_rounds=3, batch_size=11, random_state=0),
     DPFedAvgRegressor(n_rounds=3, epsilon=10.0, random_state=0),
+    PrivateFederatedRidge(epsilon=2.0, feature_bound=5.0, target_bound=10.0, random_state=0),
+    PrivateFederatedRidge(
+        epsilon=2.0, feature_bound=5.0, target_bound=10.0, noise="distributed",
+        fit_intercept=False, random_state=0,
+    ),
 ]
 
 
