@@ -357,10 +357,10 @@ def test_dp_calibration_and_accounting():
         dp.fit(X, y, clients=clients)
     z = 5 * analytic_gaussian_std(2.0, 1e-6)  # 25 releases compose to one of z / 5
     assert dp.noise_multiplier_ == pytest.approx(z, rel=1e-12)
-    assert dp.noise_std_ == pytest.approx(z * 2 * 0.5, rel=1e-12)
+    assert dp.noise_std_ == pytest.approx(z * 2 * 0.5, rel=1e-3)  # plus the grid's rounding
     assert dp.n_releases_ == 25
     epsilon, delta = dp.privacy_spent_
-    assert delta == 1e-6 and 2.0 <= epsilon < 2.0 * (1 + 1e-3)
+    assert delta == 1e-6 and epsilon == pytest.approx(2.0, rel=1e-9)  # exact composition
     dp.partial_fit(X, y, clients=clients)  # a setup and a round: two more releases
     assert dp.n_releases_ == 27 and dp.privacy_spent_[0] > epsilon
     dp.fit(X, y, clients=clients)  # refitting spends again: nothing is reset
@@ -376,8 +376,10 @@ def test_dp_releases_only_noised_values():
     sizes = np.bincount(clients).astype(float)
     for site, frame in replies[:3]:
         assert not frame.arrays  # no means
-        assert abs(frame.fields["weight_sum"] - sizes[site]) > 1e-6  # noised
-    assert all(frame.arrays.keys() == {"update"} for _, frame in replies[3:])
+        steps = frame.fields["weight_sum"]  # integers on the grid 2^-10: no float side channel
+        assert type(steps) is int and abs(steps / 1024 - sizes[site]) > 1e-6  # noised
+    assert all(frame.arrays.keys() == {"update"} and frame.arrays["update"].dtype == np.int64
+               for _, frame in replies[3:])
     # neighbouring datasets, same noise: the intercept no longer moves by 1000 / n
     y2 = y.copy()
     y2[0] += 1000.0

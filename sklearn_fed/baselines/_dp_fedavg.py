@@ -16,21 +16,22 @@ mechanisms of multiplier ``z`` compose exactly to one of multiplier
 ``sigma`` the package's analytic calibration, makes the whole fit
 ``(epsilon, delta)``-DP for any epsilon; the package's accountant
 (:class:`~sklearn_fed.privacy.PrivacyLedger`) composes what was actually
-released and reports it in ``privacy_spent_``.
+released and reports it in ``privacy_spent_``. The noise comes from the
+package's per-release streams and is added as integers to values rounded to a
+grid (:mod:`sklearn_fed.privacy._noise`), as for :class:`PrivateFederatedRidge`.
 """
 
-import copy
-import hashlib
 import math
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 
 from .._compat import Interval
 from ..linear_model._base import task_field
-from ..privacy import PrivacyLedger, gaussian_noise_std
-from ..protocol import InvalidClientMessage, label_key
-from ..protocol._fields import reply_array, reply_keys, reply_number
+from ..privacy import PrivacyLedger, gaussian_noise_std, release_generator
+from ..privacy._noise import discretized_sensitivity, grid_exponent, rounded_gaussian
+from ..protocol import InvalidClientMessage
+from ..protocol._fields import reply_keys, reply_number
 from ._base import BaseFederatedSGD, SGDClient, SGDServer
 from ._fedavg import _fill_docstring
 
@@ -48,19 +49,33 @@ def noise_multiplier(epsilon, delta, n_releases):
     return math.sqrt(n_releases) * gaussian_noise_std(epsilon, delta, 1.0)
 
 
-def _noise(random_state, site, release):
-    """A fresh noise stream for one release of one site.
+class _Release:
+    """One noised release: ``n_values`` values of L2 sensitivity ``sensitivity``.
 
-    An int ``random_state`` (tests, reproductions) gives a different stream
-    for every site and release, derived from it; anything else draws from the
-    operating system's entropy, which no seeding elsewhere in a program can
-    reproduce.
+    The values are rounded to the grid ``2^exponent`` and sent as integers
+    plus integer Gaussian noise; the sensitivity that is calibrated includes
+    the rounding. Site and server both derive it from public parameters.
     """
-    if isinstance(random_state, Integral):
-        site_id = int.from_bytes(hashlib.sha256(label_key(site).encode()).digest()[:8], "little")
-        entropy = [int(random_state) % 2**64, site_id, *release]
-        return np.random.default_rng(np.random.SeedSequence(entropy))
-    return np.random.default_rng()
+
+    def __init__(self, sensitivity, n_values, multiplier):
+        self.exponent = grid_exponent(sensitivity, n_values, noisy=True)
+        self.sensitivity = discretized_sensitivity(sensitivity, n_values, self.exponent)
+        self.std = multiplier * self.sensitivity
+
+    def noised(self, values, generator, site):
+        steps = np.ldexp(np.asarray(values, dtype=np.float64), -self.exponent)
+        if not np.all(np.abs(steps) < 2.0**52):
+            raise ValueError(f"site {site!r}: a released value is too large for the grid.")
+        noise = rounded_gaussian(generator, math.ldexp(self.std, -self.exponent), steps.size)
+        return np.rint(steps).astype(np.int64) + noise.reshape(steps.shape)
+
+    def value(self, steps):
+        return np.ldexp(np.asarray(steps, dtype=np.float64), self.exponent)
+
+
+def _release_number(task, kind):
+    """Release ``2 r`` is the setup before round ``r``, ``2 r + 1`` the update of round ``r``."""
+    return 2 * task_field(task, "round", int) + kind
 
 
 class DPClient(SGDClient):
@@ -91,9 +106,10 @@ class DPClient(SGDClient):
     def _setup(self, task, Xk, yk, sk, y_ndim):
         self._check_weights(task, sk)
         fields, arrays = super()._setup(task, Xk, yk, sk, y_ndim)
-        noise = _noise(self.estimator.random_state, task.site,
-                       (task_field(task, "round", int), 0))
-        fields["weight_sum"] += float(noise.normal(0.0, self._multiplier(task)))
+        release = _Release(1.0, 1, self._multiplier(task))
+        generator = release_generator(self.estimator.random_state, _release_number(task, 0),
+                                      task.site)
+        fields["weight_sum"] = int(release.noised([fields["weight_sum"]], generator, task.site)[0])
         return fields, arrays
 
     def _weight_sum(self, task, sk):
@@ -106,12 +122,14 @@ class DPClient(SGDClient):
             raise InvalidClientMessage("server: clip_norm must be positive.", "server")
         update = W - coef
         norm = np.linalg.norm(update)
+        if not math.isfinite(norm):
+            return super()._train_reply(task, coef, W, steps, loss)  # says it diverged
         if norm > clip:
             update *= clip / norm
-        noise = _noise(self.estimator.random_state, task.site,
-                       (task_field(task, "round", int), 1))
-        update += noise.normal(0.0, self._multiplier(task) * 2 * clip, size=update.shape)
-        return {"steps": int(steps)}, {"update": update}
+        release = _Release(2 * clip, update.size, self._multiplier(task))
+        generator = release_generator(self.estimator.random_state, _release_number(task, 1),
+                                      task.site)
+        return {"steps": int(steps)}, {"update": release.noised(update, generator, task.site)}
 
 
 class DPServer(SGDServer):
@@ -120,10 +138,11 @@ class DPServer(SGDServer):
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
         ledger = getattr(estimator, "_privacy_ledger", None)  # kept across fits
-        self._privacy = PrivacyLedger() if ledger is None else copy.deepcopy(ledger)
+        self._privacy = PrivacyLedger() if ledger is None else ledger.copy()
         self._multiplier = noise_multiplier(
             float(estimator.epsilon), float(estimator.delta), int(estimator.n_rounds) + 1
         )
+        self._weight_release = _Release(1.0, 1, self._multiplier)
 
     def _private_fields(self, step):
         estimator = self.estimator
@@ -137,14 +156,21 @@ class DPServer(SGDServer):
             fields["clip_norm"] = float(estimator.clip_norm)
         return fields
 
-    def _read_weight(self, site, frame):  # noisy: may be negative
-        return reply_number(frame, "weight_sum", site, low=-1e300, high=1e300)
+    def _read_weight(self, site, frame):  # grid steps, noised: may be negative
+        steps = reply_number(frame, "weight_sum", site, low=-(2**62), high=2**62, integer=True)
+        return float(self._weight_release.value(steps))
 
     def _read_train(self, site, frame, rows, t):
         reply_keys(frame, site, fields=["steps"], arrays=["update"])
+        update = frame.arrays["update"]
+        if not (isinstance(update, np.ndarray) and update.dtype == np.int64
+                and update.shape == (rows, t) and np.all(np.abs(update) < 2**62)):
+            raise InvalidClientMessage(
+                f"client {site!r}: the update must be ({rows}, {t}) int64 grid steps.", site)
+        release = _Release(2 * float(self.estimator.clip_norm), update.size, self._multiplier)
         return {
             "steps": reply_number(frame, "steps", site, low=1, high=2**40, integer=True),
-            "update": reply_array(frame, "update", (rows, t), site),
+            "update": release.value(update),
         }
 
     def _apply_setup(self, replies):
@@ -164,9 +190,10 @@ class DPServer(SGDServer):
     def _commit(self, state, ledger):
         super()._commit(state, ledger)
         estimator = self.estimator
-        estimator._privacy_ledger = copy.deepcopy(self._privacy)
+        estimator._privacy_ledger = self._privacy.copy()
         estimator.noise_multiplier_ = self._multiplier
-        estimator.noise_std_ = self._multiplier * 2 * float(estimator.clip_norm)
+        estimator.noise_std_ = _Release(
+            2 * float(estimator.clip_norm), state["coef"].size, self._multiplier).std
         estimator.n_releases_ = len(self._privacy)
 
 
@@ -223,7 +250,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
     >>> dp = DPFedAvgRegressor(epsilon=1.0, n_rounds=100, random_state=0)
     >>> dp = dp.fit(X, y, clients=np.arange(200) % 4)
     >>> round(dp.noise_multiplier_, 1), round(dp.noise_std_, 1), dp.n_releases_
-    (37.5, 75.0, 101)
+    (37.5, 75.1, 101)
     >>> epsilon, delta = dp.privacy_spent_
     >>> round(epsilon, 3), delta
     (1.0, 1e-05)
