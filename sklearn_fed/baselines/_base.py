@@ -213,9 +213,13 @@ def _copy_rng(rng):
 
 
 def _without_seed(task):
-    """What a training task says besides its seed, as a hashable key."""
-    fields = tuple(sorted((k, v) for k, v in task.fields.items() if k != "seed"))
-    return fields, tuple((name, a.shape, a.tobytes()) for name, a in sorted(task.arrays.items()))
+    """What a training task says besides its seed, as a hashable key.
+
+    Arrays by identity: a simulated round's tasks share their arrays (tasks
+    decoded from bytes do not, and are then trained one group per site).
+    """
+    fields = tuple((k, v) for k, v in task.fields.items() if k != "seed")
+    return fields, tuple((name, id(a)) for name, a in task.arrays.items())
 
 
 # ---------------------------------------------------------------- roles

@@ -159,8 +159,8 @@ class FESCClient(Client):
         centered = task_field(task, "centered", bool)
         if not (math.isfinite(alpha) and alpha >= 0):
             raise InvalidClientMessage(f"server: alpha must be >= 0, got {alpha!r}.", "server")
-        stats = None if n == 0 else ClientStatistics.from_data(
-            X, y, sample_weight, centered=centered, rows=rows
+        stats = None if n == 0 else ClientStatistics.from_data(  # rows checked at the site
+            X, y, sample_weight, centered=centered, rows=rows, check_input=False
         )
         if earlier is not None:
             if earlier.statistics.centered != centered:
