@@ -2,7 +2,7 @@
 
 import numpy as np
 
-__all__ = ["group_rows_by_client", "label_array"]
+__all__ = ["count_rows", "group_rows_by_client", "label_array"]
 
 
 def group_rows_by_client(clients, n_samples):
@@ -66,6 +66,19 @@ def group_rows_by_client(clients, n_samples):
         else:
             rows.append(idx)
     return labels, rows
+
+
+def count_rows(n_samples, rows):
+    """How many rows ``rows`` (a slice, an index array, or None: all) selects of ``n_samples``.
+
+    Examples
+    --------
+    >>> count_rows(10, slice(2, 5)), count_rows(10, [1, 7]), count_rows(10, None)
+    (3, 2, 10)
+    """
+    if rows is None:
+        return n_samples
+    return len(range(n_samples)[rows]) if isinstance(rows, slice) else len(rows)
 
 
 def label_array(labels):

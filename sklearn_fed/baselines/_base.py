@@ -28,7 +28,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import group_rows_by_client, label_array
+from .._clients import count_rows, group_rows_by_client, label_array
 from .._compat import (
     Interval,
     StrOptions,
@@ -101,7 +101,8 @@ class _Training:
 
     def steps(self, n):
         """Local steps of a site with ``n`` rows: per epoch, and in total."""
-        per_epoch = 1 if self.batch_size is None or self.batch_size >= n else -(-n // self.batch_size)
+        batch = self.batch_size
+        per_epoch = 1 if batch is None or batch >= n else -(-n // batch)
         return per_epoch, per_epoch * self.local_epochs
 
     def penalty(self, n_coef):
@@ -151,8 +152,8 @@ def _train_dense(X, y, s, weight_sums, coef, params, seeds):
             ye = np.take(y.reshape(G * n, -1), order, axis=0)
             se = np.take(s.reshape(-1), order)
         for j in range(per_epoch):
-            rows = slice(None) if full_batch else slice(j * params.batch_size,
-                                                          (j + 1) * params.batch_size)
+            batch = params.batch_size
+            rows = slice(None) if full_batch else slice(j * batch, (j + 1) * batch)
             Xb, sb = Xe[:, rows], se[:, rows]
             if full_batch and epoch == 0:
                 r = residual  # the loss's residual: W is still coef
@@ -275,8 +276,7 @@ class SGDClient(Client):
             if task.fields.get("step") != "train" or sp.issparse(X):
                 alone[site] = task
                 continue
-            r = rows[site]
-            n = len(range(X.shape[0])[r]) if isinstance(r, slice) else len(r)
+            n = count_rows(X.shape[0], rows[site])
             groups.setdefault((n, _without_seed(task)), {})[site] = task
         replies = super()._reply_many(alone, X, y, sample_weight, rows, names)
         stacks, self._stacks = self._stacks, {}

@@ -72,6 +72,7 @@ _COMMON_ATTRIBUTES = """coef_ : ndarray of shape (n_features,) or (n_targets, n_
     feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen during fit, when ``X`` has string column names."""
 
+
 class FedAvgRegressor(BaseFederatedSGD):
     """Federated averaging (McMahan et al., 2017) for L2-penalized linear regression.
 

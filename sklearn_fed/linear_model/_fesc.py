@@ -16,7 +16,7 @@ from numbers import Real
 
 import numpy as np
 
-from .._clients import label_array
+from .._clients import count_rows, label_array
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import (
     Client,
@@ -96,11 +96,6 @@ def _combination_weights(sizes, weighting):
     return np.full(sizes.shape[0], 1.0 / sizes.shape[0])
 
 
-def _n_rows(X, rows):
-    return X.shape[0] if rows is None else len(range(X.shape[0])[rows]) if isinstance(
-        rows, slice) else len(rows)
-
-
 class _SiteRows:
     """What a simulated site keeps of its rows between ``partial_fit`` calls.
 
@@ -141,7 +136,7 @@ class FESCClient(Client):
         if step not in ("count", "model"):
             raise InvalidClientMessage(f"server: unknown FESC task step {step!r}.", "server")
         earlier = None if self.sites is None else self.sites.get(label_key(task.site))
-        n = _n_rows(X, rows)
+        n = count_rows(X.shape[0], rows)
         take = slice(None) if rows is None else rows
         size = 0.0 if n == 0 else float(
             n if sample_weight is None else np.sum(sample_weight[take])
@@ -287,7 +282,6 @@ class FESCServer(Server):
         else:
             estimator.intercept_ = 0.0 if coefs.ndim == 2 else np.zeros(n_targets, dtype)
         self._done = True
-
 
 
 class FESCRidge(BaseFederatedRidge):
