@@ -21,7 +21,7 @@ from sklearn_fed import (
 )
 from sklearn_fed.datasets import make_heterogeneous_regression
 from sklearn_fed.privacy import analytic_gaussian_std
-from sklearn_fed.protocol import decode
+from sklearn_fed.protocol import SitePolicy, TaskRefused, decode
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
 ALL = [FedAvgRegressor, FedProxRegressor, FedNovaRegressor, DPFedAvgRegressor]
@@ -430,6 +430,22 @@ def test_dp_clipping_bounds_each_round_move():
         move = np.linalg.norm(model - previous)
         assert 0.02 < move <= 0.05 + 1e-6  # clipped (far from optimum), noise ~0
         previous = model
+
+
+def test_site_policy_bounds_what_a_site_releases():
+    X, y, clients = _data(n=40, d=3)
+    policy = SitePolicy(max_epsilon=1.0)
+    for estimator, reason in [(DPFedAvgRegressor(epsilon=2.0, n_rounds=1), "epsilon=2.0 exceeds"),
+                              (FedAvgRegressor(n_rounds=1), "only differentially private")]:
+        server = estimator.make_server()
+        task = server.next_tasks([0])[0]
+        with pytest.raises(TaskRefused, match=reason):
+            estimator.make_client(policy=policy).respond(task, X, y)
+    # within the policy: the site calibrates the noise itself from the task
+    dp = DPFedAvgRegressor(epsilon=1.0, n_rounds=1)
+    task = dp.make_server().next_tasks([0])[0]
+    reply = decode(dp.make_client(policy=policy).respond(task, X, y))
+    assert type(reply.fields["weight_sum"]) is int
 
 
 def test_dp_refuses_weights_above_one():
