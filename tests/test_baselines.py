@@ -33,14 +33,20 @@ _WEIGHTS_ABOVE_ONE = (
 )
 
 
+_FRESH_NOISE = "each fit is a new release with fresh noise, so two fits differ"
+
+
 def _expected_failures(estimator):
     if isinstance(estimator, DPFedAvgRegressor):
-        return dict.fromkeys(
-            ["check_sample_weights_list", "check_sample_weights_not_overwritten",
-             "check_sample_weight_equivalence_on_dense_data",
-             "check_sample_weight_equivalence_on_sparse_data"],
-            _WEIGHTS_ABOVE_ONE,
-        )
+        return {
+            **dict.fromkeys(
+                ["check_sample_weights_list", "check_sample_weights_not_overwritten",
+                 "check_sample_weight_equivalence_on_dense_data",
+                 "check_sample_weight_equivalence_on_sparse_data"],
+                _WEIGHTS_ABOVE_ONE,
+            ),
+            **dict.fromkeys(["check_fit_idempotent", "check_supervised_y_2d"], _FRESH_NOISE),
+        }
     return {}
 
 
@@ -365,6 +371,12 @@ def test_dp_calibration_and_accounting():
     assert dp.n_releases_ == 27 and dp.privacy_spent_[0] > epsilon
     dp.fit(X, y, clients=clients)  # refitting spends again: nothing is reset
     assert dp.n_releases_ == 52
+    # an int random_state: reproducible from a new estimator, fresh noise on a refit
+    seeded = DPFedAvgRegressor(n_rounds=2, random_state=0)
+    first = seeded.fit(X, y, clients=clients).coef_.copy()
+    assert not np.array_equal(seeded.fit(X, y, clients=clients).coef_, first)
+    again = DPFedAvgRegressor(n_rounds=2, random_state=0).fit(X, y, clients=clients)
+    np.testing.assert_array_equal(again.coef_, first)
 
 
 def test_dp_releases_only_noised_values():

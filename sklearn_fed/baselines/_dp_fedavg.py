@@ -73,9 +73,12 @@ class _Release:
         return np.ldexp(np.asarray(steps, dtype=np.float64), self.exponent)
 
 
-def _release_number(task, kind):
-    """Release ``2 r`` is the setup before round ``r``, ``2 r + 1`` the update of round ``r``."""
-    return 2 * task_field(task, "round", int) + kind
+def _release_generator(estimator, task):
+    """The site's noise stream for the release the task numbers (see ``release_generator``)."""
+    release = task_field(task, "release", int)
+    if not 0 <= release < 2**63:
+        raise InvalidClientMessage("server: malformed release number.", "server")
+    return release_generator(estimator.random_state, release, task.site)
 
 
 class DPClient(SGDClient):
@@ -107,8 +110,7 @@ class DPClient(SGDClient):
         self._check_weights(task, sk)
         fields, arrays = super()._setup(task, Xk, yk, sk, y_ndim)
         release = _Release(1.0, 1, self._multiplier(task))
-        generator = release_generator(self.estimator.random_state, _release_number(task, 0),
-                                      task.site)
+        generator = _release_generator(self.estimator, task)
         fields["weight_sum"] = int(release.noised([fields["weight_sum"]], generator, task.site)[0])
         return fields, arrays
 
@@ -127,8 +129,7 @@ class DPClient(SGDClient):
         if norm > clip:
             update *= clip / norm
         release = _Release(2 * clip, update.size, self._multiplier(task))
-        generator = release_generator(self.estimator.random_state, _release_number(task, 1),
-                                      task.site)
+        generator = _release_generator(self.estimator, task)
         return {"steps": int(steps)}, {"update": release.noised(update, generator, task.site)}
 
 
@@ -150,7 +151,8 @@ class DPServer(SGDServer):
             "epsilon": float(estimator.epsilon),
             "delta": float(estimator.delta),
             "n_releases": int(estimator.n_rounds) + 1,
-            "round": self._rounds + 1,
+            # releases are numbered across fits: a refit draws fresh noise too
+            "release": len(self._privacy),
         }
         if step == "train":
             fields["clip_norm"] = float(estimator.clip_norm)
@@ -224,7 +226,8 @@ class DPFedAvgRegressor(BaseFederatedSGD):
 
     The noise is drawn at each site from the operating system's entropy; an
     int ``random_state`` derives a different stream for every site and
-    release instead, for reproducible tests: a known seed voids the
+    release instead (releases are numbered across fits, so a refit draws
+    fresh noise too), for reproducible tests: a known seed voids the
     guarantee. Client sampling (``client_fraction``) is not counted as
     amplification. Read more in the :ref:`User Guide <baselines>`.
 
