@@ -281,6 +281,9 @@ def test_partial_fit_validates_parameters_every_call():
     est.set_params(alpha=-50)
     with pytest.raises(ValueError, match="alpha"):
         est.partial_fit(X, y, clients=np.repeat([0, 1], 20))
+    est.set_params(alpha=1.0, fit_intercept=False)  # even when only new clients come
+    with pytest.raises(ValueError, match="fit_intercept changed"):
+        est.partial_fit(X, y, clients=np.repeat([2, 3], 20))
 
 
 def test_failed_partial_fit_leaves_estimator_unchanged():

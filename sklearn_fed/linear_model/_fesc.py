@@ -267,6 +267,7 @@ class FESCServer(Server):
         dtype = np.float32 if self._dtype == "float32" else np.float64
         # commit: nothing above touched the estimator
         estimator.alpha_ = self.alpha
+        estimator._centered = bool(estimator.fit_intercept)
         estimator.clients_ = label_array(labels)
         estimator.n_clients_ = len(labels)
         estimator.client_sizes_ = sizes
@@ -452,7 +453,7 @@ class FESCRidge(BaseFederatedRidge):
                 "them. Call fit on all rows."
             )
         seen = None if first_call else (
-            1 if self.local_coefs_.ndim == 2 else self.local_coefs_.shape[1], self.fit_intercept
+            1 if self.local_coefs_.ndim == 2 else self.local_coefs_.shape[1], self._centered
         )
         X, y, sample_weight, labels, rows = self._validate_more_rows(
             X, y, sample_weight, clients, seen=seen
