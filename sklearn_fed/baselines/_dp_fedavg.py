@@ -222,7 +222,8 @@ class DPFedAvgRegressor(BaseFederatedSGD):
     row can move a clipped update anywhere in the ball). ``privacy_spent_``
     composes every release so far with the package's accountant; ``fit``
     does not reset it (refitting the same rows spends again), and each
-    ``partial_fit`` adds two releases.
+    ``partial_fit`` adds two releases. Sites report no loss (it would be one
+    more release): ``history_[r]["train_mse"]`` is ``None``.
 
     The noise is drawn at each site from the operating system's entropy; an
     int ``random_state`` derives a different stream for every site and
