@@ -21,7 +21,7 @@ from sklearn_fed import (
 )
 from sklearn_fed.datasets import make_heterogeneous_regression
 from sklearn_fed.privacy import analytic_gaussian_std
-from sklearn_fed.protocol import SitePolicy, TaskRefused, decode
+from sklearn_fed.protocol import InvalidClientMessage, SitePolicy, TaskRefused, decode, encode
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
 ALL = [FedAvgRegressor, FedProxRegressor, FedNovaRegressor, DPFedAvgRegressor]
@@ -285,6 +285,36 @@ def test_messages_history_and_ledger(cls, fit_intercept):
     assert est.history_[0]["uplink_bytes"] == sum(
         frame.nbytes for _, frame in setup + rounds[:m])
     assert ledger.n_parameters == (d + fit_intercept) * t
+
+
+def test_hostile_replies_are_refused_naming_the_site():
+    X, y, clients = _data(n=60, d=3)
+
+    def forge(change):
+        def tamper(site, reply):
+            frame = decode(reply, client=site)
+            if site == 1 and change(frame):
+                return encode(frame)
+            return reply
+        return tamper
+
+    def huge_model(frame):
+        if "coef" not in frame.arrays:
+            return False
+        frame.arrays["coef"] = np.full_like(frame.arrays["coef"], 1e200)
+        return True
+
+    def bad_steps(frame):
+        if "steps" not in frame.fields:
+            return False
+        frame.fields["steps"] = -3
+        return True
+
+    for change, match in [(huge_model, "magnitude 1e\\+200"), (bad_steps, "'steps'")]:
+        est = FedNovaRegressor(n_rounds=2)
+        with pytest.raises(InvalidClientMessage, match=f"client 1: .*{match}"):
+            run_protocol_by_hand(est, X, y, clients, tamper=forge(change))
+        assert not hasattr(est, "coef_")
 
 
 def test_train_mse_is_reported_by_the_sites():

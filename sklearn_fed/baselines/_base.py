@@ -54,6 +54,18 @@ __all__ = ["BaseFederatedSGD", "SGDClient", "SGDServer"]
 
 # A reported training MSE this many times the first one means divergence.
 _DIVERGENCE_FACTOR = 10.0
+# Larger values in a reply are refused: products and sums of accepted values
+# cannot overflow, and an honest model this large has diverged anyway.
+_MAX_VALUE = 1e150
+
+
+def _bounded(values, site):
+    largest = float(np.max(np.abs(values), initial=0.0))
+    if largest > _MAX_VALUE:
+        raise InvalidClientMessage(
+            f"client {site!r}: a value of magnitude {largest:.3g} (more than {_MAX_VALUE:g}): "
+            "its training diverged (reduce learning_rate) or it is not honest.", site)
+    return values
 
 
 # ---------------------------------------------------------------- local training
@@ -485,19 +497,19 @@ class SGDServer(Server):
             if "curvature" in fields else None,
         }
         if self._centered:
-            reply["x_mean"] = reply_array(frame, "x_mean", (d,), site)
-            reply["y_mean"] = reply_array(frame, "y_mean", (t,), site)
+            reply["x_mean"] = _bounded(reply_array(frame, "x_mean", (d,), site), site)
+            reply["y_mean"] = _bounded(reply_array(frame, "y_mean", (t,), site), site)
         return reply
 
     def _read_weight(self, site, frame):
-        return reply_number(frame, "weight_sum", site, high=1e300)
+        return reply_number(frame, "weight_sum", site, high=_MAX_VALUE)
 
     def _read_train(self, site, frame, rows, t):
         reply_keys(frame, site, fields=["steps", "loss"], arrays=["coef"])
         return {
             "steps": reply_number(frame, "steps", site, low=1, high=2**40, integer=True),
             "loss": reply_number(frame, "loss", site, high=math.inf),
-            "coef": reply_array(frame, "coef", (rows, t), site),
+            "coef": _bounded(reply_array(frame, "coef", (rows, t), site), site),
         }
 
     # ------------------------------------------------------------ apply
