@@ -375,10 +375,10 @@ class SGDClient(Client):
 
     def _train_reply(self, task, coef, W, steps, loss):
         """``(fields, arrays)`` of a training reply (DP-FedAvg overrides it)."""
-        if not (np.all(np.isfinite(W)) and math.isfinite(loss)):
+        if not (np.all(np.abs(W) <= _MAX_VALUE) and math.isfinite(loss)):  # NaN fails too
             raise ValueError(
                 f"site {task.site!r}: local training diverged in round "
-                f"{task.fields.get('round')}: its model became non-finite. Reduce "
+                f"{task.fields.get('round')}: its model exceeded {_MAX_VALUE:g}. Reduce "
                 f"learning_rate (now {task.fields.get('learning_rate'):.4g}) or use "
                 "learning_rate='auto'."
             )
