@@ -77,12 +77,12 @@ def _after_round(batch_size, args, X, y, vectorize):
     labels = list(range(2 * args.participants))
     rows = {c: np.flatnonzero(clients == c) for c in labels}
     server, site = net.make_server(), net.make_client()
-    server._receive_frames(site._reply_all(server._next_frames(labels), X, y, None, rows, None),
+    server._receive_frames(site._reply_many(server._next_frames(labels), X, y, None, rows, None),
                            {})  # the first round: sites report their labels
 
     def one_round():
         tasks = server._next_frames(labels)
-        server._receive_frames(site._reply_all(tasks, X, y, None, rows, None), {})
+        server._receive_frames(site._reply_many(tasks, X, y, None, rows, None), {})
 
     return net, server, site, rows, labels, one_round
 

@@ -210,9 +210,17 @@ class FedMPDDClient(Client):
 
     # -------------------------------------------------------------- answers
     def _compute(self, task, X, y, sample_weight, rows):
-        return self._compute_all({0: task}, X, y, sample_weight, {0: rows})[0]
+        return self._answers({0: task}, X, y, sample_weight, {0: rows})[0]
 
-    def _compute_all(self, tasks, X, y, sample_weight, rows):
+    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+        # The simulation's round: every site's gradient as it computes it
+        # alone, then all encoded in one call (the same bytes as one by one).
+        answers = self._answers(tasks, X, y, sample_weight, rows)
+        return {site: self._reply_frame(tasks[site], X, y, names, *answers[site])
+                for site in tasks}
+
+    def _answers(self, tasks, X, y, sample_weight, rows):
+        """``{site: (fields, arrays)}`` for the tasks of one round."""
         answers, train = {}, {}
         for site, task in tasks.items():
             step = task.fields.get("step")

@@ -183,32 +183,21 @@ class Client(ABC):
         fields, arrays = self._compute(task, X, y, sample_weight, rows)
         return self._reply_frame(task, X, y, names, fields, arrays)
 
-    def _reply_all(self, tasks, X, y, sample_weight, rows, names):
-        """Replies of every site of a simulated round, ``{site: frame}``.
+    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+        """Replies of many simulated sites that share one ``X``: ``{site: frame}``.
 
-        ``rows`` maps each site to its rows of the shared ``X``. Used by
-        :func:`~sklearn_fed.protocol.run_simulation` when one client role
-        answers for all sites; see :meth:`_compute_all`.
-        """
-        answers = self._compute_all(tasks, X, y, sample_weight, rows)
-        return {
-            site: self._reply_frame(tasks[site], X, y, names, *answers[site]) for site in tasks
-        }
-
-    def _compute_all(self, tasks, X, y, sample_weight, rows):
-        """``{site: (fields, arrays)}`` for many simulated sites at once.
-
-        One site at a time by default. A family may compute many sites
-        together (one vectorized call) provided every answer is, bit for bit,
-        what :meth:`_compute` gives that site alone: the bytes of a
-        simulation must be those of a deployment.
+        ``rows[site]`` selects each site's rows. The simulation calls this
+        once per round; a family may override it to compute its sites
+        together (one batched product for many sites) provided every frame
+        is exactly the one :meth:`_reply` would build for that site alone.
         """
         return {
-            site: self._compute(task, X, y, sample_weight, rows[site])
+            site: self._reply(task, X, y, sample_weight, rows[site], names)
             for site, task in tasks.items()
         }
 
     def _reply_frame(self, task, X, y, names, fields, arrays):
+        """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
         return Frame(
             kind=f"{self.protocol}/reply",
             federation=task.federation,
