@@ -37,6 +37,7 @@ the same code in process):
 
 import contextlib
 import copy
+import functools
 import math
 import secrets
 from dataclasses import dataclass
@@ -119,6 +120,26 @@ def _parse_labels(value, fail):
     return value
 
 
+def _task_classes(value):
+    """The class list of a task, checked, as a sorted array (the same list every round)."""
+    if isinstance(value, list):
+        try:  # typed, so that True, 1 and 1.0 are different keys
+            return _checked_classes(tuple((type(v), v) for v in value))
+        except TypeError:  # unhashable entries: not labels
+            pass
+    _parse_labels(value, _server_fail)  # raises, naming what is wrong
+
+
+@functools.lru_cache(maxsize=8)
+def _checked_classes(typed):
+    labels = _parse_labels([v for _, v in typed], _server_fail)
+    if not labels:
+        _server_fail("the task names no classes.")
+    classes = classes_array(labels)
+    classes.setflags(write=False)  # shared between the tasks of every round
+    return classes
+
+
 @dataclass
 class TrainTask:
     """A training task as a site reads it (every field checked: tasks are untrusted)."""
@@ -150,9 +171,7 @@ class TrainTask:
         batch = fields.get("batch_size")
         if not (type(batch) is int and (batch == -1 or 1 <= batch < 2**31)):
             _server_fail(f"batch_size must be -1 or a positive integer, got {batch!r}.")
-        classes = _parse_labels(fields.get("classes"), _server_fail)
-        if not classes:
-            _server_fail("the task names no classes.")
+        classes = _task_classes(fields.get("classes"))
         params = task.arrays.get("params")
         if set(task.arrays) != {"params"} or not (
             isinstance(params, np.ndarray) and params.dtype == np.float32 and params.ndim == 1
@@ -160,8 +179,7 @@ class TrainTask:
             _server_fail("a training task must carry the parameters as one float32 vector.")
         if not np.isfinite(params).all():
             _server_fail("the task's parameters are not finite.")
-        return cls(params, classes_array(classes), batch, seeds[0], fields.get("seed"), codec,
-                   task.site)
+        return cls(params, classes, batch, seeds[0], fields.get("seed"), codec, task.site)
 
 
 def _site_rows(rows, n_rows):
