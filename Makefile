@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-incremental bench-dask clean venv fuzz
+.PHONY: demo test docs bench bench-incremental bench-baselines bench-dask clean venv fuzz
 
 venv: $(STAMP)
 
@@ -35,6 +35,12 @@ bench: $(STAMP)
 bench-incremental: $(STAMP)
 	$(PY) benchmarks/bench_incremental.py
 
+# The tables of docs/user_guide/baselines.rst (about 10 minutes); DATA_DIR holds
+# california_housing/housing.csv and insurance/insurance.csv.
+DATA_DIR ?= ../shared/data
+bench-baselines: $(STAMP)
+	$(PY) benchmarks/bench_baselines.py --convergence --dp --trials 3 --real-data $(DATA_DIR)
+
 # Builds a 32 GB table on disk (needs ~34 GB free; deleted afterwards) and fits it
 # out of core beside the BLAS floor, dask.array.linalg.lstsq and dask-ml.
 bench-dask: $(STAMP)
@@ -43,6 +49,8 @@ bench-dask: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated
 
-# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples).
+# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples)
+# and of the uplink codecs' decoders (the suite runs 300).
 fuzz: $(STAMP)
 	$(PY) tests/fuzz_statistics.py 200000
+	SKLEARN_FED_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/test_codecs.py -k fuzzed

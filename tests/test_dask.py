@@ -14,6 +14,7 @@ from sklearn.base import clone
 
 from sklearn_fed import (
     FederatedRidge,
+    FESCRidge,
     FederatedRidgeCV,
     IncrementalFederatedRidge,
     PrivateFederatedRidge,
@@ -305,6 +306,14 @@ def test_a_client_role_that_is_not_blockwise_needs_each_site_in_one_partition():
     shuffled = da.from_array(clients, chunks=((40, 40, 41),))
     _unchanged(model, lambda: model.fit(Xd, yd, clients=shuffled),
                r"site 0 has rows in partitions \[0, 1\].*not a BlockwiseClient")
+
+
+def test_other_estimators_refuse_dask_collections():
+    X, y, clients, _ = _data(17)
+    Xd, yd = _as_dask(CHUNKINGS[0], X, y)
+    with pytest.raises(TypeError, match="FESCRidge cannot fit Dask collections; these can: "
+                                        "FederatedRidge, FederatedRidgeCV"):
+        FESCRidge().fit(Xd, yd, clients=clients)
 
 
 def test_partition_labels():

@@ -1,9 +1,9 @@
 """``fit``/``partial_fit`` on Dask collections: the estimator's protocol, partition by partition.
 
-One-shot estimators (FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge,
-PrivateFederatedRidge, and any estimator that fits through
-``_validate_rows`` and ``run_simulation``) run their own ``fit`` with a
-:class:`PartitionedRows` as ``X``; only where a site's answer is computed
+The one-shot estimators (FederatedRidge, FederatedRidgeCV,
+ProjectedFederatedRidge, PrivateFederatedRidge) run their own ``fit`` with a
+:class:`PartitionedRows` as ``X``, which their ``_validate_rows`` and
+``run_simulation`` hand back here; only where a site's answer is computed
 changes:
 
 1. ``_validate_rows`` checks the feature names and count on the collection's
@@ -40,6 +40,14 @@ from ._partitions import Partitions
 
 __all__ = ["PartitionedRows", "fit_collection"]
 
+#: The estimators whose fit and partial_fit take Dask collections.
+SUPPORTED = (
+    "FederatedRidge",
+    "FederatedRidgeCV",
+    "ProjectedFederatedRidge",
+    "PrivateFederatedRidge",
+    "IncrementalFederatedRidge",
+)
 #: Partition summaries merged per node of the reduction tree.
 SPLIT_EVERY = 8
 #: The site of every row when ``clients`` is None (as in ``group_rows_by_client``).
@@ -52,16 +60,19 @@ def fit_collection(estimator, method, name, X, y=None, sample_weight=None, clien
     Called by the estimators' ``fit``/``partial_fit`` when an argument is a
     Dask collection (see :class:`~sklearn_fed._dask_dispatch.DaskDispatchMixin`).
     """
-    from ..linear_model import FederatedRidgeCV, IncrementalFederatedRidge
+    from .. import linear_model
 
-    if isinstance(estimator, IncrementalFederatedRidge):
-        return _stream(estimator, name, Partitions(X, y, sample_weight, clients))
-    if getattr(estimator, "_server_role", None) is None:
+    supported = tuple(getattr(linear_model, name) for name in SUPPORTED)
+    if not isinstance(estimator, supported):
+        # Their site roles keep state of their own between calls, which the
+        # copies sent to the workers would not carry back.
         raise TypeError(
-            f"{type(estimator).__name__} does not fit through protocol roles, so it cannot "
-            "fit Dask collections."
+            f"{type(estimator).__name__} cannot fit Dask collections; these can: "
+            f"{', '.join(SUPPORTED)}."
         )
-    if isinstance(estimator, FederatedRidgeCV):
+    if isinstance(estimator, linear_model.IncrementalFederatedRidge):
+        return _stream(estimator, name, Partitions(X, y, sample_weight, clients))
+    if isinstance(estimator, linear_model.FederatedRidgeCV):
         _check_cv_on_collection(estimator, clients)
     rows = PartitionedRows(X, y, sample_weight, clients)
     # ``clients`` is passed on for what fit decides from it (``clients is None``);
@@ -208,7 +219,7 @@ def _replies(parts, server, roles, sites, tasks, finished, names):
             continue  # no rows of this site: dropout
         fields, arrays = finished[key]
         role = roles[key]
-        frame = role._reply_frame(tasks[key], fields, arrays, X_like, y_like, names)
+        frame = role._reply_frame(tasks[key], X_like, y_like, names, fields, arrays)
         replies[site] = deliver_reply(server, role, site, frame, sizes)
     return replies, sizes
 

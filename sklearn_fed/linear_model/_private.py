@@ -40,6 +40,7 @@ import scipy.sparse as sp
 from scipy import linalg
 from scipy.linalg.blas import dsyrk
 
+from .._clients import count_rows
 from .._compat import Interval, Options, StrOptions, _fit_context
 from ..privacy import PrivacyLedger, gaussian_noise_std
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
@@ -338,7 +339,7 @@ class PrivateClient(BlockwiseClient):
             X, y, sample_weight, rows, fields["feature_bound"], fields["target_bound"],
             fields["fit_intercept"],
         )
-        return ClippedSums(sums, n_clipped, _count(X.shape[0], rows), y.ndim == 1)
+        return ClippedSums(sums, n_clipped, count_rows(X.shape[0], rows), y.ndim == 1)
 
     def _merge(self, first, second):
         return None if first is None else first.merge(second)
@@ -406,12 +407,6 @@ def _step(task):
     if step not in ("keys", "release"):
         raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
     return step
-
-
-def _count(n_samples, rows):
-    if rows is None:
-        return n_samples
-    return len(range(n_samples)[rows]) if isinstance(rows, slice) else len(rows)
 
 
 def _bounded(encoded, n_sites, site):

@@ -17,6 +17,7 @@ from sklearn.random_projection import (
 )
 from sklearn.utils import check_random_state
 
+from .._clients import count_rows
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import InvalidClientMessage, atomic
 from ..statistics import ClientStatistics
@@ -92,9 +93,7 @@ class ProjectedClient(StatisticsClient):
     def _summarize(self, task, X, y, sample_weight, rows):
         step = _step(task)
         if step == "count":
-            n_rows = X.shape[0] if rows is None else len(range(X.shape[0])[rows]) if isinstance(
-                rows, slice) else len(rows)
-            return int(n_rows)
+            return int(count_rows(X.shape[0], rows))
         centered = task_field(task, "centered", bool)
         seed = task_field(task, "seed", int)
         m = task_field(task, "n_components", int)

@@ -110,6 +110,8 @@ class Client(ABC):
     protocol = None
     accept_sparse = True
     needs_y = True
+    #: Whether ``y`` must be numeric (regression) or may hold class labels.
+    y_numeric = True
     #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
     accepts_no_rows = False
 
@@ -159,7 +161,8 @@ class Client(ABC):
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
         X, y, sample_weight, names = check_site_data(
             X, y, sample_weight, schema=schema, site=task.site,
-            accept_sparse=self.accept_sparse, ensure_min_samples=0 if self.accepts_no_rows else 1,
+            accept_sparse=self.accept_sparse, y_numeric=self.y_numeric,
+            ensure_min_samples=0 if self.accepts_no_rows else 1,
         )
         if self.policy is not None:
             self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
@@ -178,10 +181,23 @@ class Client(ABC):
     def _reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
         fields, arrays = self._compute(task, X, y, sample_weight, rows)
-        return self._reply_frame(task, fields, arrays, X, y, names)
+        return self._reply_frame(task, X, y, names, fields, arrays)
 
-    def _reply_frame(self, task, fields, arrays, X, y, names):
-        """The reply frame of a computed answer; only the shapes and dtype of ``X``, ``y`` are read."""
+    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+        """Replies of many simulated sites that share one ``X``: ``{site: frame}``.
+
+        ``rows[site]`` selects each site's rows. The simulation calls this
+        once per round; a family may override it to compute its sites
+        together (one batched product for many sites) provided every frame
+        is exactly the one :meth:`_reply` would build for that site alone.
+        """
+        return {
+            site: self._reply(task, X, y, sample_weight, rows[site], names)
+            for site, task in tasks.items()
+        }
+
+    def _reply_frame(self, task, X, y, names, fields, arrays):
+        """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
         return Frame(
             kind=f"{self.protocol}/reply",
             federation=task.federation,

@@ -69,15 +69,27 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     if hasattr(X, "_run_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
         return X._run_partitions(server, clients, labels, names)
     position = {label_key(label): i for i, label in enumerate(labels)}
+    per_site = isinstance(clients, dict)
+
+    def role(site):
+        return clients[site] if per_site else clients
+
     tasks = server._next_frames(labels)
     while tasks:
-        replies, sizes = {}, {}
-        for site, task in tasks.items():
-            client = clients[site] if isinstance(clients, dict) else clients
-            site_rows = rows[position[label_key(site)]]
-            task = deliver_task(server, client, site, task)
-            reply = client._reply(task, X, y, sample_weight, site_rows, names)
-            replies[site] = deliver_reply(server, client, site, reply, sizes)
+        tasks = {site: deliver_task(server, role(site), site, task) for site, task in tasks.items()}
+        site_rows = {site: rows[position[label_key(site)]] for site in tasks}
+        if per_site:
+            replies = {
+                site: clients[site]._reply(task, X, y, sample_weight, site_rows[site], names)
+                for site, task in tasks.items()
+            }
+        else:  # one role for every site: it may compute them together
+            replies = clients._reply_many(tasks, X, y, sample_weight, site_rows, names)
+        sizes = {}
+        replies = {
+            site: deliver_reply(server, role(site), site, reply, sizes)
+            for site, reply in replies.items()
+        }
         server._receive_frames(replies, sizes)
         tasks = server._next_frames(labels)
     return server
