@@ -99,7 +99,7 @@ def test_alpha_per_target():
     alpha = np.array([0.1, 1.0, 10.0])
     fed = FederatedRidge(alpha=alpha).fit(X, y, clients=np.arange(len(X)) % 3)
     _assert_equal_to_ridge(fed, Ridge(alpha=alpha).fit(X, y))
-    with pytest.raises(ValueError, match="one value per target"):
+    with pytest.raises(ValueError, match="Number of targets and number of penalties"):
         FederatedRidge(alpha=np.array([1.0, 2.0])).fit(X, y)
 
 
@@ -160,13 +160,22 @@ def test_clone_and_pickle_round_trip():
     assert not hasattr(clone(fed), "coef_")
 
 
-def test_near_singular_falls_back_with_warning():
+@pytest.mark.parametrize(
+    "solver, path, rounds", [("cholesky", "eigen", 1), ("auto", "svd", 2), ("svd", "svd", 1)]
+)
+def test_singular_statistics_give_the_minimum_norm_solution(solver, path, rounds):
     X = np.ones((10, 3))
     X[:, 1] = 2.0 * X[:, 0]
-    y = np.arange(10.0)
-    with pytest.warns(LinAlgWarning, match="least-squares"):
-        fed = FederatedRidge(alpha=0.0, fit_intercept=False).fit(X, y)
-    assert np.all(np.isfinite(fed.coef_))
+    X[:, 2] = np.arange(10.0)
+    y = np.arange(10.0) + 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fed = FederatedRidge(alpha=0.0, fit_intercept=False, solver=solver).fit(
+            X, y, clients=np.arange(10) % 3
+        )
+    minimum_norm = np.linalg.lstsq(X, y, rcond=None)[0]
+    np.testing.assert_allclose(fed.coef_, minimum_norm, rtol=1e-12)
+    assert fed.solver_ == path and fed.communication_.rounds == rounds
 
 
 # ------------------------------------------------------------------ pipelines
