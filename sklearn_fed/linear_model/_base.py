@@ -452,7 +452,8 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         if alpha.size not in (1, n_targets):
             raise ValueError(
                 "Number of targets and number of penalties do not correspond: "
-                f"{alpha.size} != {n_targets}"
+                f"{alpha.size} != {n_targets} ({name} has {alpha.size} values, y has "
+                f"{n_targets} targets)."
             )
         if np.any(~np.isfinite(alpha)) or np.any(alpha < 0):
             raise ValueError(f"{name} must be finite and non-negative; got {self.alpha!r}.")

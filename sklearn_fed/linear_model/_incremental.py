@@ -22,7 +22,7 @@ from sklearn.utils import check_random_state
 from .._clients import label_array
 from .._compat import Interval, StrOptions, _fit_context
 from ..simulation import elect_leader
-from ..statistics import ClientStatistics
+from ..statistics import ClientStatistics, _drop_direction
 from ._base import BaseFederatedRidge, solve_ridge
 
 __all__ = ["IncrementalFederatedRidge"]
@@ -83,22 +83,6 @@ class _Contribution:
         return _HEADER_BYTES + _FLOAT * (d + t + matrix + d * t + t) + _CHECKSUM_BYTES
 
 
-def _drop_direction(M, s):
-    """Rows with the Gram of ``M`` minus one, given ``s @ M == 0``.
-
-    A Householder reflection maps ``s`` to a multiple of ``e_1``; the reflected
-    first row is ``(s/|s|) @ M = 0``, so it is dropped. Keeps the rank count
-    of a centered block honest (``r`` centered rows have rank ``r - 1``).
-    """
-    norm = np.linalg.norm(s)
-    if M.shape[0] <= 1 or norm == 0:
-        return M[:0]
-    v = s / norm
-    v[0] += 1.0 if v[0] >= 0 else -1.0
-    reflected = M - np.outer(v, (v @ M) * (2.0 / (v @ v)))
-    return reflected[1:]
-
-
 def _client_contribution(X, y, sw, centered):
     """What a client sends for its pending rows (X dense or sparse, y 2-D)."""
     n, d = X.shape
@@ -106,29 +90,11 @@ def _client_contribution(X, y, sw, centered):
         stats = ClientStatistics.from_data(X, y, sw, centered=centered)
         return _Contribution(n, stats.weight_sum, stats.x_mean, stats.y_mean, None,
                              stats.gram, stats.moment, stats.target_ss)
-    X = np.asarray(X.toarray() if sp.issparse(X) else X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    w = np.ones(n) if sw is None else sw
-    weight_sum = float(w.sum())
-    denom = weight_sum if weight_sum > 0 else 1.0
-    x_mean = (w @ X) / denom
-    y_mean = (w @ y) / denom
-    root = np.sqrt(w)[:, None]
-    if centered:
-        Xs = (X - x_mean) * root
-        ys = (y - y_mean) * root
-        rows = _drop_direction(Xs, root[:, 0])
-    else:
-        Xs, ys = X * root, y * root
-        rows = Xs
-    moment = Xs.T @ ys
-    target_ss = np.einsum("ij,ij->j", ys, ys)
-    if rows.shape[0]:
-        factor = linalg.qr(rows, mode="r", check_finite=False)[0]
-        factor = factor[: min(factor.shape[0], d)]
-    else:
-        factor = np.zeros((0, d))
-    return _Contribution(n, weight_sum, x_mean, y_mean, factor, None, moment, target_ss)
+    # The feature block of the factor of [x, y]: its R^T R is the centered Gram.
+    stats = ClientStatistics.from_data(X, y, sw, centered=centered, factor=True)
+    factor = stats.factor[: min(stats.factor.shape[0], d), :d]
+    return _Contribution(n, stats.weight_sum, stats.x_mean, stats.y_mean, factor, None,
+                         stats.moment, stats.target_ss)
 
 
 def _gram_of(rows):
