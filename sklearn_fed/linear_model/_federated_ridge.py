@@ -143,7 +143,7 @@ class FederatedRidge(BaseFederatedRidge):
     >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
     True
     >>> fed.n_clients_, fed.communication_.uplink_bytes, fed.solver_
-    (3, 540, 'cholesky')
+    (3, 1659, 'cholesky')
 
     Near-singular statistics take the second round of factors:
 
