@@ -263,6 +263,8 @@ class ClientStatistics:
             X = sp.csr_matrix(X)
             sw = None if sample_weight is None else sample_weight[rows]
             parts = _sparse_statistics(X[rows], y2[rows], sw, centered)
+            if parts is None:  # offsets: centering the products would cancel digits
+                parts = _dense_statistics(_DenseRows(X), y2, sample_weight, centered, rows)
         else:
             parts = _dense_statistics(X, y2, sample_weight, centered, rows)
         return cls(n_samples, *parts, centered=centered, single_target=single_target)
@@ -785,6 +787,12 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         else:
             take = rows[start : start + block]
         Xv, yv = X[take], y[take]
+        wv = None if sample_weight is None else sample_weight[take]
+        if wv is not None and not np.all(wv > 0):  # rows of weight 0 add nothing
+            keep = wv > 0
+            Xv, yv, wv = Xv[keep], yv[keep], wv[keep]
+            if not len(wv):
+                continue
         if sample_weight is None and Xv.dtype == np.float64:
             fast = _raw_block_products(Xv, yv, centered)
             if fast is not None:  # no offset to cancel: the view was read as is
@@ -804,8 +812,8 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         np.subtract(Xv, shift[:d], out=work[:, :d])
         np.subtract(yv, shift[d:], out=work[:, d:p])
         work[:, p] = 1.0
-        if sample_weight is not None:
-            work *= np.sqrt(sample_weight[take])[:, None]
+        if wv is not None:
+            work *= np.sqrt(wv)[:, None]
         products = work.T @ work  # numpy runs syrk and mirrors the triangle
         wsum = products[p, p]
         if wsum == 0:
@@ -819,15 +827,28 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         )
     gram = np.ascontiguousarray(total[:d, :d])
     moment = np.ascontiguousarray(total[:d, d:])
-    return weight_sum, mean[:d], mean[d:], gram, moment, np.diag(total)[d:].copy()
+    # Sums of squares: round-off of a (near-)constant target must not make them negative.
+    return weight_sum, mean[:d], mean[d:], gram, moment, np.maximum(np.diag(total)[d:], 0.0)
+
+
+class _DenseRows:
+    """A sparse matrix whose row blocks read as dense arrays (for the dense path)."""
+
+    def __init__(self, X):
+        self.X, self.shape, self.dtype = X, X.shape, np.float64
+
+    def __getitem__(self, rows):
+        return self.X[rows].toarray()
 
 
 def _sparse_statistics(X, y, sample_weight, centered):
-    """Statistics of sparse rows without densifying X.
+    """Statistics of sparse rows without densifying X, or None.
 
     Centering is done on the d x d products (``X^T W X - W m m^T``), since
-    subtracting the mean from X would make it dense. Sparse features rarely
-    carry large offsets; for those that do, densify blocks of rows upstream.
+    subtracting the mean from X would make it dense. That cancels digits in
+    proportion to mean^2 / variance, so when a column's mean^2 exceeds its
+    variance (an offset) None is returned and the caller takes the dense
+    blocked path on densified blocks of rows instead.
     """
     X = sp.csr_matrix(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -839,6 +860,8 @@ def _sparse_statistics(X, y, sample_weight, centered):
     y_mean = (w @ y) / denom
     XtW = (X.multiply(w[:, None])).T.tocsr()
     gram = np.asarray((XtW @ X).todense())
+    if centered and np.any(weight_sum * x_mean**2 > 0.5 * np.diag(gram)):
+        return None
     if centered:
         gram -= weight_sum * np.outer(x_mean, x_mean)
         gram = (gram + gram.T) / 2
