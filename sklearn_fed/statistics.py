@@ -762,8 +762,9 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
 
     Each block is shifted into a work array ``[X - s, y - s_y, 1]`` (rows
     scaled by ``sqrt(w)``), where the shift ``s`` is the mean of the block's
-    first rows (the running mean after the first block): it removes any large
-    offset, so no digits cancel. One BLAS product ``work^T work`` then yields,
+    first rows (the running mean after the first block), then re-centered on
+    the block's own weighted mean: that removes any large offset, so no
+    digits cancel. One BLAS product ``work^T work`` then yields,
     in a single read of the block, the shifted Gram, moment and target sums of
     squares together with the column sums and the weight; the exact centered
     block statistics follow from ``B - S S^T / W``, and blocks are merged with
@@ -811,6 +812,13 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         work = _scratch(Xv.shape[0], p + 1)
         np.subtract(Xv, shift[:d], out=work[:, :d])
         np.subtract(yv, shift[d:], out=work[:, d:p])
+        if centered:
+            # Re-center on the block's own mean: the correction S S^T / W
+            # below is then second order, so it cancels no digits even when
+            # the shift is off by as much as the spread (near-constant columns).
+            residual_mean = np.average(work[:, :p], axis=0, weights=wv)
+            work[:, :p] -= residual_mean
+            shift = shift + residual_mean
         work[:, p] = 1.0
         if wv is not None:
             work *= np.sqrt(wv)[:, None]
@@ -822,6 +830,12 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         block_products = products[:p, :p]
         if centered:
             block_products -= np.outer(sums, sums) / wsum
+            # A column constant on the block has exactly zero centered
+            # products; round-off of its mean must not make them nonzero.
+            constant = np.concatenate([np.ptp(Xv, axis=0), np.ptp(yv, axis=0)]) == 0
+            if np.any(constant):
+                block_products[constant, :] = 0.0
+                block_products[:, constant] = 0.0
         total, mean, weight_sum = _chan_add(
             total, mean, weight_sum, block_products, shift + sums / wsum, wsum, centered
         )
