@@ -46,6 +46,7 @@ class FederatedRidgeServer(StatisticsServer):
             if coef is None:
                 self.request_round(form="factor")
                 return
+        self._check_model(coef, aggregate, replies)
         ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
         labels = estimator._known_labels(
             estimator.clients_ if previous is not None else [], replies
@@ -142,8 +143,8 @@ class FederatedRidge(BaseFederatedRidge):
     >>> fed = FederatedRidge(alpha=1.0).fit(X, y, clients=clients)
     >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
     True
-    >>> fed.n_clients_, fed.communication_.uplink_bytes, fed.solver_
-    (3, 1659, 'cholesky')
+    >>> fed.n_clients_, fed.communication_.uplink_bytes_per_client["a"], fed.solver_
+    (3, 553, 'cholesky')
 
     Near-singular statistics take the second round of factors:
 

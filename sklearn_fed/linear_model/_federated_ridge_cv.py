@@ -47,7 +47,12 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..statistics import ClientStatistics, merge_statistics
+from ..statistics import (
+    ClientStatistics,
+    check_aggregate,
+    merge_statistics,
+    most_extreme_client,
+)
 from ._base import (
     BaseFederatedRidge,
     StatisticsServer,
@@ -276,7 +281,7 @@ def _unpack(fields, arrays, site):
     for name in sorted(names):
         part = {k.split(".", 1)[1]: v for k, v in fields.items() if k.split(".", 1)[0] == name}
         data = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.split(".", 1)[0] == name}
-        named[name] = ClientStatistics.from_payload(part, data, client=site)
+        named[name] = ClientStatistics.from_payload(part, data, client=site, psd=False)
     return named
 
 
@@ -324,7 +329,8 @@ class CVClient(Client):
 
         def stats(index=None):
             return ClientStatistics.from_data(
-                X, y, sample_weight, centered=centered, rows=index, factor=factor
+                X, y, sample_weight, centered=centered, rows=index, factor=factor,
+                check_input=False,
             )
 
         named = {"all": stats()}
@@ -547,7 +553,9 @@ class FederatedRidgeCVServer(StatisticsServer):
         estimator = self.estimator
         labels = sorted_labels(replies)
         statistics = {label_key(site): replies[site] for site in labels}
-        aggregate = merge_statistics(statistics[label_key(s)]["all"] for s in labels)
+        messages = {site: replies[site]["all"] for site in labels}
+        aggregate = merge_statistics(messages[site] for site in labels)
+        check_aggregate(aggregate, messages)  # finite and PSD, once, before any solve
         alphas = estimator._checked_alphas()
         if (estimator.solver == "auto" and aggregate.factor is None and self.form == "gram"
                 and (self.max_rounds is None or self.round + 1 < self.max_rounds)
@@ -557,6 +565,7 @@ class FederatedRidgeCVServer(StatisticsServer):
             self._request("statistics")
             return
         self._labels, self._statistics, self._aggregate = labels, statistics, aggregate
+        self._messages = messages
         self._alphas = alphas
         self._scorer = estimator._scorer()
         self._kind = _scorer_kind(self._scorer)
@@ -759,6 +768,11 @@ class FederatedRidgeCVServer(StatisticsServer):
         estimator = self.estimator
         alphas, aggregate = self._alphas, self._aggregate
         scores = np.asarray(scores, dtype=np.float64)
+        if self._kind is not None and not np.any(np.isfinite(scores)):
+            label = most_extreme_client(self._messages)
+            raise InvalidClientMessage(
+                f"client {label!r}: the held-out scores are not finite (this client's "
+                "message holds the most extreme values); nothing was applied.", label)
         if estimator.alpha_per_target and aggregate.n_targets > 1:
             best = np.array([_first_best(row) for row in scores])
             best_alpha = alphas[best]
@@ -768,6 +782,7 @@ class FederatedRidgeCVServer(StatisticsServer):
             best = _first_best(scores)
             best_alpha, best_score = float(alphas[best]), np.float64(scores[best])
         coef, solver = solve_statistics(aggregate, best_alpha)
+        self._check_model(coef, aggregate, self._messages)
         ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
         labels = estimator._known_labels([], self._labels)
         if results is not None:

@@ -199,7 +199,7 @@ def sorted_labels(labels):
     Examples
     --------
     >>> sorted_labels([10, 2, 1]), sorted_labels(["b", 1])
-    ([1, 2, 10], [1, 'b'])
+    ([1, 2, 10], ['b', 1])
     """
     labels = list(labels)
     try:
@@ -365,6 +365,7 @@ def _read_arrays(table, body, offset, fail):
             isinstance(shape, list)
             and len(shape) <= _MAX_NDIM
             and all(type(s) is int and 0 <= s < 2**40 for s in shape)
+            and math.prod(s for s in shape if s) < 2**40  # numpy must be able to shape it
         ):
             fail(f"array {name!r} has a malformed shape {shape!r}.")
         if layout == "sym":
