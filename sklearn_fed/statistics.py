@@ -28,6 +28,7 @@ stack both factors and the Chan mean-shift row, and take the ``R`` of a QR
 of the stack (TSQR).
 """
 
+import dataclasses
 import hashlib
 import hmac
 import math
@@ -156,7 +157,8 @@ class ClientStatistics:
         (centered) products of the sqrt-weighted rows ``[x, y]``, i.e.
         ``[[gram, moment], [moment^T, Y^T Y]]``; ``n_rows`` is at most
         ``n_features + n_targets`` (fewer for clients with fewer rows). Give
-        either ``factor`` or ``gram``, ``moment`` and ``target_ss``.
+        either ``factor`` or ``gram``, ``moment`` and ``target_ss`` (given
+        both, as ``dataclasses.replace`` does, the statistics are in Gram form).
 
     Examples
     --------
@@ -193,7 +195,11 @@ class ClientStatistics:
 
     def __post_init__(self):
         gram_form = [self.__dict__.get(f"_{name}") is not None for name in _ARRAYS[2:]]
-        if self.factor is None and not all(gram_form):
+        if all(gram_form):
+            # Given both (e.g. by dataclasses.replace of a factor form, which passes
+            # the products read from the factor): the given products win.
+            self.factor = None
+        elif self.factor is None:
             raise ValueError("ClientStatistics needs gram, moment and target_ss, or factor.")
 
     @property
@@ -226,13 +232,7 @@ class ClientStatistics:
 
     def to_gram_form(self):
         """The same statistics in Gram form (``self`` if already in it)."""
-        if self.factor is None:
-            return self
-        return type(self)(
-            self.n_samples, self.weight_sum, self.x_mean, self.y_mean, self.gram,
-            self.moment, self.target_ss, centered=self.centered,
-            single_target=self.single_target,
-        )
+        return self if self.factor is None else dataclasses.replace(self)
 
     # ------------------------------------------------------------------ compute
     @classmethod

@@ -6,7 +6,6 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from scipy.linalg import LinAlgWarning
 from sklearn import config_context
 from sklearn.base import clone
 from sklearn.linear_model import Ridge

@@ -122,7 +122,7 @@ def _reference(X, y, w, alpha, fit_intercept, start):
         yl[:, np.ptp(y.reshape(len(y), -1)[w > 0], axis=0) == 0] = 0
     root = np.sqrt(wl)[:, None]
     A, b = Xl * root, yl * root
-    U, s, Vt = np.linalg.svd(A.astype(np.float64), full_matrices=False)
+    _, s, Vt = np.linalg.svd(A.astype(np.float64), full_matrices=False)
     coef = start.T.astype(L)  # (d, t)
     for _ in range(30):
         gradient = A.T @ (b - A @ coef) - L(alpha) * coef

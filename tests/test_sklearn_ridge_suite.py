@@ -12,7 +12,6 @@ Run ``python tests/test_sklearn_ridge_suite.py`` to print the rule and the
 counts (pytest prints them too, in its summary, when this module ran).
 """
 
-import importlib
 import inspect
 import sys
 import types

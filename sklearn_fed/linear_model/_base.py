@@ -304,21 +304,21 @@ class StatisticsServer(Server):
             solver == "auto" and previous is not None and previous.factor is not None
         )
         self.form = "factor" if factored else "gram"
-        self._next = {"form": self.form}  # the fields of the next round's tasks, or None
+        # The fields of the tasks of round _next_round; no tasks in any other round.
+        self._next, self._next_round = {"form": self.form}, 0
 
     def request_round(self, **fields):
         """Ask for one more round (called from ``_apply``); ``fields`` go into its tasks."""
-        self._next = dict(fields)
+        self._next, self._next_round = dict(fields), self.round + 1
         self.form = fields.get("form", "gram")
 
     def _plan(self, sites):
-        if self._next is None:
+        if self._next_round != self.round:
             return {}
         fields = {"centered": bool(self.estimator.fit_intercept)}
         if self.robust is not None:
             fields.update(self.robust.task_fields())
         fields.update((k, v) for k, v in self._next.items() if (k, v) != ("form", "gram"))
-        self._next = None  # the protocol ends unless _apply asks for more
         return {site: (dict(fields), {}) for site in sites}
 
     def _cross_check(self, replies):

@@ -1,6 +1,5 @@
 """FederatedRidge: one-shot ridge from aggregated client statistics."""
 
-import numpy as np
 
 from .._compat import StrOptions, _fit_context
 from ..protocol import CommunicationLedger, atomic

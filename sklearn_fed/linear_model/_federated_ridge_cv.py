@@ -51,7 +51,6 @@ from ..statistics import (
     ClientStatistics,
     check_aggregate,
     merge_statistics,
-    most_extreme_client,
 )
 from ._base import (
     BaseFederatedRidge,
@@ -170,6 +169,12 @@ def _held_out_sums(held, coef, intercept):
         e2 = spread
         sst = held.target_ss - W * held.y_mean**2
     return _Sums(held.n_samples, W, W * mean_residual, np.maximum(e2, 0.0), np.maximum(sst, 0.0))
+
+
+def _held_out_sse(held, rest, alphas):
+    """Weighted squared error (n_targets, n_alphas) on ``held``'s rows of ridge fitted on ``rest``."""
+    coef = _coef_path(_spectrum(rest), alphas)
+    return _held_out_sums(held, coef, _intercepts(rest, coef)).e2
 
 
 # ------------------------------------------------------------------ algebra
@@ -443,14 +448,13 @@ class FederatedRidgeCVServer(StatisticsServer):
         self.request_round(step=step, form=self.form, **self._sent)
 
     def _plan(self, sites):
-        if self._next is None:
+        if self._next_round != self.round:
             return {}
         if self.step == "statistics" and self.folds is not None:
             self._site_arrays = lambda site: {"folds": self.folds[label_key(site)]}
         fields = {"step": self.step, "centered": bool(self.estimator.fit_intercept)}
         fields.update((k, v) for k, v in self._next.items()
                       if k != "step" and (k, v) != ("form", "gram"))
-        self._next = None
         plan = {}
         for site in sites:
             arrays = {} if self._site_arrays is None else self._site_arrays(site)
@@ -579,6 +583,10 @@ class FederatedRidgeCVServer(StatisticsServer):
     # leave one row out ------------------------------------------------------
     def _start_leave_one_out(self):
         aggregate = self._aggregate
+        if aggregate.n_samples < 2:
+            raise ValueError(
+                "leave-one-out cross-validation needs at least 2 samples; got "
+                f"{aggregate.n_samples} sample.")
         eigenvalues, basis, projected = _spectrum(aggregate)
         arrays = {
             "alphas": np.asarray(self._alphas, dtype=np.float64),
@@ -768,11 +776,8 @@ class FederatedRidgeCVServer(StatisticsServer):
         estimator = self.estimator
         alphas, aggregate = self._alphas, self._aggregate
         scores = np.asarray(scores, dtype=np.float64)
-        if self._kind is not None and not np.any(np.isfinite(scores)):
-            label = most_extreme_client(self._messages)
-            raise InvalidClientMessage(
-                f"client {label!r}: the held-out scores are not finite (this client's "
-                "message holds the most extreme values); nothing was applied.", label)
+        # Non-finite scores (a one-row fold's R^2, a hostile message) never win, as
+        # in RidgeCV; a hostile message is caught by the model check below.
         if estimator.alpha_per_target and aggregate.n_targets > 1:
             best = np.array([_first_best(row) for row in scores])
             best_alpha = alphas[best]
