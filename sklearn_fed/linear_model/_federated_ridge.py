@@ -1,6 +1,5 @@
 """FederatedRidge: one-shot ridge from aggregated client statistics."""
 
-
 from .._compat import StrOptions, _fit_context
 from ..protocol import CommunicationLedger, atomic
 from ._base import (
