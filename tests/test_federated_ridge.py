@@ -308,6 +308,7 @@ def _objective(X, y, coef, intercept, alpha):
     return float(residual @ residual + L(alpha) * (np.asarray(coef, dtype=L) @ coef))
 
 
+@pytest.mark.filterwarnings("ignore::scipy.linalg.LinAlgWarning")  # Ridge's, the reference
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("solver", ["auto", "cholesky", "svd"])
 @pytest.mark.parametrize("n_clients", [1, 7])
