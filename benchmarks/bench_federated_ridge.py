@@ -18,6 +18,7 @@ Usage::
 
     python benchmarks/bench_federated_ridge.py            # the issue's shapes
     python benchmarks/bench_federated_ridge.py --quick    # small shapes, seconds
+    python benchmarks/bench_federated_ridge.py --quick --default-only  # no factor path
 """
 
 import argparse
@@ -48,7 +49,7 @@ def _peak_bytes(fit):
     return peak
 
 
-def bench(n, d, n_clients, layout, repeats, rng):
+def bench(n, d, n_clients, layout, repeats, rng, factor_path=True):
     X = rng.standard_normal((n, d))
     y = X @ rng.standard_normal(d) + rng.standard_normal(n)
     if layout == "contiguous":  # each site's rows stacked one after another
@@ -62,9 +63,11 @@ def bench(n, d, n_clients, layout, repeats, rng):
     for _ in range(repeats):  # interleaved: all see the same machine state
         reference = _seconds(ridge)
         ratios.append(_seconds(fed) / reference)
-        factor_ratios.append(_seconds(factor) / reference)
+        if factor_path:
+            factor_ratios.append(_seconds(factor) / reference)
     fed_mem, ridge_mem = _peak_bytes(fed) / X.nbytes, _peak_bytes(ridge) / X.nbytes
-    factor_mem = _peak_bytes(factor) / X.nbytes
+    factor_mem = _peak_bytes(factor) / X.nbytes if factor_path else np.nan
+    factor_ratios = factor_ratios or [np.nan]
     return ratios, factor_ratios, fed_mem, factor_mem, ridge_mem
 
 
@@ -88,6 +91,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--default-only", action="store_true",
+                        help="time only the default path (no factor path, no escalation table)")
     args = parser.parse_args(argv)
     shapes = [(1_000_000, 100), (100_000, 1_000)] if not args.quick else [(100_000, 50), (20_000, 300)]
     rng = np.random.default_rng(0)
@@ -97,10 +102,12 @@ def main(argv=None):
     for n, d in shapes:
         for layout in ("contiguous", "shuffled"):
             ratios, factor_ratios, fed_mem, factor_mem, ridge_mem = bench(
-                n, d, 100, layout, args.repeats, rng)
+                n, d, 100, layout, args.repeats, rng, factor_path=not args.default_only)
             print(f"{n:>9} {d:>5} {100:>8} {layout:>10} | {np.median(ratios):>8.3f} "
                   f"(min {min(ratios):.3f} max {max(ratios):.3f}) | {np.median(factor_ratios):>21.3f} "
                   f"| {fed_mem:>8.1%} {factor_mem:>7.1%} {ridge_mem:>7.1%}", flush=True)
+    if args.default_only:
+        return
     print()
     print("solver='auto' taking its second (factor) round: wide data, alpha=1e-12, 10 clients")
     print(f"{'n':>6} {'d':>5} | {'rounds':>6} | {'auto s':>8} {'Gram-only s':>11} "

@@ -11,5 +11,8 @@ def pytest_terminal_summary(terminalreporter):
 
     terminalreporter.section("scikit-learn's test_ridge.py against the federated adapters")
     terminalreporter.write_line(SKIP_RULE)
-    for key, count in sorted(summarize(stats).items()):
-        terminalreporter.write_line(f"  {key:<34} {count:>5}")
+    counts = summarize(stats)
+    terminalreporter.write_line(f"  {'outcome':<34} {'1 client':>9} {'7 clients':>10}")
+    for outcome in sorted({outcome for outcome, _ in counts}):
+        terminalreporter.write_line(
+            f"  {outcome:<34} {counts[(outcome, '1')]:>9} {counts[(outcome, '7')]:>10}")

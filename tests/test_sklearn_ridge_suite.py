@@ -276,19 +276,23 @@ for _name, _test in list(vars(sk).items()):
 
 # ------------------------------------------------------------ counts
 def summarize(stats):
-    """Counts per outcome and per skip reason from a pytest terminal reporter's stats."""
+    """Counts per (outcome or skip reason, n_clients) from a pytest terminal reporter's stats."""
+    module = __name__.rsplit(".", 1)[-1]
     counts = Counter()
-    for outcome in ("passed", "failed", "xfailed", "xpassed", "error"):
-        for report in stats.get(outcome, []):
-            if __name__.rsplit(".", 1)[-1] in report.nodeid:
-                counts[outcome] += 1
-    for report in stats.get("skipped", []):
-        if __name__.rsplit(".", 1)[-1] not in report.nodeid:
-            continue
-        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
-        reason = reason.removeprefix("Skipped: ")
-        tag = reason.split("]")[0] + "]" if reason.startswith("[") else "by the test itself"
-        counts[f"skipped {tag}"] += 1
+    for outcome, reports in stats.items():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            if module not in nodeid or getattr(report, "when", "call") not in ("call", "setup"):
+                continue
+            if outcome == "skipped":
+                reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+                reason = reason.removeprefix("Skipped: ")
+                outcome = "skipped " + (reason.split("]")[0] + "]" if reason.startswith("[")
+                                        else "by the test itself")
+            elif outcome not in ("passed", "failed", "xfailed", "xpassed", "error"):
+                continue
+            clients = nodeid.rsplit("-", 1)[-1].rstrip("]") if "[" in nodeid else "?"
+            counts[(outcome, clients)] += 1
     return counts
 
 
