@@ -450,7 +450,9 @@ class FederatedRidgeCVServer(StatisticsServer):
     def _plan(self, sites):
         if self._next_round != self.round:
             return {}
-        if self.step == "statistics" and self.folds is not None:
+        splitter = self.estimator.cv is not None and not isinstance(self.estimator.cv, str)
+        if self.step == "statistics" and splitter:
+            self._plan_folds(sites)
             self._site_arrays = lambda site: {"folds": self.folds[label_key(site)]}
         fields = {"step": self.step, "centered": bool(self.estimator.fit_intercept)}
         fields.update((k, v) for k, v in self._next.items()
@@ -579,6 +581,15 @@ class FederatedRidgeCVServer(StatisticsServer):
             self._leave_one_client_out(ledger)
         else:
             self._split_folds(ledger)
+
+    def _plan_folds(self, sites):
+        if self.folds is None:
+            raise ValueError(
+                "cv is a splitter: set server.folds to each site's rows' fold membership "
+                "before the first round (fit derives it from the pooled rows).")
+        missing = [site for site in sites if label_key(site) not in self.folds]
+        if missing:
+            raise ValueError(f"server.folds has no fold membership for sites {missing}.")
 
     # leave one row out ------------------------------------------------------
     def _start_leave_one_out(self):
@@ -938,9 +949,12 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
     _server_role = FederatedRidgeCVServer
     _client_role = CVClient
-    # With the default cv=None (leave-one-row-out) the result does not depend
-    # on how rows are split among clients.
-    _exact_federation = True
+
+    @property
+    def _exact_federation(self):
+        # Leave-one-row-out and folds of rows do not depend on how rows are
+        # split among clients; leave-one-client-out does, by definition.
+        return self.cv != "clients"
 
     def __init__(
         self,
