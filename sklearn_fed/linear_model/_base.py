@@ -44,9 +44,10 @@ __all__ = [
 
 
 #: The Gram path solves ``(G + alpha I) w = h`` by Cholesky while the estimated
-#: condition number of ``G + alpha I`` is at most this: its relative error is
-#: then about ``eps * condition``, i.e. at most ~2e-10 (see the User Guide's
-#: "Numerical accuracy" page for the measurements behind it).
+#: condition number of ``G + alpha I`` scaled to a unit diagonal is at most
+#: this: Cholesky's error does not depend on the features' scales (van der
+#: Sluis), and it is then about ``eps * condition``, i.e. at most ~2e-10 (see
+#: the User Guide's "Numerical accuracy" page for the measurements behind it).
 GRAM_MAX_CONDITION = 1e6
 
 _EPS = np.finfo(np.float64).eps
@@ -56,7 +57,8 @@ def solve_ridge(gram, moment, alpha):
     """Solve ``(gram + alpha I) w = moment`` for each target (the Gram path).
 
     Cholesky, for each distinct alpha, while the estimated condition number
-    of ``gram + alpha I`` is at most :data:`GRAM_MAX_CONDITION`; otherwise
+    of ``gram + alpha I`` scaled to a unit diagonal is at most
+    :data:`GRAM_MAX_CONDITION`; otherwise
     (only with ``alpha`` small against ``gram``, on rank-deficient or
     ill-conditioned statistics) an eigendecomposition ``gram = Q L Q^T`` in
     which eigenvalues at the round-off level (``<= d eps max(L)``) are
@@ -106,10 +108,12 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
     for value in np.unique(alphas):  # one factorization per distinct alpha
         targets = np.flatnonzero(alphas == value)
         system = gram + value * np.eye(d)
-        factor = _trusted_cholesky(system)
-        if factor is not None:
-            coef[targets] = linalg.cho_solve((factor, False), moment[:, targets],
-                                             check_finite=False).T
+        trusted = _trusted_cholesky(system)
+        if trusted is not None:
+            factor, scale = trusted  # system = diag(1/scale) factor^T factor diag(1/scale)
+            rhs = scale[:, None] * moment[:, targets]
+            coef[targets] = (scale[:, None] * linalg.cho_solve(
+                (factor, False), rhs, check_finite=False)).T
             continue
         if cholesky_only:
             return None, "eigen"
@@ -123,23 +127,27 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
 
 
 def _trusted_cholesky(system):
-    """Upper Cholesky factor of ``system`` if its condition is low enough, else None.
+    """``(factor, scale)`` with ``system`` scaled to a unit diagonal and factored, or None.
 
-    LAPACK ``pocon`` estimates the 1-norm condition number from the factor in
-    ``O(d^2)``, next to the ``O(d^3)`` factorization.
+    ``scale = 1 / sqrt(diag(system))`` and ``factor`` is the upper Cholesky
+    factor of ``scale system scale``, returned when LAPACK's ``pocon``
+    estimate of that matrix's 1-norm condition number (``O(d^2)`` next to the
+    ``O(d^3)`` factorization) is at most :data:`GRAM_MAX_CONDITION`.
     """
+    diag = np.diag(system)
+    if not np.all(diag > 0):
+        return None
+    scale = 1.0 / np.sqrt(diag)
+    scaled = system * scale[:, None] * scale[None, :]
     try:
-        factor = linalg.cholesky(system, lower=False, check_finite=False)
+        factor = linalg.cholesky(scaled, lower=False, check_finite=False)
     except linalg.LinAlgError:
         return None
-    norm = np.abs(system).sum(axis=0).max()
-    if not norm > 0:
-        return None
     pocon = get_lapack_funcs("pocon", (factor,))
-    rcond, info = pocon(factor, norm, uplo="U")
+    rcond, info = pocon(factor, np.abs(scaled).sum(axis=0).max(), uplo="U")
     if info != 0 or not rcond * GRAM_MAX_CONDITION >= 1.0:
         return None
-    return factor
+    return factor, scale
 
 
 def numerical_range(gram):
