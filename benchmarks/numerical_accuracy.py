@@ -11,9 +11,14 @@ is this script's output.
 
 Usage::
 
-    python benchmarks/numerical_accuracy.py
+    python benchmarks/numerical_accuracy.py [--california PATH/TO/housing.csv]
+
+``--california`` adds the raw (unscaled) California housing features, whose
+scales span 1 to 1e3: badly scaled but not ill-conditioned, so the Gram path
+is exact there.
 """
 
+import argparse
 import warnings
 
 import mpmath
@@ -45,7 +50,7 @@ def reference(X, y, alpha, fit_intercept):
     return np.array([float(w[j]) for j in range(d)])
 
 
-def regimes():
+def regimes(california=None):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(500, 20))
     yield "well conditioned, 500 x 20, alpha=1", X, X @ rng.normal(size=20) + rng.normal(
@@ -70,14 +75,24 @@ def regimes():
     Xk = (U * np.logspace(0, -6, 12)) @ V.T
     yield "200 x 12, cond(X)=1e6, alpha=1e-14", Xk, Xk @ rng.normal(size=12) + 1e-6 * rng.normal(
         size=200), 1e-14, False
+    if california is not None:
+        import pandas as pd
+
+        table = pd.read_csv(california).dropna()
+        Xc = table.drop(columns=["median_house_value", "ocean_proximity"]).to_numpy(float)
+        yc = table["median_house_value"].to_numpy(float)
+        yield f"California housing raw {Xc.shape[0]} x {Xc.shape[1]}, alpha=1", Xc, yc, 1.0, True
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--california", help="path to California housing's housing.csv")
+    args = parser.parse_args(argv)
     header = (f"{'regime':<56} | {'auto [path, rounds]':>22} {'cholesky':>9} {'svd':>9} | "
               f"{'Ridge chol':>10} {'Ridge svd':>9}")
     print(header)
     print("-" * len(header))
-    for name, X, y, alpha, fit_intercept in regimes():
+    for name, X, y, alpha, fit_intercept in regimes(args.california):
         exact = reference(X, y, alpha, fit_intercept)
         scale = np.linalg.norm(exact)
         clients = np.arange(X.shape[0]) % 7
