@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench clean venv fuzz property accuracy
+.PHONY: demo test docs bench bench-incremental bench-baselines clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -38,6 +38,16 @@ accuracy: $(STAMP)
 # The ridge property tests with 25,000 examples (the suite runs 2,000).
 property: $(STAMP)
 	SKLEARN_FED_PROPERTY_EXAMPLES=6250 $(PY) -m pytest -n 2 tests/test_ridge_properties.py
+
+# IncrementalFederatedRidge per round vs scikit-learn-intelex (if installed), flatness, routes.
+bench-incremental: $(STAMP)
+	$(PY) benchmarks/bench_incremental.py
+
+# The tables of docs/user_guide/baselines.rst (about 10 minutes); DATA_DIR holds
+# california_housing/housing.csv and insurance/insurance.csv.
+DATA_DIR ?= ../shared/data
+bench-baselines: $(STAMP)
+	$(PY) benchmarks/bench_baselines.py --convergence --dp --trials 3 --real-data $(DATA_DIR)
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated

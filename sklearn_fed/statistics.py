@@ -41,6 +41,7 @@ import scipy.sparse as sp
 from scipy import linalg
 from scipy.linalg.lapack import get_lapack_funcs
 
+from ._clients import count_rows
 from .protocol._errors import InvalidClientMessage, who as _who
 from .protocol._schema import check_site_data
 from .protocol._wire import Frame, SymmetricMatrix, decode, encode
@@ -280,10 +281,7 @@ class ClientStatistics:
             sample_weight = np.asarray(sample_weight, dtype=np.float64)
             if np.any(sample_weight[rows] < 0):
                 raise ValueError("sample_weight must be non-negative.")
-        if isinstance(rows, slice):
-            n_samples = len(range(X.shape[0])[rows])
-        else:
-            n_samples = len(rows)
+        n_samples = count_rows(X.shape[0], rows)
         if factor:
             weight_sum, mean, triangle = _factor_statistics(X, y2, sample_weight, centered, rows)
             d = X.shape[1]

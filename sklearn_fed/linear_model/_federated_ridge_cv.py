@@ -956,6 +956,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
         # split among clients; leave-one-client-out does, by definition.
         return self.cv != "clients"
 
+    # Without clients, cv="clients" refuses to fit (it needs two): no warning needed.
+    _without_clients = None
+
     def __init__(
         self,
         alphas=(0.1, 1.0, 10.0),
@@ -1037,9 +1040,14 @@ class FederatedRidgeCV(BaseFederatedRidge):
         everything = np.arange(X.shape[0])
         server.positions = {label_key(label): everything[r] for label, r in zip(labels, rows)}
         if self.cv is not None and not isinstance(self.cv, str):
+            groups = None
+            if clients is not None:  # the clients, as checked and aligned, are the groups
+                groups = np.empty(X.shape[0], dtype=np.intp)
+                for index, client_rows in enumerate(rows):
+                    groups[client_rows] = index
             with warnings.catch_warnings():  # clients always go in as groups
                 warnings.filterwarnings("ignore", "The groups parameter is ignored")
-                splits = list(check_cv(self.cv).split(X, y, groups=clients))
+                splits = list(check_cv(self.cv).split(X, y, groups=groups))
             codes = np.zeros((X.shape[0], len(splits)), dtype=np.int8)
             for j, (train, test) in enumerate(splits):
                 codes[train, j] = 1
