@@ -12,7 +12,9 @@ Run ``python tests/test_sklearn_ridge_suite.py`` to print the rule and the
 counts (pytest prints them too, in its summary, when this module ran).
 """
 
+import collections.abc
 import inspect
+import re
 import sys
 import types
 from collections import Counter
@@ -256,9 +258,17 @@ def _wrap(name, test):
     ])
     run.__name__ = run.__qualname__ = name
     run.__doc__ = test.__doc__
-    run.pytestmark = [*getattr(test, "pytestmark", []),
+    run.pytestmark = [*map(_listed, getattr(test, "pytestmark", [])),
                       pytest.mark.parametrize("n_clients", [1, 7])]
     return run
+
+
+def _listed(mark):
+    """A parametrize mark whose values are a list (scikit-learn passes some generators)."""
+    if mark.name != "parametrize" or isinstance(mark.args[1], collections.abc.Collection):
+        return mark
+    return pytest.mark.parametrize(mark.args[0], list(mark.args[1]), *mark.args[2:],
+                                   **mark.kwargs)
 
 
 @pytest.fixture
@@ -287,12 +297,14 @@ def summarize(stats):
             if outcome == "skipped":
                 reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
                 reason = reason.removeprefix("Skipped: ")
-                outcome = "skipped " + (reason.split("]")[0] + "]" if reason.startswith("[")
-                                        else "by the test itself")
-            elif outcome not in ("passed", "failed", "xfailed", "xpassed", "error"):
+                label = "skipped " + (reason.split("]")[0] + "]" if reason.startswith("[")
+                                      else "by the test itself")
+            elif outcome in ("passed", "failed", "xfailed", "xpassed", "error"):
+                label = outcome
+            else:
                 continue
-            clients = nodeid.rsplit("-", 1)[-1].rstrip("]") if "[" in nodeid else "?"
-            counts[(outcome, clients)] += 1
+            clients = re.search(r"[\[-](\d+)\]$", nodeid)
+            counts[(label, clients[1] if clients else "?")] += 1
     return counts
 
 
