@@ -631,14 +631,8 @@ class ClientStatistics:
         for name, (got, want) in shapes.items():
             if got != want:
                 fail(f"{name} has shape {got}, expected {want}.")
-        for name, cap in (("x_mean", _MAX_MEAN), ("y_mean", _MAX_MEAN), ("gram", _MAX_SECOND),
-                          ("moment", _MAX_SECOND), ("target_ss", _MAX_SECOND)):
-            value = getattr(self, name)
-            if not np.all(np.isfinite(value)):
-                fail(f"{name} contains NaN or infinity.")
-            if np.max(np.abs(value), initial=0.0) > cap:
-                fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
-                     "such values could overflow the merge).")
+        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN, gram=_MAX_SECOND,
+                         moment=_MAX_SECOND, target_ss=_MAX_SECOND)
         diag = np.diag(self.gram)
         root = np.sqrt(np.maximum(diag, 0.0))
         # Round-off allowance of a computed Gram entry, relative to its own pair.
@@ -667,6 +661,16 @@ class ClientStatistics:
             fail("gram is not positive semi-definite.")
         return self
 
+    def _check_caps(self, fail, **caps):
+        """Finite values within the magnitude caps that keep merging overflow-free."""
+        for name, cap in caps.items():
+            value = getattr(self, name)
+            if not np.all(np.isfinite(value)):
+                fail(f"{name} contains NaN or infinity.")
+            if np.max(np.abs(value), initial=0.0) > cap:
+                fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
+                     "such values could overflow the merge).")
+
     def _validate_factor(self, fail, weight, n):
         """The checks of the factor form. ``R^T R`` is positive semi-definite and
         obeys Cauchy-Schwarz by construction; what remains is its shape, finite
@@ -676,14 +680,8 @@ class ClientStatistics:
         shape = self.factor.shape
         if len(shape) != 2 or shape[1] != width or shape[0] > width:
             fail(f"factor has shape {shape}, expected (n_rows <= {width}, {width}).")
-        for name, cap in (("x_mean", _MAX_MEAN), ("y_mean", _MAX_MEAN),
-                          ("factor", math.sqrt(_MAX_SECOND))):
-            value = getattr(self, name)
-            if not np.all(np.isfinite(value)):
-                fail(f"{name} contains NaN or infinity.")
-            if np.max(np.abs(value), initial=0.0) > cap:
-                fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
-                     "such values could overflow the merge).")
+        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN,
+                         factor=math.sqrt(_MAX_SECOND))
         if weight == 0 or (self.centered and n == 1):
             room = math.sqrt(weight) * _RELATIVE_SLACK * max(
                 float(np.max(np.abs(self.x_mean), initial=0.0)),

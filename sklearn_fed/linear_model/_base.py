@@ -564,6 +564,16 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         coef = coef.astype(dtype, copy=False)
         self.coef_ = coef[0] if coef.shape[0] == 1 else coef
 
+    def _commit_solution(self, server, aggregate, coef, solver, ledger, labels):
+        """Set the fitted state from a server's final round (after every check passed)."""
+        ledger.n_parameters = self._n_parameters(aggregate.n_features, aggregate.n_targets)
+        self.solver_ = solver
+        self.communication_ = ledger
+        self.clients_ = labels
+        self.n_clients_ = len(labels)
+        self._set_schema(server.schema, aggregate.n_features)
+        self._set_coef(aggregate, coef, server._dtype_of_round())
+
     def _n_parameters(self, n_features, n_targets):
         return (n_features + self.fit_intercept) * n_targets
 

@@ -45,18 +45,12 @@ class FederatedRidgeServer(StatisticsServer):
                 self.request_round(form="factor")
                 return
         self._check_model(coef, aggregate, replies)
-        ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
         labels = estimator._known_labels(
             estimator.clients_ if previous is not None else [], replies
         )
         # commit: nothing above touched the estimator
         estimator._aggregate = aggregate
-        estimator.solver_ = solver
-        estimator.communication_ = ledger
-        estimator.clients_ = labels
-        estimator.n_clients_ = len(labels)
-        estimator._set_schema(self.schema, aggregate.n_features)
-        estimator._set_coef(aggregate, coef, self._dtype_of_round())
+        estimator._commit_solution(self, aggregate, coef, solver, ledger, labels)
 
 
 class FederatedRidge(BaseFederatedRidge):

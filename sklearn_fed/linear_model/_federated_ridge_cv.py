@@ -799,7 +799,6 @@ class FederatedRidgeCVServer(StatisticsServer):
             best_alpha, best_score = float(alphas[best]), np.float64(scores[best])
         coef, solver = solve_statistics(aggregate, best_alpha)
         self._check_model(coef, aggregate, self._messages)
-        ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
         labels = estimator._known_labels([], self._labels)
         if results is not None:
             results = np.asarray(results, dtype=np.float64)
@@ -812,12 +811,7 @@ class FederatedRidgeCVServer(StatisticsServer):
             estimator.cv_results_ = results
         else:
             estimator.__dict__.pop("cv_results_", None)
-        estimator.solver_ = solver
-        estimator.communication_ = ledger
-        estimator.clients_ = labels
-        estimator.n_clients_ = len(labels)
-        estimator._set_schema(self.schema, aggregate.n_features)
-        estimator._set_coef(aggregate, coef, self._dtype_of_round())
+        estimator._commit_solution(self, aggregate, coef, solver, ledger, labels)
 
 
 def _first_best(scores):
