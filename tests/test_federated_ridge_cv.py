@@ -308,3 +308,30 @@ def test_leave_one_client_out_needs_two_clients():
         FederatedRidgeCV(cv="clients").fit_statistics([message])
     with pytest.raises(ValueError, match="set cv='clients'"):
         FederatedRidgeCV().fit_statistics([message, message])
+
+
+def test_robust_aggregation_guards_the_cv_server_too():
+    """RobustAggregation on FederatedRidgeCV: bounds go out in the task, an outlier is dropped."""
+    from sklearn_fed.linear_model import RobustAggregation
+
+    rng = np.random.default_rng(0)
+    sites = {}
+    for k in range(8):
+        X = rng.normal(size=(100, 3))
+        sites[f"s{k}"] = (X, X @ [1.0, 2.0, 3.0] + rng.normal(size=100))
+    X_bad = rng.normal(size=(100, 3))
+    sites["evil"] = (X_bad, X_bad @ [-30.0, 20.0, -10.0])  # another relationship entirely
+    honest = np.vstack([sites[f"s{k}"][0] for k in range(8)])
+    target = np.concatenate([sites[f"s{k}"][1] for k in range(8)])
+    for cv in ("clients", None):  # one round; two, the second without the dropped site
+        estimator = FederatedRidgeCV(cv=cv)
+        server = estimator.make_server(robust=RobustAggregation(outlier_threshold=3.0),
+                                       on_invalid="drop")
+        tasks = server.next_tasks(list(sites))
+        while tasks:
+            replies = {s: estimator.make_client().respond(tasks[s], *sites[s]) for s in tasks}
+            server.receive(replies)
+            tasks = server.next_tasks(list(sites))
+        assert "evil" in server.dropped_ and "evil" not in estimator.clients_.tolist()
+        np.testing.assert_allclose(estimator.coef_, Ridge(alpha=estimator.alpha_).fit(
+            honest, target).coef_, rtol=1e-9)

@@ -455,10 +455,14 @@ class FederatedRidgeCVServer(StatisticsServer):
             self._plan_folds(sites)
             self._site_arrays = lambda site: {"folds": self.folds[label_key(site)]}
         fields = {"step": self.step, "centered": bool(self.estimator.fit_intercept)}
+        if self.step == "statistics" and self.robust is not None:
+            fields.update(self.robust.task_fields())
         fields.update((k, v) for k, v in self._next.items()
                       if k != "step" and (k, v) != ("form", "gram"))
         plan = {}
         for site in sites:
+            if self.step != "statistics" and label_key(site) not in self._statistics:
+                continue  # only sites whose statistics were merged take part later
             arrays = {} if self._site_arrays is None else self._site_arrays(site)
             if arrays is not None:
                 plan[site] = (dict(fields), arrays)
@@ -489,6 +493,8 @@ class FederatedRidgeCVServer(StatisticsServer):
                            f"{self.estimator.fit_intercept}")
             if problem:
                 raise InvalidClientMessage(f"client {site!r}: {problem}.", site)
+            if self.robust is not None:
+                self.robust.check(site, stats)
         if self.folds is not None:
             membership = self.folds[label_key(site)]
             expected = {"all"}
@@ -545,6 +551,12 @@ class FederatedRidgeCVServer(StatisticsServer):
                                     ("weights", (count,)))
             )
         return parsed
+
+    def _cross_check(self, replies):
+        """Robust aggregation's checks across sites, on each site's statistics of all its rows."""
+        if self.step != "statistics":
+            return {}
+        return super()._cross_check({site: named["all"] for site, named in replies.items()})
 
     # --------------------------------------------------------------- apply
     def _apply(self, replies, ledger):
