@@ -171,36 +171,55 @@ def test_a_key_exchange_reads_no_partition():
     _assert_same_model(fitted, clone(private).fit(X, y, clients=clients), exact=True)
 
 
-def test_cross_validation_holds_out_clients():
-    X, y, clients, _ = _data(3)
-    cv = FederatedRidgeCV(alphas=[1e-3, 1.0, 1e3])
+@pytest.mark.parametrize("store", [False, True])
+@pytest.mark.parametrize("scoring", [None, "neg_median_absolute_error"])
+@pytest.mark.parametrize("cv", [None, "clients"])
+def test_cross_validation_equals_numpy(cv, scoring, store):
+    """Leave-one-row-out and leave-one-client-out: every step is a reduction over blocks."""
+    if store and cv == "clients" and scoring is not None:
+        store = False  # per-client scores: stored as well without a second scorer path
+    X, y, clients, weights = _data(3)
+    estimator = FederatedRidgeCV(alphas=[1e-3, 1.0, 1e3], cv=cv, scoring=scoring,
+                                 store_cv_results=store)
     for chunks in CHUNKINGS[:2]:
-        Xd, yd, cd = _as_dask(chunks, X, y, clients)
-        fitted = clone(cv).fit(Xd, yd, clients=cd)
-        expected = clone(cv).fit(X, y, clients=clients)
+        Xd, yd, cd, wd = _as_dask(chunks, X, y, clients, weights)
+        fitted = clone(estimator).fit(Xd, yd, sample_weight=wd, clients=cd)
+        expected = clone(estimator).fit(X, y, sample_weight=weights, clients=clients)
         _assert_same_model(fitted, expected)
         assert fitted.alpha_ == expected.alpha_
-        assert_allclose(fitted.cv_results_, expected.cv_results_, rtol=1e-9)
-    ddf, frame = _frame(X, y, clients, np.ones(N))
-    fitted = clone(cv).fit(ddf[COLUMNS], ddf["target"], clients=ddf["site"])
-    _assert_same_model(fitted, clone(cv).fit(frame[COLUMNS], y, clients=clients))
+        assert_allclose(fitted.best_score_, expected.best_score_, rtol=1e-9)
+        if store:  # per-row residuals of ~0.01 next to products of ~1e6 (the offset)
+            assert_allclose(fitted.cv_results_, expected.cv_results_, rtol=1e-7, atol=1e-10)
+    if cv is None:  # one site: its rows spread over every partition
+        Xd, yd = _as_dask(CHUNKINGS[1], X, y)
+        fitted = clone(estimator).fit(Xd, yd)
+        expected = clone(estimator).fit(X, y)
+        _assert_same_model(fitted, expected)
+        if store:
+            assert_allclose(fitted.cv_results_, expected.cv_results_, rtol=1e-7, atol=1e-10)
+    ddf, frame = _frame(X, y, clients, weights)
+    fitted = clone(estimator).fit(ddf[COLUMNS], ddf["target"], sample_weight=ddf["weight"],
+                                  clients=ddf["site"])
+    expected = clone(estimator).fit(frame[COLUMNS], y, sample_weight=weights, clients=clients)
+    _assert_same_model(fitted, expected)
+    assert fitted.alpha_ == expected.alpha_
 
 
 def test_cross_validation_by_partition():
     X, y, _, _ = _data(4)
     Xd, yd = _as_dask(((30, 30, 30, 31), (4,)), X, y)
-    fitted = FederatedRidgeCV().fit(Xd, yd, clients=partition_labels(Xd))
-    expected = FederatedRidgeCV().fit(X, y, clients=np.repeat(np.arange(4), [30, 30, 30, 31]))
+    cv = FederatedRidgeCV(cv="clients", store_cv_results=True)
+    fitted = clone(cv).fit(Xd, yd, clients=partition_labels(Xd))
+    expected = clone(cv).fit(X, y, clients=np.repeat(np.arange(4), [30, 30, 30, 31]))
     _assert_same_model(fitted, expected, exact=True)
     assert_array_equal(fitted.cv_results_, expected.cv_results_)
 
 
-@pytest.mark.parametrize("cv, match", [(None, "needs clients"), (3, "cv must be None")])
-def test_cross_validation_refuses_what_needs_rows_in_memory(cv, match):
+def test_cross_validation_refuses_folds_of_a_splitter():
     X, y, clients, _ = _data()
     Xd, yd, cd = _as_dask(CHUNKINGS[0], X, y, clients)
-    with pytest.raises(ValueError, match=match):
-        FederatedRidgeCV(cv=cv).fit(Xd, yd, clients=None if cv is None else cd)
+    with pytest.raises(ValueError, match="not folds of a splitter"):
+        FederatedRidgeCV(cv=3).fit(Xd, yd, clients=cd)
 
 
 def test_multi_output_float32_and_labels():

@@ -73,25 +73,20 @@ def fit_collection(estimator, method, name, X, y=None, sample_weight=None, clien
     if isinstance(estimator, linear_model.IncrementalFederatedRidge):
         return _stream(estimator, name, Partitions(X, y, sample_weight, clients))
     if isinstance(estimator, linear_model.FederatedRidgeCV):
-        _check_cv_on_collection(estimator, clients)
+        _check_cv_on_collection(estimator)
     rows = PartitionedRows(X, y, sample_weight, clients)
     # ``clients`` is passed on for what fit decides from it (``clients is None``);
     # the labels themselves are read from the partitions.
     return method(estimator, rows, rows, sample_weight=None, clients=clients)
 
 
-def _check_cv_on_collection(estimator, clients):
-    if estimator.cv is not None:
+def _check_cv_on_collection(estimator):
+    if estimator.cv is not None and not isinstance(estimator.cv, str):
         raise ValueError(
-            "FederatedRidgeCV on a Dask collection holds out clients; cv must be None "
-            f"(got cv={estimator.cv!r}): give each fold's rows their own clients label."
-        )
-    if clients is None:
-        raise ValueError(
-            "FederatedRidgeCV on a Dask collection needs clients (leave-one-client-out from "
-            "the clients' messages); leave-one-sample-out would keep one result per row in "
-            "memory. clients=sklearn_fed.dask.partition_labels(X) holds out one partition "
-            "at a time."
+            "FederatedRidgeCV on a Dask collection holds out rows (cv=None) or clients "
+            f"(cv='clients'), not folds of a splitter (got cv={estimator.cv!r}): give each "
+            "fold's rows their own clients label and use cv='clients' (e.g. "
+            "clients=sklearn_fed.dask.partition_labels(X) holds out one partition at a time)."
         )
 
 
@@ -129,6 +124,22 @@ class PartitionedRows:
         y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
         return self, y_like, None, _site_labels(parts), None
 
+    def _row_positions(self):
+        """``{site: positions of its rows in X}``, read from ``clients`` (None: one site)."""
+        clients = self.parts.inputs["clients"]
+        if clients is None:
+            return None  # the one site's rows are X's rows, in order
+        grouped = _compute(*[
+            dask.delayed(_grouped, pure=True)(i, block) for i, block in enumerate(clients.blocks)
+        ])
+        found, offset = {}, 0
+        for labels, rows, n in grouped:
+            everything = np.arange(offset, offset + n)
+            for label, site_rows in zip(labels, rows):
+                found.setdefault(label_key(label), []).append(everything[site_rows])
+            offset += n
+        return {key: np.concatenate(parts) for key, parts in found.items()}
+
     def _run_partitions(self, server, clients, labels, names):
         """``run_simulation`` on partitions: every round answered partition by partition."""
         frames = server._next_frames(labels)
@@ -156,16 +167,22 @@ def _site_labels(parts):
     return labels
 
 
-def _labels_in(i, clients):
+def _grouped(i, clients):
+    """``(labels, rows, n_rows)`` of one partition of ``clients``, as ``group_rows_by_client``."""
     clients = np.asarray(clients)
     if clients.ndim == 2 and clients.shape[1] == 1:
         clients = clients[:, 0]
     if not len(clients):
-        return clients
+        return clients, [], 0
     try:
         labels, rows = group_rows_by_client(clients, clients.shape[0])
     except ValueError as exc:
         raise ValueError(f"partition {i}: {exc}") from exc
+    return labels, rows, clients.shape[0]
+
+
+def _labels_in(i, clients):
+    labels, rows, _ = _grouped(i, clients)
     first = np.argsort([r.start if isinstance(r, slice) else r[0] for r in rows], kind="stable")
     return labels[first]
 
