@@ -14,7 +14,6 @@ from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_
 from .._dask_dispatch import DaskDispatchMixin
 from ..protocol import (
     BlockwiseClient,
-    CommunicationLedger,
     FederatedMixin,
     InvalidClientMessage,
     Server,
@@ -589,10 +588,6 @@ class BaseFederatedRidge(
 
     def _n_parameters(self, n_features, n_targets):
         return (n_features + self.fit_intercept) * n_targets
-
-    def _new_ledger(self, n_features, n_targets):
-        # Transitional: for estimators whose fit does not run the protocol roles yet.
-        return CommunicationLedger(n_parameters=self._n_parameters(n_features, n_targets))
 
     def predict(self, X):
         """Predict with the fitted linear model.
