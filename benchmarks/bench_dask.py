@@ -29,6 +29,7 @@ Usage::
 
 import argparse
 import json
+import mmap
 import os
 import resource
 import shutil
@@ -135,8 +136,12 @@ def run_floor(directory, rows):
 
     def read_and_syrk(file):
         path, n = file
-        # memory-mapped, as dask.array.from_npy_stack reads it: syrk reads the page cache
-        return _syrk(np.load(path, mmap_mode="r")[:n])
+        # memory-mapped and read ahead, as dask.array.from_npy_stack gives it to
+        # FederatedRidge (sklearn_fed.dask advises the kernel to read a partition whole)
+        block = np.load(path, mmap_mode="r")
+        if hasattr(mmap, "MADV_WILLNEED"):
+            block._mmap.madvise(mmap.MADV_WILLNEED)
+        return _syrk(block[:n])
 
     with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
         start = time.perf_counter()
@@ -201,6 +206,11 @@ def measure(method, directory, rows, timeout):
 
 
 # ---------------------------------------------------------------------- report
+def _load_average():
+    """The 1-minute load average: other processes on the cores skew every timing."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def _row(name, rows, width, results):
     ok = [r for r in results if "seconds" in r]
     if not ok:
@@ -247,7 +257,7 @@ def main(argv=None):
     memory = psutil.virtual_memory().total
     print(f"table {args.rows:,} x {width} float64 = {table_bytes / _GB:.1f} GB; memory "
           f"{memory / _GB:.1f} GB; free disk at {parent}: {free / _GB:.1f} GB; "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores; load average {_load_average()}")
     if free < table_bytes * 1.05 + 2 * _GB:
         raise SystemExit("not enough free disk for the table; pass --dir or fewer --rows")
     directory = tempfile.mkdtemp(prefix="bench_dask_", dir=parent)
@@ -264,7 +274,8 @@ def main(argv=None):
                 full[method].append(result)
                 print(f"  repeat {repeat}: {method} "
                       + " ".join(f"{k}={v:.3g}" for k, v in result.items()
-                                 if isinstance(v, float) or k == "peak_rss"), flush=True)
+                                 if isinstance(v, float) or k == "peak_rss")
+                      + f" load={_load_average()}", flush=True)
         subset = min(args.subset_rows, args.rows)
         partial = {m: [measure(m, table, subset, args.timeout)]
                    for m in ("federated_ridge", "lstsq", "dask_ml")}
@@ -298,6 +309,7 @@ def report(args, width, full, partial, subset):
             print(f"FederatedRidge / {name}: {np.median(ratios):.2f}x (median of "
                   f"{len(ratios)} interleaved pairs; min {min(ratios):.2f}x, max "
                   f"{max(ratios):.2f}x)")
+    print(f"load average at the end: {_load_average()} ({os.cpu_count()} cores)")
     for key in ("lstsq", "dask_ml"):
         other = partial[key][0]
         if "coef" in other and "coef" in base:

@@ -3,6 +3,7 @@
 import functools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -396,6 +397,18 @@ def test_nan_names_the_partition(what):
                    r"partition 2: .*(NaN|nan)")
 
 
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning", "ignore:invalid:RuntimeWarning")
+def test_finite_values_that_overflow_are_refused_as_in_memory():
+    """Row sums that overflow pass the fast finite check; the exact one lets them through too."""
+    model, X, y, _ = _fitted()
+    X = X.copy()
+    X[95, :2] = 1.5e308
+    with pytest.raises(ValueError) as in_memory:
+        clone(model).fit(X, y)
+    Xd, yd = _as_dask(CHUNKINGS[0], X, y)
+    _unchanged(model, lambda: model.fit(Xd, yd), re.escape(str(in_memory.value)))
+
+
 def _bad_columns_array(X):
     good = dask.delayed(lambda: X[:60])()
     bad = dask.delayed(lambda: X[60:, :3])()
@@ -512,6 +525,11 @@ def test_two_worker_local_cluster(cluster_client):
                                     random_state=0)
     fitted = clone(private).fit(Xd, yd, clients=cd)
     _assert_same_model(fitted, clone(private).fit(X, y, clients=clients), exact=True)
+    cv = FederatedRidgeCV(store_cv_results=True)  # leave-one-row-out, rows in X's order
+    fitted = clone(cv).fit(Xd, yd, clients=cd)
+    expected = clone(cv).fit(X, y, clients=clients)
+    _assert_same_model(fitted, expected)
+    assert_allclose(fitted.cv_results_, expected.cv_results_, rtol=1e-7, atol=1e-10)
     incremental = IncrementalFederatedRidge(random_state=0)
     fitted = clone(incremental).fit(Xd, yd, clients=cd)
     expected = _rounds_by_hand(clone(incremental), X, y, clients, CHUNKINGS[1][0])

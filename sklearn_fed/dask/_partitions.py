@@ -9,6 +9,7 @@ pandas objects, its index.
 """
 
 import math
+import mmap
 from dataclasses import dataclass
 
 import dask.array as da
@@ -221,6 +222,33 @@ def _n_targets(y):
         int(width))
 
 
+def _read_ahead(*blocks):
+    """Ask the kernel to read memory-mapped blocks (``.npy`` partitions) ahead, whole.
+
+    Otherwise each page is read when first touched, a few at a time; one
+    advice per file lets the reads run in large requests, alongside the
+    other partitions' products.
+    """
+    advice = getattr(mmap, "MADV_WILLNEED", None)
+    for block in blocks:
+        mapping = getattr(block, "_mmap", None)  # set on np.memmap and its views
+        if advice is not None and isinstance(mapping, mmap.mmap):
+            mapping.madvise(advice)
+
+
+def _all_finite(X):
+    """Whether every value of ``X`` is finite, in one pass as fast as reading it.
+
+    Any NaN or infinity makes its row's sum non-finite. The product reads a
+    strided block at memory speed, about three times as fast as the sum
+    ``check_array`` starts with (a partition is read at least twice: here
+    and for its statistics, so this pass is a visible share of a fit). A
+    sum that only overflows is sorted out by the caller's exact check.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(X @ np.ones(X.shape[1], dtype=X.dtype)).all())
+
+
 @dataclass(frozen=True)
 class _Spec:
     n_features: int
@@ -235,6 +263,7 @@ class _Spec:
         :func:`~sklearn_fed._clients.group_rows_by_client` gives them (``None``
         when ``clients`` is None), or ``None`` for a partition without rows.
         """
+        _read_ahead(X, y, sample_weight, clients)
         try:
             return self._check(X, y, sample_weight, clients)
         except ValueError as exc:
@@ -264,7 +293,9 @@ class _Spec:
             )
         if n == 0:
             return None
-        X = check_array(X, dtype=self.dtype, ensure_all_finite=True, input_name="X")
+        X = check_array(X, dtype=self.dtype, ensure_all_finite=False, input_name="X")
+        if not _all_finite(X):
+            check_array(X, ensure_all_finite=True, input_name="X")  # its message
         y = check_array(y, ensure_2d=False, dtype=np.float64, ensure_all_finite=True,
                         input_name="y")
         if (None if y.ndim == 1 else y.shape[1]) != self.n_targets:
