@@ -196,7 +196,7 @@ def measure(method, directory, rows, timeout):
     source = os.path.dirname(os.path.dirname(os.path.abspath(sklearn_fed.__file__)))
     path = os.pathsep.join([source] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
                               env=dict(os.environ, PYTHONPATH=path))
     except subprocess.TimeoutExpired:
         return {"timeout": timeout}
@@ -244,7 +244,8 @@ def main(argv=None):
     if args.worker:
         return _worker(args.worker, args.dir, args.rows)
     if args.quick:
-        args.rows, args.features, args.chunk_rows, args.subset_rows = 2_000_000, 20, 100_000, 500_000
+        args.rows, args.features = 2_000_000, 20
+        args.chunk_rows, args.subset_rows = 100_000, 500_000
         args.repeats = min(args.repeats, 2)
 
     import psutil

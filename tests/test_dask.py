@@ -1,6 +1,7 @@
 """The ridge family on Dask collections equals the in-memory path (sklearn_fed.dask)."""
 
 import functools
+import itertools
 import os
 import pickle
 import re
@@ -15,8 +16,8 @@ from sklearn.base import clone
 
 from sklearn_fed import (
     FederatedRidge,
-    FESCRidge,
     FederatedRidgeCV,
+    FESCRidge,
     IncrementalFederatedRidge,
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
@@ -29,7 +30,7 @@ dd = pytest.importorskip("dask.dataframe", reason="the 'dask' extra is not insta
 pd = pytest.importorskip("pandas")
 dask = pytest.importorskip("dask")
 
-from sklearn_fed.dask import partition_labels  # noqa: E402
+partition_labels = pytest.importorskip("sklearn_fed.dask").partition_labels
 
 N, D = 121, 4
 COLUMNS = ["age", "bmi", "bp", "s1"]
@@ -270,7 +271,7 @@ def test_through_bytes_gives_the_same_model_and_ledger():
 
 def _rounds_by_hand(estimator, X, y, clients, lengths):
     bounds = np.cumsum((0, *lengths))
-    for i, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+    for i, (start, stop) in enumerate(itertools.pairwise(bounds)):
         step = estimator.fit if i == 0 else estimator.partial_fit
         rows = slice(start, stop)
         step(X[rows], y[rows], clients=None if clients is None else clients[rows])

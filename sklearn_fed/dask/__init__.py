@@ -10,7 +10,6 @@ partition's statistics where it lives; see :doc:`/user_guide/dask`.
 """
 
 try:
-    import dask  # noqa: F401
     import dask.array  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(

@@ -8,6 +8,7 @@ chunk sizes) when the partition is read, by its row count and, between two
 pandas objects, its index.
 """
 
+import itertools
 import math
 import mmap
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ def _cut(name, value, lengths=None):
         raise ValueError(f"X has {sum(lengths)} rows but {name} has {len(array)}.")
     bounds = np.cumsum((0,) + tuple(lengths))
     take = (lambda a, b: array.iloc[a:b]) if hasattr(array, "iloc") else (lambda a, b: array[a:b])
-    return _Input(name, [take(a, b) for a, b in zip(bounds[:-1], bounds[1:])], tuple(lengths))
+    return _Input(name, [take(a, b) for a, b in itertools.pairwise(bounds)], tuple(lengths))
 
 
 class Partitions:

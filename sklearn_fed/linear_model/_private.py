@@ -389,7 +389,7 @@ class PrivateClient(BlockwiseClient):
 class ClippedSums:
     """A block of a site's rows for a release: its clipped sums, before grid and noise."""
 
-    __slots__ = ("sums", "n_clipped", "n_rows", "single_target")
+    __slots__ = ("n_clipped", "n_rows", "single_target", "sums")
 
     def __init__(self, sums, n_clipped, n_rows, single_target):
         self.sums = sums
