@@ -482,6 +482,30 @@ def test_memory_holds_a_few_partitions():
     assert estimator.n_samples_seen_ == rows * n_parts
 
 
+def test_memory_mapped_partitions_are_read_ahead(tmp_path, monkeypatch):
+    """``.npy`` partitions through memory maps: each is advised to be read ahead, same model."""
+    import mmap
+
+    from sklearn_fed.dask import _partitions
+
+    advised = []
+    read_ahead = _partitions._read_ahead
+
+    def spy(*blocks):
+        advised.append(sum(isinstance(getattr(b, "_mmap", None), mmap.mmap) for b in blocks))
+        read_ahead(*blocks)
+
+    monkeypatch.setattr(_partitions, "_read_ahead", spy)
+    X, y, _, _ = _data(18)
+    table = da.from_array(np.column_stack([X, y]), chunks=((40, 1, 80), (D + 1,)))
+    da.to_npy_stack(tmp_path, table, axis=0)
+    stored = da.from_npy_stack(tmp_path, mmap_mode="r")
+    fitted = FederatedRidge().fit(stored[:, :D], stored[:, D])
+    _assert_same_model(fitted, FederatedRidge().fit(X, y))
+    # every partition's X is a view of its file's map (y, one column, may be a copy)
+    assert len(advised) == 3 and min(advised) >= 1
+
+
 def test_import_sklearn_fed_does_not_import_dask():
     code = ("import sys, numpy as np, sklearn_fed; "
             "sklearn_fed.FederatedRidge().fit(np.eye(3), np.ones(3)); "
