@@ -661,26 +661,29 @@ class ColumnMoments:
         n, d = X.shape
         w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         column = np.repeat(np.arange(d), np.diff(X.indptr))  # column of each stored entry
-        rows = X.indices
+        entry_w = w[X.indices]
         missing = _get_mask(X.data, missing_values)
         counts = (n - np.bincount(column[missing], minlength=d)).astype(np.int64)
-        weights = w.sum() - np.bincount(column[missing], w[rows][missing], minlength=d)
-        if sample_weight is None:
-            weights = counts.astype(np.float64)
+        kept, kept_w = column[~missing], entry_w[~missing]
+        stored_weight = np.bincount(kept, kept_w, minlength=d)
+        # Implicit zeros are values; their weight is computed only where there are any,
+        # so a column stored in full has no round-off from a subtraction.
+        implicit = np.diff(X.indptr) < n
+        implicit_weight = np.where(
+            implicit, np.maximum(w.sum() - np.bincount(column, entry_w, minlength=d), 0.0), 0.0
+        )
+        weights = stored_weight + implicit_weight
         if order == 0:
             return cls(counts, weights)
-        kept, values = column[~missing], X.data[~missing].astype(np.float64)
-        kept_w = w[rows][~missing]
+        values = X.data[~missing].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.where(
                 weights > 0, np.bincount(kept, kept_w * values, minlength=d) / weights, 0.0
             )
         if order == 1:
             return cls(counts, weights, mean)
-        stored_weight = np.bincount(kept, kept_w, minlength=d)
-        implicit_zeros = np.maximum(weights - stored_weight, 0.0)
         m2 = np.bincount(kept, kept_w * (values - mean[kept]) ** 2, minlength=d)
-        m2 += implicit_zeros * mean**2
+        m2 += implicit_weight * mean**2
         return cls(counts, weights, mean, m2)
 
     def merge(self, other):
