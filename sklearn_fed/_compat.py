@@ -5,6 +5,7 @@ import here means an upgrade breaks this file and nothing else.
 """
 
 from sklearn.base import _fit_context
+from sklearn.decomposition._pca import _infer_dimension
 from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
 from sklearn.utils._encode import _check_unknown, _encode, _unique
 from sklearn.utils._missing import is_scalar_nan
@@ -18,6 +19,7 @@ from sklearn.utils._param_validation import (
 )
 from sklearn.utils.validation import (
     FLOAT_DTYPES,
+    _check_feature_names_in,
     _check_sample_weight,
     check_is_fitted,
     validate_data,
@@ -28,12 +30,14 @@ __all__ = [
     "Interval",
     "Options",
     "StrOptions",
+    "_check_feature_names_in",
     "_check_sample_weight",
     "_check_unknown",
     "_encode",
     "_fit_context",
     "_get_mask",
     "_handle_zeros_in_scale",
+    "_infer_dimension",
     "_is_constant_feature",
     "_unique",
     "check_is_fitted",

@@ -7,6 +7,7 @@ from ._federated_ridge_cv import FederatedRidgeCV
 from ._incremental import IncrementalFederatedRidge
 from ._private import PrivateFederatedRidge
 from ._projected import ProjectedFederatedRidge
+from ._ridge_classifier import FederatedRidgeClassifier, FederatedRidgeClassifierCV
 from ._robust import RobustAggregation
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "FESCRidge",
     "FederatedRidge",
     "FederatedRidgeCV",
+    "FederatedRidgeClassifier",
+    "FederatedRidgeClassifierCV",
     "IncrementalFederatedRidge",
     "fesc_weights",
     "PrivateFederatedRidge",
