@@ -30,8 +30,8 @@ __all__ = ["ClassesClient", "ClassesServerMixin", "class_weights"]
 def class_weights(class_weight, classes, counts):
     """One weight per class, as ``compute_class_weight`` gives on the pooled labels.
 
-    ``counts`` (rows per class, summed over sites) is needed only for
-    ``"balanced"``: ``n_samples / (n_classes * counts)``.
+    ``counts`` (rows, or sample weights, per class, summed over sites) is
+    needed only for ``"balanced"``: ``sum(counts) / (n_classes * counts)``.
 
     Examples
     --------
@@ -80,8 +80,18 @@ class ClassesClient(Client):
             arrays = {}
             fields = {"step": "classes", "n_samples": int(y.shape[0]),
                       "classes": encode_values(classes, "classes", arrays)}
-            if task_field(task, "counts", bool):
+            how = task_field(task, "counts", str)
+            if how == "rows":
                 arrays["class_counts"] = np.asarray(counts, dtype=np.int64)
+            elif how == "weights":  # balanced by sample weight, as LogisticRegression
+                index = _encode(y, uniques=classes, check_unknown=False)
+                weight = np.ones(y.shape[0]) if sample_weight is None else sample_weight
+                arrays["class_counts"] = np.bincount(index, weight, minlength=classes.shape[0])
+            elif how != "none":
+                _server_error(f"unknown counts request {how!r}.")
+            extra_fields, extra_arrays = self._classes_extra(task, X, sample_weight)
+            fields.update(extra_fields)
+            arrays.update(extra_arrays)
             return fields, arrays
         classes = decode_values(task.fields.get("classes"), task.arrays, _server_error)
         weights = task.arrays.get("class_weight")
@@ -99,6 +109,10 @@ class ClassesClient(Client):
         weight = weights[index] if sample_weight is None else weights[index] * sample_weight
         return self._compute_encoded(task, X, index, weight, classes)
 
+    def _classes_extra(self, task, X, sample_weight):
+        """Hook: more the classes round asks of a site, as ``(fields, arrays)``; none by default."""
+        return {}, {}
+
 
 class ClassesServerMixin:
     """Server side of the classes round (mixed in before a :class:`~sklearn_fed.protocol.Server`).
@@ -110,11 +124,16 @@ class ClassesServerMixin:
     """
 
     classes_ = None
+    #: ``"balanced"`` counts rows per class ("rows") or sums sample weights ("weights").
+    _balance_by = "rows"
+    #: Fields and arrays a classes reply carries besides the classes (see ``_read_classes_extra``).
+    _classes_extra_fields = frozenset()
+    _classes_extra_arrays = frozenset()
 
     def _plan(self, sites):
         if self.classes_ is None:
-            balanced = isinstance(self.estimator.class_weight, str)
-            return {site: ({"step": "classes", "counts": balanced}, {}) for site in sites}
+            counts = self._balance_by if isinstance(self.estimator.class_weight, str) else "none"
+            return {site: ({"step": "classes", "counts": counts}, {}) for site in sites}
         return self._plan_classified(sites)
 
     def _classes_task(self):
@@ -131,13 +150,13 @@ class ClassesServerMixin:
 
         fields = frame.fields
         n = fields.get("n_samples")
-        if set(fields) != {"step", "n_samples", "classes"} or fields["step"] != "classes" or not (
-                type(n) is int and 0 < n < 2**63):
+        if set(fields) != {"step", "n_samples", "classes"} | self._classes_extra_fields or (
+                fields["step"] != "classes" or not (type(n) is int and 0 < n < 2**63)):
             fail("malformed classes reply.")
         classes = decode_values(fields["classes"], frame.arrays, fail)
         counts = frame.arrays.get("class_counts")
         balanced = isinstance(self.estimator.class_weight, str)
-        expected = {"class_counts"} if balanced else set()
+        expected = ({"class_counts"} if balanced else set()) | self._classes_extra_arrays
         if "array" in fields["classes"]:
             expected.add(fields["classes"]["array"])
         if set(frame.arrays) != expected:
@@ -148,10 +167,19 @@ class ClassesServerMixin:
             distinct = False
         if not distinct:
             fail("its classes must be distinct labels, at most one per row.")
-        if balanced and not (counts.dtype == np.int64 and counts.shape == classes.shape
-                             and np.all(counts > 0) and counts.sum() == n):
+        if balanced and self._balance_by == "rows" and not (
+                counts.dtype == np.int64 and counts.shape == classes.shape
+                and np.all(counts > 0) and counts.sum() == n):
             fail("class counts must be positive and add up to its rows.")
-        return classes, counts
+        if balanced and self._balance_by == "weights" and not (
+                counts.dtype == np.float64 and counts.shape == classes.shape
+                and np.all(np.isfinite(counts)) and np.all(counts >= 0)
+                and np.all(counts <= 1e75)):
+            fail("class weight sums must be finite and non-negative, one per class.")
+        return classes, counts, self._read_classes_extra(site, frame, n)
+
+    def _read_classes_extra(self, site, frame, n_samples):
+        """Hook: parse what ``_classes_extra`` added to a classes reply; nothing by default."""
 
     def _apply(self, replies, ledger):
         if self.classes_ is not None:
@@ -165,9 +193,9 @@ class ClassesServerMixin:
             ) from exc
         counts = None
         if isinstance(self.estimator.class_weight, str):
-            counts = np.zeros(classes.shape[0], dtype=np.int64)
+            counts = np.zeros(classes.shape[0], dtype=replies[labels[0]][1].dtype)
             for site in labels:
-                site_classes, site_counts = replies[site]
+                site_classes, site_counts, _ = replies[site]
                 np.add.at(counts, _encode(site_classes, uniques=classes), site_counts)
         self.class_weight_ = np.asarray(
             class_weights(self.estimator.class_weight, classes, counts), dtype=np.float64
@@ -176,4 +204,7 @@ class ClassesServerMixin:
         self._after_classes(replies)
 
     def _after_classes(self, replies):
-        """Hook: what a protocol learns from the classes round besides the classes."""
+        """Hook: what a protocol learns from the classes round besides the classes.
+
+        ``replies[site][2]`` is what :meth:`_read_classes_extra` parsed.
+        """
