@@ -71,6 +71,9 @@ _MAX_SECOND = 1e200
 # Relative round-off allowed in a computed Gram entry (far above what a
 # blocked float64 computation loses, far below any real inconsistency).
 _RELATIVE_SLACK = 1e-6
+# Round-off allowed in a centered entry relative to its raw (uncentered) scale:
+# thousands of times what blocked float64 sums lose, a billionth of any real signal.
+_ROUNDOFF = 1e-12
 _TINY = 1e-300
 # A Gram is accepted as PSD when its Jacobi-scaled form (unit diagonal) plus
 # this times the identity has a Cholesky factor.
@@ -513,8 +516,11 @@ class ClientStatistics:
                      "such values could overflow the merge).")
         diag = np.diag(self.gram)
         root = np.sqrt(np.maximum(diag, 0.0))
-        # Round-off allowance of a computed Gram entry, relative to its own pair.
-        slack = _RELATIVE_SLACK * np.outer(root, root)
+        raw_x, raw_y = self._raw_scales()
+        # Round-off allowance of a computed Gram entry: relative to its own pair,
+        # and to the pair's raw magnitudes (a column constant at a site has a zero
+        # centered variance but cross-products at the round-off of its mean).
+        slack = _RELATIVE_SLACK * np.outer(root, root) + _ROUNDOFF * np.outer(raw_x, raw_x)
         if np.any(np.abs(self.gram - self.gram.T) > slack + _TINY):
             fail("gram is not symmetric.")
         if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
@@ -526,7 +532,8 @@ class ClientStatistics:
             fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
         target_root = np.sqrt(np.maximum(target_ss, 0.0))
         bound = np.outer(root, target_root)
-        if np.any(np.abs(self.moment) > bound * (1 + _RELATIVE_SLACK) + _TINY):
+        roundoff = _ROUNDOFF * np.outer(raw_x, raw_y)
+        if np.any(np.abs(self.moment) > bound * (1 + _RELATIVE_SLACK) + roundoff + _TINY):
             fail("moment violates the Cauchy-Schwarz bound of gram and target_ss.")
         if weight == 0 or (self.centered and n == 1):
             # One row minus its own mean is zero up to the round-off of that mean.
@@ -538,6 +545,16 @@ class ClientStatistics:
         if psd and not _is_psd(self.gram):
             fail("gram is not positive semi-definite.")
         return self
+
+    def _raw_scales(self):
+        """Square roots of the raw (uncentered) second moments of each feature and target."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.centered:
+                raw_x = np.diag(self.gram) + self.weight_sum * self.x_mean**2
+                raw_y = self.target_ss + self.weight_sum * self.y_mean**2
+            else:
+                raw_x, raw_y = np.diag(self.gram), self.target_ss
+        return np.sqrt(np.maximum(raw_x, 0.0)), np.sqrt(np.maximum(raw_y, 0.0))
 
 
 @dataclass(eq=False)

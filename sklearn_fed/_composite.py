@@ -1,0 +1,108 @@
+"""What the composite protocols (pipelines, column transformers) share.
+
+A composite protocol runs its parts' own protocols: its server asks each
+part's server for the part's tasks and wraps them (with the fitted models
+the sites need to transform their rows first) into one task per site; its
+client rebuilds those models, transforms the site's rows, and answers each
+part's task with the part's own client; its server hands each part's
+replies back to the part's server, which validates and applies them as it
+would alone. So a step validates its messages the same way inside a
+pipeline as on its own, and the bytes of a part are the bytes it would send
+alone plus the envelope.
+"""
+
+from sklearn.base import clone
+
+from .protocol import FeatureSchema, InvalidClientMessage, nest, unnest
+
+__all__ = [
+    "answer_part",
+    "check_federated",
+    "load_fitted",
+    "parse_parts",
+    "prefixed",
+    "take_prefixed",
+]
+
+
+def check_federated(estimator, name, *, transformer):
+    """Refuse a part that would be fitted on pooled rows: it must have the protocol roles."""
+    if estimator is None or (isinstance(estimator, str) and estimator in ("passthrough", "drop")):
+        return
+    missing = not hasattr(estimator, "make_server") or (
+        transformer and not hasattr(estimator, "_broadcast_state"))
+    if missing:
+        raise TypeError(
+            f"step {name!r} ({type(estimator).__name__}) is not federated: fitting it would "
+            "need every site's rows in one place. Use its sklearn_fed counterpart (e.g. "
+            "FederatedStandardScaler for StandardScaler)."
+        )
+
+
+def prefixed(fields_arrays, prefix, arrays):
+    """Add a part's arrays to ``arrays`` under ``prefix``; returns the part's fields."""
+    fields, part_arrays = fields_arrays
+    for name, value in part_arrays.items():
+        arrays[prefix + name] = value
+    return fields
+
+
+def take_prefixed(arrays, prefix):
+    """The arrays of one part (``prefix`` removed)."""
+    return {name[len(prefix):]: value for name, value in arrays.items() if name.startswith(prefix)}
+
+
+def _server_error(reason):
+    raise InvalidClientMessage(f"server: {reason}", "server")
+
+
+def load_fitted(template, fields, arrays):
+    """A site's copy of a fitted part: its own unfitted ``template`` plus the broadcast state."""
+    if not isinstance(fields, dict):
+        _server_error("malformed fitted model in the task.")
+    return clone(template)._load_broadcast_state(fields, arrays)
+
+
+def answer_part(estimator, meta, arrays, prefix, X, y, sample_weight, *, site, policy):
+    """A site's reply to one part's nested task, made by that part's own client role.
+
+    Returns the nested reply (``meta`` for the outer fields; its arrays are
+    added to the returned dict under ``prefix``).
+    """
+    task = unnest(meta, arrays, prefix, site=site, fail=_server_error)
+    client = estimator.make_client(policy=policy)
+    client._check_task(task)
+    try:
+        schema = FeatureSchema.from_json(task.schema)
+    except ValueError as exc:
+        raise InvalidClientMessage(f"server: {exc}", "server") from exc
+    if client.needs_y and y is None:
+        raise ValueError(f"site {site!r}: this task needs targets y.")
+    X, y, sample_weight, names = client._check_rows(X, y, sample_weight, schema, site)
+    if policy is not None:
+        policy.check_task(client.protocol, task, schema, X.shape[0], site)
+    reply = client._reply(task, X, y, sample_weight, None, names)
+    reply_arrays = {}
+    return nest(reply, prefix, reply_arrays), reply_arrays
+
+
+def parse_parts(parts, replies, on_invalid):
+    """Parse every part's replies of a round before any is applied; then apply them all.
+
+    ``parts`` is ``{key: server}``; ``replies`` is ``{key: {site: inner frame}}``.
+    Raises the first failure (``on_invalid="raise"``) before anything is
+    applied; returns ``{site: reason}`` of the replies dropped otherwise.
+    """
+    parsed, dropped = {}, {}
+    for key, server in parts.items():
+        parsed[key], failures = server._parse_round(replies[key], {})
+        if failures and on_invalid == "raise":
+            raise next(iter(failures.values()))
+        if not parsed[key]:
+            raise ValueError(f"no valid reply for part {key!r} in this round; nothing applied.")
+        dropped.update({site: str(exc) for site, exc in failures.items()})
+        parsed[key] = (parsed[key], failures)
+    for key, server in parts.items():
+        ok, failures = parsed[key]
+        server._commit_round(replies[key], ok, {}, failures)
+    return dropped
