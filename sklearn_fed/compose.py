@@ -70,11 +70,14 @@ class ColumnTransformerClient(PipelineClient):
             X = _safe_indexing(X, rows)
             y = None if y is None else _safe_indexing(y, rows)
             sample_weight = None if sample_weight is None else sample_weight[rows]
+        step = task_field(task, "step", str)
+        if step == "schema":
+            return {"step": "schema"}, {}
         parts = task.fields.get("parts")
         if not isinstance(parts, list) or not parts:
             _server_error("malformed column transformer task.")
         templates = estimator._part_templates()
-        fields, arrays, density = {"parts": []}, {}, task_field(task, "step", str) == "density"
+        fields, arrays, density = {"parts": []}, {}, step == "density"
         nnz = total = 0
         for entry in parts:
             if not (isinstance(entry, dict) and set(entry) == {"part", "columns", "task"}):
@@ -108,22 +111,30 @@ class ColumnTransformerClient(PipelineClient):
 class ColumnTransformerServer(Server):
     """Server of a :class:`FederatedColumnTransformer`: every transformer's server, in parallel.
 
-    The columns are resolved from the federation's feature names (or
-    count), so this server needs them: ``make_server(feature_names=...)``
-    (or ``n_features=`` when columns are given by position).
+    The columns are resolved on the federation's feature names (or count):
+    given to ``make_server`` (``feature_names=``, or ``n_features=`` when
+    columns are given by position), or else learnt in a first round whose
+    replies carry nothing but the sites' feature schema.
     """
 
     protocol = "compose.column_transformer"
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
-        if self.schema.n_features is None:
-            raise ValueError(
-                "a FederatedColumnTransformer's server resolves each transformer's columns: "
-                "give make_server the feature_names (or n_features) of the sites' tables."
-            )
-        self.layout = estimator._layout(self.schema.n_features, self.schema.feature_names)
         self.parts = {}
+        self._active = {}
+        self._sparse_input = False
+        self._density = None  # (nnz, total) once counted
+        self._sites = []
+        # Columns are resolved on the federation's features; a server not told
+        # them learns them first (a round whose replies carry only their schema).
+        self._stage = "schema" if self.schema.n_features is None else "fit"
+        if self._stage == "fit":
+            self._make_parts()
+
+    def _make_parts(self):
+        estimator = self.estimator
+        self.layout = estimator._layout(self.schema.n_features, self.schema.feature_names)
         for index, (name, template, columns) in self.layout.parts.items():
             if isinstance(template, str):  # passthrough: nothing to learn
                 continue
@@ -133,13 +144,13 @@ class ColumnTransformerServer(Server):
                 on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes,
                 feature_names=names, n_features=len(columns),
             )
-        self._active = {}
-        self._sparse_input = False
-        self._density = None  # (nnz, total) once counted
-        self._stage = "fit"
-        self._sites = []
 
     def _plan(self, sites):
+        if self._stage == "schema":
+            if self.round == 0:
+                return {site: ({"step": "schema"}, {}) for site in sites}
+            self._make_parts()
+            self._stage = "fit"
         if self._stage == "fit":
             frames = {index: part._next_frames(sites) for index, part in self.parts.items()}
             self._active = {index: f for index, f in frames.items() if f}
@@ -197,6 +208,10 @@ class ColumnTransformerServer(Server):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
         fields = frame.fields
+        if self._stage == "schema":
+            if fields != {"step": "schema"} or frame.arrays:
+                fail("malformed schema reply.")
+            return None
         if self._stage == "counting":
             nnz, total = fields.get("nnz"), fields.get("total")
             if set(fields) != {"step", "nnz", "total"} or frame.arrays or not (
@@ -225,6 +240,8 @@ class ColumnTransformerServer(Server):
 
     def _apply(self, replies, ledger):
         self._sites = list(known_labels(self._sites, replies))
+        if self._stage == "schema":
+            return  # the replies' schema is now the server's (pinned by the round)
         if self._stage == "counting":
             self._density = tuple(sum(reply[i] for reply in replies.values()) for i in (0, 1))
             self._stage = "counted"
@@ -287,6 +304,13 @@ feature_names_in_
 
     _server_role = ColumnTransformerServer
     _client_role = ColumnTransformerClient
+
+    @property
+    def _exact_federation(self):
+        """Exact (any split of the rows gives the pooled model) when every part is."""
+        parts = [trans for _, trans, _ in self.transformers] + [self.remainder]
+        return all(getattr(part, "_exact_federation", False)
+                   for part in parts if not isinstance(part, str))
 
     class _Layout:
         """Resolved columns: ``parts`` are ``(name, template, column indices)`` to fit."""
@@ -391,8 +415,7 @@ feature_names_in_
         names = None
         if columns is not None and all(isinstance(c, str) for c in columns):
             names = [str(c) for c in columns]
-        server = self.make_server(feature_names=names,
-                                  n_features=None if names else np.shape(X)[1])
+        server = self.make_server(feature_names=names)
         run_simulation(server, self.make_client(), X, y, None, labels, rows, names)
         return self
 

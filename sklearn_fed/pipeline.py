@@ -279,6 +279,12 @@ class FederatedPipeline(FederatedMixin, Pipeline):
     _server_role = PipelineServer
     _client_role = PipelineClient
 
+    @property
+    def _exact_federation(self):
+        """Exact (any split of the rows gives the pooled model) when every step is."""
+        return all(getattr(step, "_exact_federation", False)
+                   for _, step in self.steps if not _skipped(step))
+
     def make_server(self, *, weighted_steps=(), **kwargs):
         """The server role of the pipeline's protocol; it fits this pipeline.
 
@@ -356,8 +362,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         names = None
         if columns is not None and all(isinstance(c, str) for c in columns):
             names = [str(c) for c in columns]
-        server = self.make_server(weighted_steps=weighted, feature_names=names,
-                                  n_features=None if names else np.shape(X)[1])
+        server = self.make_server(weighted_steps=weighted, feature_names=names)
         run_simulation(server, self.make_client(), X, y, weights, labels, rows, names)
         return self
 

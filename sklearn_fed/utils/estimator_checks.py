@@ -29,7 +29,7 @@ import functools
 import pickle
 
 import numpy as np
-from sklearn.base import clone, is_classifier
+from sklearn.base import BaseEstimator, clone, is_classifier
 
 from .._clients import group_rows_by_client
 from ..protocol import InvalidClientMessage
@@ -105,11 +105,55 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
     return server, sent
 
 
+# Fitted attributes that describe the federation, not the model.
+_FEDERATION_ATTRIBUTES = ("communication_", "clients_", "n_clients_")
+
+
 def _model_state(estimator):
-    """What must be identical between two runs: learned arrays."""
+    """What must be identical between two runs: every learned attribute, nested parts included.
+
+    A dict of the public fitted attributes (names ending in ``_``) but the
+    federation's own (ledger, clients) and the diagnostics only a simulation
+    can compute (an estimator's ``_simulation_only_attributes``); fitted
+    sub-estimators (pipeline steps, a column transformer's parts) are
+    replaced by their own state.
+    """
     if hasattr(estimator, "module_"):  # a torch network: its parameters
         return [p.detach().numpy().copy() for p in estimator.module_.parameters()]
-    return [np.asarray(estimator.coef_), np.asarray(estimator.intercept_)]
+    skip = _FEDERATION_ATTRIBUTES + tuple(getattr(estimator, "_simulation_only_attributes", ()))
+    state = {}
+    for name, value in sorted(vars(estimator).items()):
+        if name.endswith("_") and not name.startswith("_") and name not in skip:
+            state[name] = _plain_state(value)
+    if hasattr(estimator, "steps") and hasattr(estimator, "_final_estimator"):
+        state["steps"] = _plain_state([step for _, step in estimator.steps])
+    return state
+
+
+def _plain_state(value):
+    if isinstance(value, BaseEstimator):
+        return _model_state(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain_state(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain_state(item) for key, item in value.items()}
+    return value
+
+
+def _assert_close_state(a, b):
+    """Model states equal up to round-off: float arrays close, everything else equal."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (a, b)
+        for key in a:
+            _assert_close_state(a[key], b[key])
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_close_state(x, y)
+    elif isinstance(a, (np.ndarray, float, np.floating)) and np.asarray(a).dtype.kind == "f":
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    else:
+        np.testing.assert_equal(a, b)
 
 
 def _rounds_of(estimator):
@@ -124,8 +168,7 @@ def check_fit_equals_protocol_run(estimator):
         clone(estimator), X, y, clients, max_rounds=_rounds_of(estimator)
     )
     by_hand = server.estimator
-    for a, b in zip(_model_state(fitted), _model_state(by_hand)):
-        np.testing.assert_array_equal(a, b)
+    np.testing.assert_equal(_model_state(fitted), _model_state(by_hand))
     assert _ledger(fitted) == _ledger(by_hand)
 
 
@@ -158,12 +201,16 @@ def check_label_round_trip(estimator):
 
 
 def check_failed_fit_leaves_estimator_unchanged(estimator):
-    """A call that raises (NaN in X, a wrong number of features) changes nothing."""
+    """A call that raises (infinity in X, a wrong number of features) changes nothing.
+
+    Infinity rather than NaN: imputers, scalers and encoders take NaN as a
+    missing value, and no estimator takes infinity.
+    """
     X, y, clients = _data(estimator)
     fitted = clone(estimator).fit(X, y, clients=clients)
     before = pickle.dumps(fitted)
     bad_X = X.copy()
-    bad_X[5, 1] = np.nan
+    bad_X[5, 1] = np.inf
     calls = [functools.partial(fitted.fit, bad_X, y, clients=clients),
              functools.partial(fitted.fit, X, y, clients=clients[:-1])]
     if hasattr(fitted, "partial_fit"):
@@ -207,11 +254,9 @@ def check_partition_invariance(estimator):
     if not getattr(estimator, "_exact_federation", False):
         return
     X, y, clients = _data(estimator)
-    one = clone(estimator).fit(X, y)
+    one = _model_state(clone(estimator).fit(X, y))
     for split in (clients, np.arange(X.shape[0]) % 7, np.arange(X.shape[0])):
-        many = clone(estimator).fit(X, y, clients=split)
-        for a, b in zip(_model_state(one), _model_state(many)):
-            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+        _assert_close_state(one, _model_state(clone(estimator).fit(X, y, clients=split)))
 
 
 _CHECKS = (
