@@ -29,7 +29,7 @@ from ._composite import (
     take_prefixed,
 )
 from .linear_model._base import task_field
-from .pipeline import PipelineClient
+from .pipeline import PipelineClient, site_table, site_targets
 from .protocol import (
     FederatedMixin,
     InvalidClientMessage,
@@ -409,6 +409,7 @@ feature_names_in_
         """
         if params:
             raise TypeError(f"FederatedColumnTransformer.fit takes no {sorted(params)}.")
+        X, y = site_table(X), site_targets(y)
         n_samples = _num_samples(X)
         labels, rows = group_rows_by_client(clients, n_samples)
         columns = getattr(X, "columns", None)

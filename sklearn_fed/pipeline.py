@@ -12,9 +12,11 @@ transformers in the same rounds.
 """
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing
+from sklearn.utils._available_if import available_if
 from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import _num_samples
 
@@ -62,6 +64,30 @@ def _server_error(reason):
     raise InvalidClientMessage(f"server: {reason}", "server")
 
 
+def site_targets(y):
+    """A site's targets in a form whose rows can be taken (Series kept)."""
+    return y if y is None or hasattr(y, "iloc") else np.asarray(y)
+
+
+def site_table(X):
+    """A site's table as its first step will read it, in a form whose rows can be taken.
+
+    DataFrames are kept (their column dtypes matter); sparse matrices become
+    CSR; anything else an array (a list of strings an object array, as
+    scikit-learn's encoders make it). The steps validate the values.
+    """
+    if hasattr(X, "iloc"):
+        return X
+    if sp.issparse(X):
+        return X.tocsr()
+    array = np.asarray(X)
+    if not hasattr(X, "dtype") and array.dtype.kind == "U":
+        array = np.asarray(X, dtype=object)
+    if array.ndim != 2:
+        raise ValueError(f"Expected a 2D table of rows, got an array of shape {array.shape}.")
+    return array
+
+
 class PipelineClient(Client):
     """A site of a :class:`FederatedPipeline`.
 
@@ -76,6 +102,7 @@ class PipelineClient(Client):
     def _check_rows(self, X, y, sample_weight, schema, site):
         X, names = match_columns(X, schema, site=site)
         try:
+            X, y = site_table(X), site_targets(y)
             n_rows = _num_samples(X)
             if y is not None and _num_samples(y) != n_rows:
                 raise ValueError(f"X has {n_rows} rows but y has {_num_samples(y)}.")
@@ -354,6 +381,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         self : FederatedPipeline
         """
         weights, weighted, clients = self._routed(params, clients)
+        X, y = site_table(X), site_targets(y)
         n_samples = _num_samples(X)
         if weights is not None:
             weights = _check_sample_weight(weights, np.empty((n_samples, 0)), dtype=np.float64)
@@ -366,6 +394,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         run_simulation(server, self.make_client(), X, y, weights, labels, rows, names)
         return self
 
+    @available_if(Pipeline._can_fit_transform)
     def fit_transform(self, X, y=None, clients=None, **params):
         """Fit (see :meth:`fit`), then transform ``X`` with the fitted pipeline.
 

@@ -144,6 +144,10 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
     def _fitted_from(self, aggregate, dtype):
         """PCA's ``covariance_eigh`` computation on the merged statistics."""
         n_samples, n_features = aggregate.n_samples, aggregate.n_features
+        if n_samples < 2:
+            raise ValueError(
+                f"n_samples={n_samples}: a covariance (and so PCA) needs at least 2 samples."
+            )
         n_components = min(n_samples, n_features) if self.n_components is None else (
             self.n_components)
         if n_components == "mle":

@@ -64,7 +64,7 @@ class ClassesClient(Client):
             y_numeric=False,
         )
         try:
-            y = column_or_1d(y)
+            y = column_or_1d(y, warn=True)
             check_classification_targets(y)
         except ValueError as exc:
             raise ValueError(f"site {site!r}: {exc}") from exc

@@ -20,6 +20,8 @@ __all__ = ["FederatedRidgeClassifier", "FederatedRidgeClassifierCV"]
 def indicator_targets(index, n_classes):
     """RidgeClassifier's targets: +1 for a row's class, -1 elsewhere; one column if binary.
 
+    A single class gives one column of -1, as scikit-learn's LabelBinarizer.
+
     Examples
     --------
     >>> indicator_targets(np.array([0, 2, 1]), 3)
@@ -30,6 +32,8 @@ def indicator_targets(index, n_classes):
     array([ 1., -1.])
     """
     Y = -np.ones((index.shape[0], n_classes))
+    if n_classes == 1:
+        return Y
     Y[np.arange(index.shape[0]), index] = 1.0
     return Y[:, 1:] if n_classes == 2 else Y
 
