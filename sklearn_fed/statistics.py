@@ -654,7 +654,10 @@ class ColumnMoments:
         present = ~_get_mask(X, missing_values)
         counts = present.sum(axis=0).astype(np.int64)
         w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        weights = counts.astype(np.float64) if w is None else w @ present
+        if w is None:
+            weights = counts.astype(np.float64)
+        else:  # complete columns share one sum, bit for bit
+            weights = np.where(counts == X.shape[0], w.sum(), w @ present)
         if order == 0:
             return cls(counts, weights)
         values = np.where(present, X, 0.0).astype(np.float64, copy=False)

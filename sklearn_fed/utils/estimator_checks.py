@@ -94,7 +94,8 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
         for site, task in tasks.items():
             r = index[site]
             weight = None if sample_weight is None else sample_weight[r]
-            reply = sites[site].respond(task, X[r], y[r], weight)
+            rows_X = X.iloc[r] if hasattr(X, "iloc") else X[r]
+            reply = sites[site].respond(task, rows_X, None if y is None else y[r], weight)
             if tamper is not None:
                 reply = tamper(site, reply)
             replies[site] = reply
