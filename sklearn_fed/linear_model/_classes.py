@@ -89,7 +89,7 @@ class ClassesClient(Client):
                 arrays["class_counts"] = np.bincount(index, weight, minlength=classes.shape[0])
             elif how != "none":
                 _server_error(f"unknown counts request {how!r}.")
-            extra_fields, extra_arrays = self._classes_extra(task, X, sample_weight)
+            extra_fields, extra_arrays = self._classes_extra(task, X, y, sample_weight)
             fields.update(extra_fields)
             arrays.update(extra_arrays)
             return fields, arrays
@@ -102,14 +102,14 @@ class ClassesClient(Client):
         unknown = _check_unknown(y, classes)
         if len(unknown):
             raise ValueError(
-                f"site {task.site!r}: labels {list(unknown)} are not among the federation's "
+                f"site {task.site!r}: labels {np.asarray(unknown).tolist()} are not among the federation's "
                 "classes (they changed since the classes round)."
             )
         index = _encode(y, uniques=classes, check_unknown=False)
         weight = weights[index] if sample_weight is None else weights[index] * sample_weight
         return self._compute_encoded(task, X, index, weight, classes)
 
-    def _classes_extra(self, task, X, sample_weight):
+    def _classes_extra(self, task, X, y, sample_weight):
         """Hook: more the classes round asks of a site, as ``(fields, arrays)``; none by default."""
         return {}, {}
 
@@ -126,15 +126,22 @@ class ClassesServerMixin:
     classes_ = None
     #: ``"balanced"`` counts rows per class ("rows") or sums sample weights ("weights").
     _balance_by = "rows"
-    #: Fields and arrays a classes reply carries besides the classes (see ``_read_classes_extra``).
-    _classes_extra_fields = frozenset()
-    _classes_extra_arrays = frozenset()
 
     def _plan(self, sites):
         if self.classes_ is None:
             counts = self._balance_by if isinstance(self.estimator.class_weight, str) else "none"
-            return {site: ({"step": "classes", "counts": counts}, {}) for site in sites}
+            fields, arrays = self._classes_task_extra()
+            fields.update(step="classes", counts=counts)
+            return {site: (dict(fields), dict(arrays)) for site in sites}
         return self._plan_classified(sites)
+
+    def _classes_task_extra(self):
+        """Hook: more fields and arrays for the classes task; none by default."""
+        return {}, {}
+
+    def _classes_extra_keys(self):
+        """Hook: the fields and arrays a classes reply carries besides the classes."""
+        return frozenset(), frozenset()
 
     def _classes_task(self):
         """Fields and arrays every later task carries: the classes and their weights."""
@@ -150,13 +157,14 @@ class ClassesServerMixin:
 
         fields = frame.fields
         n = fields.get("n_samples")
-        if set(fields) != {"step", "n_samples", "classes"} | self._classes_extra_fields or (
+        extra_fields, extra_arrays = self._classes_extra_keys()
+        if set(fields) != {"step", "n_samples", "classes"} | extra_fields or (
                 fields["step"] != "classes" or not (type(n) is int and 0 < n < 2**63)):
             fail("malformed classes reply.")
         classes = decode_values(fields["classes"], frame.arrays, fail)
         counts = frame.arrays.get("class_counts")
         balanced = isinstance(self.estimator.class_weight, str)
-        expected = ({"class_counts"} if balanced else set()) | self._classes_extra_arrays
+        expected = ({"class_counts"} if balanced else set()) | extra_arrays
         if "array" in fields["classes"]:
             expected.add(fields["classes"]["array"])
         if set(frame.arrays) != expected:
@@ -176,9 +184,9 @@ class ClassesServerMixin:
                 and np.all(np.isfinite(counts)) and np.all(counts >= 0)
                 and np.all(counts <= 1e75)):
             fail("class weight sums must be finite and non-negative, one per class.")
-        return classes, counts, self._read_classes_extra(site, frame, n)
+        return classes, counts, self._read_classes_extra(site, frame, classes)
 
-    def _read_classes_extra(self, site, frame, n_samples):
+    def _read_classes_extra(self, site, frame, classes):
         """Hook: parse what ``_classes_extra`` added to a classes reply; nothing by default."""
 
     def _apply(self, replies, ledger):
@@ -201,9 +209,9 @@ class ClassesServerMixin:
             class_weights(self.estimator.class_weight, classes, counts), dtype=np.float64
         )
         self.classes_ = classes
-        self._after_classes(replies)
+        self._after_classes(replies, ledger)
 
-    def _after_classes(self, replies):
+    def _after_classes(self, replies, ledger):
         """Hook: what a protocol learns from the classes round besides the classes.
 
         ``replies[site][2]`` is what :meth:`_read_classes_extra` parsed.
