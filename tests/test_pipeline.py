@@ -1,4 +1,4 @@
-"""Whole pipelines as protocols: equal to scikit-learn's pipeline on pooled rows, rows never sent."""
+"""Whole pipelines as protocols: scikit-learn's pipeline on pooled rows; rows never sent."""
 
 import numpy as np
 import pandas as pd

@@ -58,7 +58,7 @@ class PCAServer(OneRoundServer):
 
 
 class FederatedPCA(FederatedTransformerMixin, PCA):
-    """:class:`~sklearn.decomposition.PCA` with ``svd_solver="covariance_eigh"``, from the sites' Grams.
+    """:class:`~sklearn.decomposition.PCA` (``svd_solver="covariance_eigh"``) from the sites' Grams.
 
     Each site sends its row count, mean and centered Gram
     (:class:`~sklearn_fed.statistics.ClientStatistics` without targets:

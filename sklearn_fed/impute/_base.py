@@ -131,7 +131,7 @@ class SimpleImputerServer(OneRoundServer):
 
 
 class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
-    """:class:`~sklearn.impute.SimpleImputer` (mean, most_frequent, constant) from per-site aggregates.
+    """:class:`~sklearn.impute.SimpleImputer` (mean, most_frequent, constant) from site aggregates.
 
     Each site sends, per column, how many values are present, and for
     ``strategy="mean"`` their mean (merged exactly, Chan et al.), for
@@ -239,8 +239,9 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         return union[int(np.argmax(total))]  # union is sorted: the first maximum is the smallest
 
     def _indicator(self, has_missing):
-        """The fitted MissingIndicator of ``add_indicator``, from which columns had a missing value."""
-        scratch = SimpleImputer(missing_values=self.missing_values, add_indicator=self.add_indicator)
+        """The fitted MissingIndicator of ``add_indicator``: the columns with a missing value."""
+        scratch = SimpleImputer(missing_values=self.missing_values,
+                                add_indicator=self.add_indicator)
         scratch._fit_indicator(np.asarray(has_missing, dtype=bool)[None, :])
         return scratch.indicator_
 
@@ -288,4 +289,3 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         """
         X = self._validate_rows(X, reset=True)
         return self._run_protocol(X, None, clients)
-

@@ -102,8 +102,8 @@ class ClassesClient(Client):
         unknown = _check_unknown(y, classes)
         if len(unknown):
             raise ValueError(
-                f"site {task.site!r}: labels {np.asarray(unknown).tolist()} are not among the federation's "
-                "classes (they changed since the classes round)."
+                f"site {task.site!r}: labels {np.asarray(unknown).tolist()} are not among the "
+                "federation's classes (they changed since the classes round)."
             )
         index = _encode(y, uniques=classes, check_unknown=False)
         weight = weights[index] if sample_weight is None else weights[index] * sample_weight

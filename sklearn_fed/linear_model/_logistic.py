@@ -613,4 +613,3 @@ class FederatedLogisticRegression(FederatedMixin, LinearClassifierMixin, BaseEst
         log_proba : ndarray of shape (n_samples, n_classes)
         """
         return np.log(self.predict_proba(X))
-

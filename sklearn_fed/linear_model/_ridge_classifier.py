@@ -72,7 +72,6 @@ class _ClassifierStatistics(ClassesServerMixin):
             )
         return stats
 
-
     def _commit_classes(self):
         """``classes_``, and RidgeClassifier's binary layout: ``coef_`` of shape (n_features,)."""
         estimator = self.estimator

@@ -1,4 +1,4 @@
-"""Federated preprocessing: scalers and the one-hot encoder, equal to scikit-learn's on pooled rows."""
+"""Federated preprocessing: scalers and the one-hot encoder, as scikit-learn's on pooled rows."""
 
 from ._data import FederatedMinMaxScaler, FederatedStandardScaler
 from ._encoders import FederatedOneHotEncoder

@@ -30,7 +30,7 @@ def _bool_field(frame, name, site):
 
 # ----------------------------------------------------------------- standard
 class StandardScalerClient(TransformerClient):
-    """A site of :class:`FederatedStandardScaler`: its :class:`~sklearn_fed.statistics.ColumnMoments`.
+    """A site of :class:`FederatedStandardScaler`: its :class:`~sklearn_fed.ColumnMoments`.
 
     Order 2 (counts, weights, means, centered sums of squares) when the
     scaler centers or scales, order 0 (counts) otherwise.
@@ -47,7 +47,7 @@ class StandardScalerClient(TransformerClient):
 
 
 class StandardScalerServer(OneRoundServer):
-    """Server of :class:`FederatedStandardScaler`: merge the moments, set StandardScaler's attributes."""
+    """Server of :class:`FederatedStandardScaler`: merge moments, set the scaler's attributes."""
 
     protocol = "preprocessing.standard_scaler"
 

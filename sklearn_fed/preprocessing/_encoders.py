@@ -207,7 +207,8 @@ max_categories, feature_name_combiner
                 f"categories {categories} in column #{i}"
             )
         if categories.size != len(_unique(categories)):
-            raise ValueError(f"In column {i}, the predefined categories contain duplicate elements.")
+            raise ValueError(
+                f"In column {i}, the predefined categories contain duplicate elements.")
         if seen.dtype.kind not in "OUS":
             ordered = np.sort(categories)
             stop = -1 if np.isnan(ordered[-1]) else None
