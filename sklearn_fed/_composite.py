@@ -11,9 +11,14 @@ pipeline as on its own, and the bytes of a part are the bytes it would send
 alone plus the envelope.
 """
 
+import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
+from sklearn.utils.validation import _num_samples
 
-from .protocol import FeatureSchema, InvalidClientMessage, nest, unnest
+from ._clients import group_rows_by_client
+from ._compat import _check_sample_weight
+from .protocol import FeatureSchema, InvalidClientMessage, nest, run_simulation, unnest
 
 __all__ = [
     "answer_part",
@@ -21,8 +26,56 @@ __all__ = [
     "load_fitted",
     "parse_parts",
     "prefixed",
+    "simulate_composite",
+    "site_table",
+    "site_targets",
     "take_prefixed",
 ]
+
+
+def site_targets(y):
+    """A site's targets in a form whose rows can be taken (Series kept)."""
+    return y if y is None or hasattr(y, "iloc") else np.asarray(y)
+
+
+def site_table(X):
+    """A site's table as its first step will read it, in a form whose rows can be taken.
+
+    DataFrames are kept (their column dtypes matter); sparse matrices become
+    CSR; anything else an array (a list of strings an object array, as
+    scikit-learn's encoders make it). The steps validate the values.
+    """
+    if hasattr(X, "iloc"):
+        return X
+    if sp.issparse(X):
+        return X.tocsr()
+    array = np.asarray(X)
+    if not hasattr(X, "dtype") and array.dtype.kind == "U":
+        array = np.asarray(X, dtype=object)
+    if array.ndim != 2:
+        raise ValueError(f"Expected a 2D table of rows, got an array of shape {array.shape}.")
+    return array
+
+
+def simulate_composite(estimator, X, y, sample_weight, clients, **server_kwargs):
+    """``fit`` of a composite: its protocol run in process, one simulated site per label.
+
+    The server is made as a user would make it: told the feature names when
+    ``X`` is a table with named columns.
+    """
+    X, y = site_table(X), site_targets(y)
+    n_samples = _num_samples(X)
+    if sample_weight is not None:
+        sample_weight = _check_sample_weight(
+            sample_weight, np.empty((n_samples, 0)), dtype=np.float64)
+    labels, rows = group_rows_by_client(clients, n_samples)
+    columns = getattr(X, "columns", None)
+    names = None
+    if columns is not None and all(isinstance(c, str) for c in columns):
+        names = [str(c) for c in columns]
+    server = estimator.make_server(feature_names=names, **server_kwargs)
+    return run_simulation(server, estimator.make_client(), X, y, sample_weight, labels, rows,
+                          names)
 
 
 def check_federated(estimator, name, *, transformer):

@@ -16,9 +16,8 @@ from sklearn.compose import ColumnTransformer
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import _safe_indexing
 from sklearn.utils._set_output import _get_output_config
-from sklearn.utils.validation import _num_samples
 
-from ._clients import group_rows_by_client, known_labels
+from ._clients import known_labels
 from ._compat import _fit_context
 from ._composite import (
     answer_part,
@@ -26,17 +25,17 @@ from ._composite import (
     load_fitted,
     parse_parts,
     prefixed,
+    simulate_composite,
     take_prefixed,
 )
 from .linear_model._base import task_field
-from .pipeline import PipelineClient, site_table, site_targets
+from .pipeline import PipelineClient
 from .protocol import (
     FederatedMixin,
     InvalidClientMessage,
     Server,
     atomic,
     nest,
-    run_simulation,
     unnest,
 )
 
@@ -409,15 +408,7 @@ feature_names_in_
         """
         if params:
             raise TypeError(f"FederatedColumnTransformer.fit takes no {sorted(params)}.")
-        X, y = site_table(X), site_targets(y)
-        n_samples = _num_samples(X)
-        labels, rows = group_rows_by_client(clients, n_samples)
-        columns = getattr(X, "columns", None)
-        names = None
-        if columns is not None and all(isinstance(c, str) for c in columns):
-            names = [str(c) for c in columns]
-        server = self.make_server(feature_names=names)
-        run_simulation(server, self.make_client(), X, y, None, labels, rows, names)
+        simulate_composite(self, X, y, None, clients)
         return self
 
     def fit_transform(self, X, y=None, clients=None, **params):

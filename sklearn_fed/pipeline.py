@@ -12,7 +12,6 @@ transformers in the same rounds.
 """
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing
@@ -20,7 +19,7 @@ from sklearn.utils._available_if import available_if
 from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import _num_samples
 
-from ._clients import group_rows_by_client, known_labels
+from ._clients import known_labels
 from ._compat import _check_sample_weight, _fit_context
 from ._composite import (
     answer_part,
@@ -28,6 +27,9 @@ from ._composite import (
     load_fitted,
     parse_parts,
     prefixed,
+    simulate_composite,
+    site_table,
+    site_targets,
     take_prefixed,
 )
 from .linear_model._base import task_field
@@ -39,7 +41,6 @@ from .protocol import (
     atomic,
     match_columns,
     nest,
-    run_simulation,
     unnest,
 )
 
@@ -62,30 +63,6 @@ def output_schema(fitted):
 
 def _server_error(reason):
     raise InvalidClientMessage(f"server: {reason}", "server")
-
-
-def site_targets(y):
-    """A site's targets in a form whose rows can be taken (Series kept)."""
-    return y if y is None or hasattr(y, "iloc") else np.asarray(y)
-
-
-def site_table(X):
-    """A site's table as its first step will read it, in a form whose rows can be taken.
-
-    DataFrames are kept (their column dtypes matter); sparse matrices become
-    CSR; anything else an array (a list of strings an object array, as
-    scikit-learn's encoders make it). The steps validate the values.
-    """
-    if hasattr(X, "iloc"):
-        return X
-    if sp.issparse(X):
-        return X.tocsr()
-    array = np.asarray(X)
-    if not hasattr(X, "dtype") and array.dtype.kind == "U":
-        array = np.asarray(X, dtype=object)
-    if array.ndim != 2:
-        raise ValueError(f"Expected a 2D table of rows, got an array of shape {array.shape}.")
-    return array
 
 
 class PipelineClient(Client):
@@ -381,17 +358,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         self : FederatedPipeline
         """
         weights, weighted, clients = self._routed(params, clients)
-        X, y = site_table(X), site_targets(y)
-        n_samples = _num_samples(X)
-        if weights is not None:
-            weights = _check_sample_weight(weights, np.empty((n_samples, 0)), dtype=np.float64)
-        labels, rows = group_rows_by_client(clients, n_samples)
-        columns = getattr(X, "columns", None)
-        names = None
-        if columns is not None and all(isinstance(c, str) for c in columns):
-            names = [str(c) for c in columns]
-        server = self.make_server(weighted_steps=weighted, feature_names=names)
-        run_simulation(server, self.make_client(), X, y, weights, labels, rows, names)
+        simulate_composite(self, X, y, weights, clients, weighted_steps=weighted)
         return self
 
     @available_if(Pipeline._can_fit_transform)

@@ -9,11 +9,13 @@ later task carries them, so each site encodes its labels identically.
 """
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from .._compat import _check_unknown, _encode, _unique
+from .._clients import group_rows_by_client
+from .._compat import _check_sample_weight, _check_unknown, _encode, _unique, validate_data
 from ..protocol import (
     Client,
     InvalidClientMessage,
@@ -24,7 +26,24 @@ from ..protocol import (
 )
 from ._base import task_field
 
-__all__ = ["ClassesClient", "ClassesServerMixin", "class_weights"]
+__all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_labelled"]
+
+
+def validate_labelled(estimator, X, y, sample_weight, clients):
+    """A classifier's ``fit`` input, validated once for all rows, and each site's rows."""
+    X, y = validate_data(
+        estimator, X, y, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32],
+        y_numeric=False,
+    )
+    check_classification_targets(y)
+    if sp.issparse(X):
+        X = X.tocsr()  # each site's rows are sliced out of X
+    if sample_weight is not None:
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
+    labels, rows = group_rows_by_client(clients, X.shape[0])
+    return X, y, sample_weight, labels, rows
 
 
 def class_weights(class_weight, classes, counts):

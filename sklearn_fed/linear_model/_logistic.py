@@ -19,16 +19,15 @@ from scipy.special import expit, log_expit, logsumexp, softmax
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model._base import LinearClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
 
-from .._clients import group_rows_by_client, known_labels
+from .._clients import known_labels
 from .._compat import (
     Interval,
     StrOptions,
-    _check_sample_weight,
+    _encode,
     _fit_context,
+    _unique,
     check_is_fitted,
-    validate_data,
 )
 from ..protocol import (
     FederatedMixin,
@@ -41,10 +40,9 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from .._compat import _encode, _unique
 from ..statistics import ClientStatistics, ColumnMoments, check_aggregate, merge_statistics
 from ._base import _solve_spd, task_field
-from ._classes import ClassesClient, ClassesServerMixin, _server_error
+from ._classes import ClassesClient, ClassesServerMixin, _server_error, validate_labelled
 
 __all__ = ["FederatedLogisticRegression"]
 
@@ -539,18 +537,7 @@ class FederatedLogisticRegression(FederatedMixin, LinearClassifierMixin, BaseEst
         -------
         self : FederatedLogisticRegression
         """
-        X, y = validate_data(
-            self, X, y, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32],
-            y_numeric=False,
-        )
-        check_classification_targets(y)
-        if sp.issparse(X):
-            X = X.tocsr()
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
-        labels, rows = group_rows_by_client(clients, X.shape[0])
+        X, y, sample_weight, labels, rows = validate_labelled(self, X, y, sample_weight, clients)
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
         server = self.make_server(feature_names=names)

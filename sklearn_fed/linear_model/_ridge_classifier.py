@@ -1,16 +1,13 @@
 """FederatedRidgeClassifier and FederatedRidgeClassifierCV: ridge on {-1, 1} class indicators."""
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.linear_model._base import LinearClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
 
-from .._clients import group_rows_by_client
-from .._compat import StrOptions, _check_sample_weight, _fit_context, _unique, validate_data
+from .._compat import StrOptions, _fit_context, _unique
 from ..protocol import InvalidClientMessage, atomic
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsServer, task_field
-from ._classes import ClassesClient, ClassesServerMixin, class_weights
+from ._classes import ClassesClient, ClassesServerMixin, class_weights, validate_labelled
 from ._federated_ridge import FederatedRidgeServer
 from ._federated_ridge_cv import FederatedRidgeCV, FederatedRidgeCVServer
 
@@ -96,8 +93,8 @@ class RidgeClassifierCVServer(_ClassifierStatistics, FederatedRidgeCVServer):
         self._commit_classes()
 
 
-class _RidgeClassifierInput:
-    """Input handling shared by the two ridge classifiers."""
+class _RidgeClassifierTags:
+    """Tags shared by the two ridge classifiers: classifiers of one label per row."""
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -106,23 +103,8 @@ class _RidgeClassifierInput:
         tags.regressor_tags = None
         return tags
 
-    def _validate_labelled(self, X, y, sample_weight, clients):
-        X, y = validate_data(
-            self, X, y, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32],
-            y_numeric=False,
-        )
-        check_classification_targets(y)
-        if sp.issparse(X):
-            X = X.tocsr()  # each site's rows are sliced out of X
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
-        labels, rows = group_rows_by_client(clients, X.shape[0])
-        return X, y, sample_weight, labels, rows
 
-
-class FederatedRidgeClassifier(_RidgeClassifierInput, LinearClassifierMixin, BaseFederatedRidge):
+class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, BaseFederatedRidge):
     """:class:`~sklearn.linear_model.RidgeClassifier` fitted from per-site statistics in two rounds.
 
     Round 1: each site sends its set of labels (and, for
@@ -202,7 +184,7 @@ class FederatedRidgeClassifier(_RidgeClassifierInput, LinearClassifierMixin, Bas
         -------
         self : FederatedRidgeClassifier
         """
-        X, y, sample_weight, labels, rows = self._validate_labelled(X, y, sample_weight, clients)
+        X, y, sample_weight, labels, rows = validate_labelled(self, X, y, sample_weight, clients)
         return self._run_protocol(X, y, sample_weight, labels, rows)
 
     def predict(self, X):
@@ -219,7 +201,7 @@ class FederatedRidgeClassifier(_RidgeClassifierInput, LinearClassifierMixin, Bas
         return LinearClassifierMixin.predict(self, X)
 
 
-class FederatedRidgeClassifierCV(_RidgeClassifierInput, LinearClassifierMixin, FederatedRidgeCV):
+class FederatedRidgeClassifierCV(_RidgeClassifierTags, LinearClassifierMixin, FederatedRidgeCV):
     """:class:`~sklearn.linear_model.RidgeClassifierCV` with leave-one-client-out alpha selection.
 
     The two rounds of :class:`FederatedRidgeClassifier`; then, from the
@@ -290,7 +272,7 @@ communication_
         self : FederatedRidgeClassifierCV
         """
         alphas = self._checked_alphas()
-        X, y, sample_weight, labels, rows = self._validate_labelled(X, y, sample_weight, clients)
+        X, y, sample_weight, labels, rows = validate_labelled(self, X, y, sample_weight, clients)
         if clients is not None and self.cv is None:
             return self._run_protocol(X, y, sample_weight, labels, rows)
         # One site holds every row: encode the labels here, then FederatedRidgeCV's local modes.
