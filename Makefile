@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench clean venv fuzz
+.PHONY: demo test docs bench bench-incremental bench-baselines clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -31,9 +31,29 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_federated_ridge.py
 
+# FederatedRidge's precision per regime against a 60-digit reference (the docs' table).
+accuracy: $(STAMP)
+	$(PY) benchmarks/numerical_accuracy.py
+
+# The ridge property tests with 25,000 examples (the suite runs 2,000).
+property: $(STAMP)
+	SKLEARN_FED_PROPERTY_EXAMPLES=6250 $(PY) -m pytest -n 2 tests/test_ridge_properties.py
+
+# IncrementalFederatedRidge per round vs scikit-learn-intelex (if installed), flatness, routes.
+bench-incremental: $(STAMP)
+	$(PY) benchmarks/bench_incremental.py
+
+# The tables of docs/user_guide/baselines.rst (about 10 minutes); DATA_DIR holds
+# california_housing/housing.csv and insurance/insurance.csv.
+DATA_DIR ?= ../shared/data
+bench-baselines: $(STAMP)
+	$(PY) benchmarks/bench_baselines.py --convergence --dp --trials 3 --real-data $(DATA_DIR)
+
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated
 
-# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples).
+# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples)
+# and of the uplink codecs' decoders (the suite runs 300).
 fuzz: $(STAMP)
 	$(PY) tests/fuzz_statistics.py 200000
+	SKLEARN_FED_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/test_codecs.py -k fuzzed

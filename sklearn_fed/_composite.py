@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.utils.validation import _num_samples
 
-from ._clients import group_rows_by_client
+from ._clients import group_rows_by_client, take_clients
 from ._compat import _check_sample_weight
 from .protocol import FeatureSchema, InvalidClientMessage, nest, run_simulation, unnest
 
@@ -63,6 +63,7 @@ def simulate_composite(estimator, X, y, sample_weight, clients, **server_kwargs)
     The server is made as a user would make it: told the feature names when
     ``X`` is a table with named columns.
     """
+    clients = take_clients(estimator, X, clients)
     X, y = site_table(X), site_targets(y)
     n_samples = _num_samples(X)
     if sample_weight is not None:

@@ -5,6 +5,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, RidgeClassifier, RidgeClassifierCV
+from sklearn.model_selection import GridSearchCV, LeaveOneGroupOut
 from sklearn.preprocessing import StandardScaler
 
 from sklearn_fed import (
@@ -69,21 +70,41 @@ def test_ridge_classifier_cv_leave_one_out_equals_sklearn():
 
 
 def test_ridge_classifier_cv_leave_one_client_out():
-    """Each site's held-out error, from the statistics: equal to refitting without it."""
+    """cv="clients" is a grid search over the clients as groups; squared error needs no more."""
     X, y = load_wine(return_X_y=True)
     sites = _sites(len(y), 4)
-    alphas = [0.1, 10.0]
-    fed = FederatedRidgeClassifierCV(alphas=alphas).fit(X, y, clients=sites)
-    assert fed.cv_results_.shape == (4, 3, 2) and fed.communication_.rounds == 2
+    alphas = [0.1, 10.0, 1000.0]
+    fed = FederatedRidgeClassifierCV(alphas=alphas, cv="clients").fit(X, y, clients=sites)
+    search = GridSearchCV(RidgeClassifier(), {"alpha": alphas}, cv=LeaveOneGroupOut())
+    search.fit(X, y, groups=sites)  # accuracy, as RidgeClassifierCV's grid search
+    assert fed.alpha_ == search.best_params_["alpha"]
+    np.testing.assert_allclose(fed.best_score_, search.best_score_, rtol=1e-12)
+    # classes, statistics, then the held-out decision values (accuracy is not a sum of errors)
+    assert fed.communication_.rounds == 3
+    sums = FederatedRidgeClassifierCV(alphas=alphas, cv="clients", store_cv_results=True,
+                                      scoring="neg_mean_squared_error")
+    sums.fit(X, y, clients=sites)
+    assert sums.cv_results_.shape == (4, 3) and sums.communication_.rounds == 2
     for k in range(4):
         held = sites == k
         for a, alpha in enumerate(alphas):
             model = RidgeClassifier(alpha=alpha).fit(X[~held], y[~held])
             Y = np.where(y[held][:, None] == model.classes_, 1.0, -1.0)
-            sse = ((Y - model.decision_function(X[held])) ** 2).sum(axis=0)
-            np.testing.assert_allclose(fed.cv_results_[k, :, a], sse, rtol=1e-7)
-    best = alphas[int(np.argmin(fed.cv_results_.sum(axis=(0, 1))))]
-    assert fed.alpha_ == best
+            mse = np.mean((Y - model.decision_function(X[held])) ** 2)
+            np.testing.assert_allclose(sums.cv_results_[k, a], -mse, rtol=1e-7)
+
+
+@pytest.mark.parametrize("class_weight", [None, "balanced"])
+def test_ridge_classifier_cv_folds_equal_sklearn(class_weight):
+    """An int cv is stratified and scored by accuracy, as RidgeClassifierCV's grid search."""
+    X, y = _standardized("iris")
+    alphas = [0.01, 1.0, 100.0]
+    pooled = RidgeClassifierCV(alphas=alphas, cv=3, class_weight=class_weight).fit(X, y)
+    fed = FederatedRidgeClassifierCV(alphas=alphas, cv=3, class_weight=class_weight)
+    fed.fit(X, y, clients=_sites(len(y), 7))
+    assert fed.alpha_ == pooled.alpha_
+    np.testing.assert_allclose(fed.best_score_, pooled.best_score_, rtol=1e-12)
+    np.testing.assert_allclose(fed.coef_, pooled.coef_, rtol=1e-8, atol=1e-10)
 
 
 # ------------------------------------------------------------ logistic

@@ -1,6 +1,10 @@
 """Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
 
+import importlib.util
+
 from sklearn_fed import (
+    DPFedAvgRegressor,
+    FedAvgRegressor,
     FederatedLogisticRegression,
     FederatedMinMaxScaler,
     FederatedOneHotEncoder,
@@ -9,6 +13,10 @@ from sklearn_fed import (
     FederatedRidgeClassifier,
     FederatedRidgeClassifierCV,
     FederatedRidgeCV,
+    IncrementalFederatedRidge,
+    FedNovaRegressor,
+    FedProxRegressor,
+    FESCRidge,
     FederatedSimpleImputer,
     FederatedStandardScaler,
     PrivateFederatedRidge,
@@ -21,8 +29,18 @@ from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
 ESTIMATORS = [
     FederatedRidge(),
     FederatedRidge(fit_intercept=False),
+    FederatedRidge(solver="svd"),
     FederatedRidgeCV(),
+    FederatedRidgeCV(cv="clients", scoring="neg_mean_absolute_error"),  # + a prediction round
     ProjectedFederatedRidge(n_components=2, random_state=0),
+    IncrementalFederatedRidge(random_state=0),
+    IncrementalFederatedRidge(fit_intercept=False, min_clients=2, random_state=0),
+    FESCRidge(),
+    FESCRidge(alpha=0.5, weighting="proportional", fit_intercept=False),
+    FedAvgRegressor(n_rounds=4, batch_size=7, client_fraction=0.7, random_state=0),
+    FedProxRegressor(n_rounds=3, fit_intercept=False, learning_rate=0.05),
+    FedNovaRegressor(n_rounds=3, batch_size=11, random_state=0),
+    DPFedAvgRegressor(n_rounds=3, epsilon=10.0, random_state=0),
     PrivateFederatedRidge(epsilon=2.0, feature_bound=5.0, target_bound=10.0, random_state=0),
     PrivateFederatedRidge(
         epsilon=2.0, feature_bound=5.0, target_bound=10.0, noise="distributed",
@@ -48,6 +66,16 @@ ESTIMATORS = [
     ),
     FederatedColumnTransformer([("impute", FederatedSimpleImputer(), [1, 3])]),
 ]
+
+if all(importlib.util.find_spec(m) for m in ("torch", "skorch")):  # the `nn` extra
+    from sklearn_fed import FedMPDDClassifier
+
+    ESTIMATORS += [
+        FedMPDDClassifier(n_directions=16, max_epochs=4, batch_size=8, random_state=0),
+        FedMPDDClassifier(uplink="qsgd", quantization_levels=15, max_epochs=3,
+                          client_fraction=1.0, random_state=0),
+        FedMPDDClassifier(uplink="laplace", noise_scale=0.01, max_epochs=3, random_state=0),
+    ]
 
 
 @parametrize_with_federated_checks(ESTIMATORS)

@@ -220,7 +220,8 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
         -------
         self : FederatedPCA
         """
-        return self._run_protocol(self._validate_rows(X, reset=True), None, clients)
+        X, clients = self._validate_fit_rows(X, clients, reset=True)
+        return self._run_protocol(X, None, clients)
 
     def fit_transform(self, X, y=None, clients=None):
         """Fit (one message per site), then transform ``X`` (each site its own rows).

@@ -287,5 +287,5 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         -------
         self : FederatedSimpleImputer
         """
-        X = self._validate_rows(X, reset=True)
+        X, clients = self._validate_fit_rows(X, clients, reset=True)
         return self._run_protocol(X, None, clients)

@@ -1,6 +1,6 @@
 """The ridge family: federated estimators built on client sufficient statistics."""
 
-from ._base import BaseFederatedRidge, solve_ridge
+from ._base import GRAM_MAX_CONDITION, BaseFederatedRidge, solve_ridge, solve_ridge_factor
 from ._federated_ridge import FederatedRidge
 from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
@@ -12,6 +12,7 @@ from ._ridge_classifier import FederatedRidgeClassifier, FederatedRidgeClassifie
 from ._robust import RobustAggregation
 
 __all__ = [
+    "GRAM_MAX_CONDITION",
     "BaseFederatedRidge",
     "FESCRidge",
     "FederatedLogisticRegression",
@@ -25,4 +26,5 @@ __all__ = [
     "ProjectedFederatedRidge",
     "RobustAggregation",
     "solve_ridge",
+    "solve_ridge_factor",
 ]

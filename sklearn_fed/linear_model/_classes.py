@@ -14,12 +14,11 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from .._clients import group_rows_by_client
+from .._clients import group_rows_by_client, take_clients
 from .._compat import _check_sample_weight, _check_unknown, _encode, _unique, validate_data
 from ..protocol import (
     Client,
     InvalidClientMessage,
-    check_site_data,
     decode_values,
     encode_values,
     sorted_labels,
@@ -31,6 +30,7 @@ __all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_lab
 
 def validate_labelled(estimator, X, y, sample_weight, clients):
     """A classifier's ``fit`` input, validated once for all rows, and each site's rows."""
+    clients = take_clients(estimator, X, clients)
     X, y = validate_data(
         estimator, X, y, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32],
         y_numeric=False,
@@ -77,11 +77,10 @@ class ClassesClient(Client):
     weight.
     """
 
+    y_numeric = False
+
     def _check_rows(self, X, y, sample_weight, schema, site):
-        X, y, sample_weight, names = check_site_data(
-            X, y, sample_weight, schema=schema, site=site, accept_sparse=self.accept_sparse,
-            y_numeric=False,
-        )
+        X, y, sample_weight, names = super()._check_rows(X, y, sample_weight, schema, site)
         try:
             y = column_or_1d(y, warn=True)
             check_classification_targets(y)

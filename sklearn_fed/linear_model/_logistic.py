@@ -41,7 +41,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..statistics import ClientStatistics, ColumnMoments, check_aggregate, merge_statistics
-from ._base import _solve_spd, task_field
+from ._base import solve_ridge, task_field
 from ._classes import ClassesClient, ClassesServerMixin, _server_error, validate_labelled
 
 __all__ = ["FederatedLogisticRegression"]
@@ -189,7 +189,7 @@ class LogisticClient(ClassesClient):
         loss, gradient, hessian = site_newton_terms(
             X, index, weight, coef, center, fit_intercept, classes.shape[0]
         )
-        fields = {"step": "newton", "loss": loss, "weight_sum": float(weight.sum())}
+        fields = {"step": "newton", "loss": float(loss), "weight_sum": float(weight.sum())}
         return fields, {"gradient": gradient, "hessian": SymmetricMatrix(hessian)}
 
 
@@ -325,8 +325,7 @@ class LogisticServer(ClassesServerMixin, Server):
         fields = frame.fields
         loss, weight = fields.get("loss"), fields.get("weight_sum")
         if set(fields) != {"step", "loss", "weight_sum"} or fields["step"] != "newton" or not (
-                all(type(v) in (int, float) and np.isfinite(v) and v >= 0
-                    for v in (loss, weight))):
+                all(type(v) is float and np.isfinite(v) and v >= 0 for v in (loss, weight))):
             fail("malformed Newton reply (loss and weight_sum must be finite, >= 0).")
         size = self.coef.shape[0] * (self.coef.shape[1] - (not self.estimator.fit_intercept))
         gradient, hessian = frame.arrays.get("gradient"), frame.arrays.get("hessian")
@@ -399,7 +398,7 @@ class LogisticServer(ClassesServerMixin, Server):
             e[:, d] = 1.0 / np.sqrt(k)
             e = e.ravel()
             system += np.outer(e, e) * max(np.max(np.diag(system)), 1.0)
-        return -_solve_spd(system, gradient)
+        return -solve_ridge(system, gradient[:, None], 0.0)[0]
 
     def _next(self, coef, replies, ledger, *, done):
         """Broadcast ``coef`` next; when done or out of rounds, commit the model instead."""

@@ -13,7 +13,7 @@ the next step (:meth:`FederatedTransformerMixin._broadcast_state`).
 import numpy as np
 from sklearn.base import clone
 
-from .._clients import group_rows_by_client, known_labels
+from .._clients import group_rows_by_client, known_labels, take_clients
 from .._compat import _check_sample_weight
 from ..protocol import (
     Client,
@@ -110,6 +110,11 @@ class FederatedTransformerMixin(FederatedMixin):
     _exact_federation = True
     #: Fitted attributes a pipeline's server broadcasts to the sites.
     _broadcast_attributes = ()
+
+    def _validate_fit_rows(self, X, clients, *, reset):
+        """``(X, clients)`` of a fit call: the clients checked against the raw ``X``, then ``X`` validated."""
+        clients = take_clients(self, X, clients)
+        return self._validate_rows(X, reset=reset), clients
 
     def _run_protocol(self, X, sample_weight, clients, *, warm_start=False):
         """Fit by running the protocol in process, one simulated site per label."""

@@ -190,7 +190,7 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
         -------
         self : FederatedStandardScaler
         """
-        X = self._validate_rows(X, reset=True)
+        X, clients = self._validate_fit_rows(X, clients, reset=True)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
         return self._run_protocol(X, sample_weight, clients)
@@ -210,7 +210,7 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
         self : FederatedStandardScaler
         """
         first = not hasattr(self, "_aggregate")
-        X = self._validate_rows(X, reset=first)
+        X, clients = self._validate_fit_rows(X, clients, reset=first)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
         return self._run_protocol(X, sample_weight, clients, warm_start=not first)
@@ -361,7 +361,8 @@ feature_names_in_
         self : FederatedMinMaxScaler
         """
         self._attributes_from(np.zeros(1), np.zeros(1))  # checks feature_range before any round
-        return self._run_protocol(self._validate_rows(X, reset=True), None, clients)
+        X, clients = self._validate_fit_rows(X, clients, reset=True)
+        return self._run_protocol(X, None, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -379,5 +380,5 @@ feature_names_in_
         """
         self._attributes_from(np.zeros(1), np.zeros(1))
         first = not hasattr(self, "n_samples_seen_")
-        X = self._validate_rows(X, reset=first)
+        X, clients = self._validate_fit_rows(X, clients, reset=first)
         return self._run_protocol(X, None, clients, warm_start=not first)

@@ -242,5 +242,5 @@ max_categories, feature_name_combiner
         self : FederatedOneHotEncoder
         """
         self._check_infrequent_enabled()
-        X = self._validate_rows(X, reset=True)
+        X, clients = self._validate_fit_rows(X, clients, reset=True)
         return self._run_protocol(X, None, clients)

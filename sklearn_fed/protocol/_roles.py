@@ -110,6 +110,10 @@ class Client(ABC):
     protocol = None
     accept_sparse = True
     needs_y = True
+    #: Whether ``y`` must be numeric (regression) or may hold class labels.
+    y_numeric = True
+    #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
+    accepts_no_rows = False
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
         self.estimator = estimator
@@ -168,7 +172,9 @@ class Client(ABC):
         Returns ``(X, y, sample_weight, names)``.
         """
         return check_site_data(
-            X, y, sample_weight, schema=schema, site=site, accept_sparse=self.accept_sparse
+            X, y, sample_weight, schema=schema, site=site,
+            accept_sparse=self.accept_sparse, y_numeric=self.y_numeric,
+            ensure_min_samples=0 if self.accepts_no_rows else 1,
         )
 
     def _check_task(self, task):
@@ -184,6 +190,23 @@ class Client(ABC):
     def _reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
         fields, arrays = self._compute(task, X, y, sample_weight, rows)
+        return self._reply_frame(task, X, y, names, fields, arrays)
+
+    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+        """Replies of many simulated sites that share one ``X``: ``{site: frame}``.
+
+        ``rows[site]`` selects each site's rows. The simulation calls this
+        once per round; a family may override it to compute its sites
+        together (one batched product for many sites) provided every frame
+        is exactly the one :meth:`_reply` would build for that site alone.
+        """
+        return {
+            site: self._reply(task, X, y, sample_weight, rows[site], names)
+            for site, task in tasks.items()
+        }
+
+    def _reply_frame(self, task, X, y, names, fields, arrays):
+        """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
         return Frame(
             kind=f"{self.protocol}/reply",
             federation=task.federation,
@@ -228,15 +251,18 @@ class Server(ABC):
     max_message_bytes : int, default=2**31
         Longer replies are refused before they are read.
     max_rounds : int, default=None
-        Finish after this many applied rounds (``fit`` of a streaming
-        protocol runs one); ``None``: when the protocol is done.
+        Finish after this many applied rounds of this server (``fit`` of a
+        streaming protocol runs one); ``None``: when the protocol is done.
 
     Attributes
     ----------
     federation : str
         Random id of this federation (32 hex digits); replies must echo it.
     round : int
-        Id of the next round.
+        Id of the next round (a streaming protocol's warm-started server
+        continues its federation's ids).
+    rounds_applied : int
+        Rounds this server has applied.
     dropped_ : dict
         Site -> reason, for replies dropped under ``on_invalid="drop"``.
     """
@@ -261,12 +287,14 @@ class Server(ABC):
         self.max_rounds = max_rounds
         self.federation = secrets.token_hex(16)
         self.round = 0
+        self.rounds_applied = 0
         self.finished = False
         self.dropped_ = {}
         self._open = None
         self._dtype = None
+        # Read, never changed: each round records on a copy (O(sites seen) per round).
         self._ledger = (
-            estimator.communication_.copy()
+            estimator.communication_
             if warm_start and hasattr(estimator, "communication_") else None
         )
 
@@ -316,7 +344,7 @@ class Server(ABC):
         return self.keys.get(label_key(site))
 
     def _next_frames(self, sites):
-        if self.max_rounds is not None and self.round >= self.max_rounds:
+        if self.max_rounds is not None and self.rounds_applied >= self.max_rounds:
             self.finished = True
         if self.finished:
             return {}
@@ -419,6 +447,7 @@ class Server(ABC):
         for site, exc in failures.items():
             self.dropped_[site] = str(exc)
         self.round += 1
+        self.rounds_applied += 1
         self._open = None
 
     def _check_agreement(self, frames, parsed, failures):

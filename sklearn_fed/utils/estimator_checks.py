@@ -11,8 +11,8 @@ The checks:
 
 - :func:`check_fit_equals_protocol_run`: ``fit(X, y, clients=c)`` and a run
   of ``make_server``/``make_client``/``next_tasks``/``respond``/``receive``
-  driven by hand with bytes give the same model (bit for bit) and the same
-  byte counts.
+  driven by hand with bytes give the same model (bit for bit: coefficients,
+  or a network's parameters), the same predictions and the same byte counts.
 - :func:`check_ledger_matches_bytes`: ``communication_`` counts exactly the
   bytes of the tasks and replies.
 - :func:`check_label_round_trip`: ``clients_`` keeps each label's type.
@@ -21,23 +21,31 @@ The checks:
 - :func:`check_bad_reply_rejects_round`: a tampered reply is rejected with
   :class:`~sklearn_fed.InvalidClientMessage` naming the site, and nothing of
   the round is applied.
+- :func:`check_hostile_replies_are_refused`: every reply field and array
+  pushed to hostile values (NaN, infinities, huge or negative numbers, wrong
+  types, shapes or dtypes, missing or extra entries) and re-sealed with a
+  valid checksum is refused with :class:`~sklearn_fed.InvalidClientMessage`
+  naming the site, or is harmless (a finite model) — never another exception.
 - :func:`check_partition_invariance` (exact estimators only): any split of
   the rows into clients gives the model of one client.
 """
 
+import copy
 import functools
 import pickle
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, clone, is_classifier
 
 from .._clients import group_rows_by_client
-from ..protocol import InvalidClientMessage
+from ..protocol import InvalidClientMessage, decode, encode
 
 __all__ = [
     "check_bad_reply_rejects_round",
     "check_failed_fit_leaves_estimator_unchanged",
     "check_fit_equals_protocol_run",
+    "check_hostile_replies_are_refused",
     "check_label_round_trip",
     "check_ledger_matches_bytes",
     "check_partition_invariance",
@@ -106,8 +114,8 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
     return server, sent
 
 
-# Fitted attributes that describe the federation, not the model.
-_FEDERATION_ATTRIBUTES = ("communication_", "clients_", "n_clients_")
+# Fitted attributes that describe the federation or the run (its timings), not the model.
+_FEDERATION_ATTRIBUTES = ("communication_", "clients_", "n_clients_", "round_history_")
 
 
 def _model_state(estimator):
@@ -162,7 +170,7 @@ def _rounds_of(estimator):
 
 
 def check_fit_equals_protocol_run(estimator):
-    """``fit`` is an in-process run of the roles: same model, same bytes."""
+    """``fit`` is an in-process run of the roles: same model, predictions and bytes."""
     X, y, clients = _data(estimator)
     fitted = clone(estimator).fit(X, y, clients=clients)
     server, _ = run_protocol_by_hand(
@@ -170,6 +178,9 @@ def check_fit_equals_protocol_run(estimator):
     )
     by_hand = server.estimator
     np.testing.assert_equal(_model_state(fitted), _model_state(by_hand))
+    for method in ("predict", "predict_proba"):
+        if hasattr(fitted, method):
+            np.testing.assert_array_equal(getattr(fitted, method)(X), getattr(by_hand, method)(X))
     assert _ledger(fitted) == _ledger(by_hand)
 
 
@@ -249,6 +260,99 @@ def check_bad_reply_rejects_round(estimator):
         raise AssertionError("a tampered reply was accepted")
     assert pickle.dumps(target) == before, "a rejected round changed the estimator"
 
+def _hostile_variants(frame):
+    """What a dishonest site can send with a valid checksum: ``(what, fields, arrays)``."""
+    fields, arrays = frame.fields, frame.arrays
+    for name, array in arrays.items():
+        others = {k: v for k, v in arrays.items() if k != name}
+        if array.size and array.dtype.kind == "f":
+            for value in (np.nan, np.inf, -1e300, 1e300):
+                bad = np.array(array, copy=True)
+                with np.errstate(over="ignore"):  # 1e300 in a float32 array is inf
+                    bad.flat[0] = value
+                yield f"{name}[0]={value}", fields, {**others, name: bad}
+        elif array.size and array.dtype.kind in "iu":
+            info = np.iinfo(array.dtype)
+            for value in (info.max, info.min, -1 if info.min < 0 else info.max - 1):
+                bad = np.array(array, copy=True)
+                bad.flat[0] = value
+                yield f"{name}[0]={value}", fields, {**others, name: bad}
+        if array.size:
+            yield f"{name} one short", fields, {**others, name: array.ravel()[:-1]}
+        yield f"{name} one longer", fields, {**others, name: np.append(array.ravel(), 0)}
+        cast = np.float64 if array.dtype.kind in "iub" else np.int64
+        yield f"{name} as {np.dtype(cast).name}", fields, {**others, name: array.astype(cast)}
+        yield f"{name} missing", fields, others
+    yield "an extra array", fields, {**arrays, "extra": np.zeros(3)}
+    for key, value in fields.items():
+        others = {k: v for k, v in fields.items() if k != key}
+        for bad in ("x", None, -1, 2**70, 1e300, float("nan"), [1, 2], {"a": 1}, True):
+            if not (type(bad) is type(value) and bad == value):
+                yield f"field {key}={bad!r}", {**others, key: bad}, arrays
+        yield f"field {key} missing", others, arrays
+    yield "an extra field", {**fields, "extra": 1}, arrays
+
+
+def _finite_model(estimator):
+    return all(np.all(np.isfinite(v)) for v in _float_values(_model_state(estimator)))
+
+
+def _float_values(state):
+    """The floating-point arrays of a model state, nested parts included."""
+    if isinstance(state, dict):
+        state = list(state.values())
+    if isinstance(state, list):
+        for item in state:
+            yield from _float_values(item)
+    elif np.asarray(state).dtype.kind == "f":
+        yield np.asarray(state)
+
+
+def check_hostile_replies_are_refused(estimator, max_rounds_attacked=2):
+    """Hostile replies (valid checksum) are refused naming the site, or harmless.
+
+    In each of the first rounds, one site's honest reply is decoded, one of
+    its fields or arrays is replaced by a hostile value, and the result is
+    re-encoded and received (on a copy of the server) beside the other
+    sites' honest replies. Any exception other than
+    :class:`~sklearn_fed.InvalidClientMessage` naming that site fails the
+    check; so does an accepted reply that leaves a non-finite model.
+    """
+    X, y, clients = _data(estimator)
+    labels, rows = group_rows_by_client(clients, X.shape[0])
+    labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
+    index = dict(zip(labels, rows))
+    target = labels[1]
+    server = clone(estimator).make_server(max_rounds=_rounds_of(estimator))
+    sites = {label: server.estimator.make_client() for label in labels}
+    tasks = server.next_tasks(labels)
+    for _ in range(max_rounds_attacked):
+        if not tasks:
+            break
+        replies = {s: sites[s].respond(tasks[s], X[index[s]], y[index[s]]) for s in tasks}
+        if target in replies:
+            honest = decode(replies[target])
+            for what, fields, arrays in _hostile_variants(honest):
+                hostile = copy.copy(honest)
+                hostile.fields, hostile.arrays = fields, arrays
+                attempt = copy.deepcopy(server)
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        attempt.receive({**replies, target: encode(hostile)})
+                except InvalidClientMessage as exc:
+                    assert exc.client == target, f"{what}: blamed {exc.client!r}: {exc}"
+                except Exception as exc:  # noqa: BLE001 - what the check is about
+                    raise AssertionError(
+                        f"reply with {what} raised {type(exc).__name__}: {exc}"
+                    ) from exc
+                else:
+                    model = attempt.estimator
+                    if hasattr(model, "coef_") or hasattr(model, "module_"):
+                        assert _finite_model(model), f"reply with {what} gave a non-finite model"
+        server.receive(replies)
+        tasks = server.next_tasks(labels)
+
 
 def check_partition_invariance(estimator):
     """Exact estimators: any split of the rows into clients gives the pooled model."""
@@ -266,6 +370,7 @@ _CHECKS = (
     check_label_round_trip,
     check_failed_fit_leaves_estimator_unchanged,
     check_bad_reply_rejects_round,
+    check_hostile_replies_are_refused,
     check_partition_invariance,
 )
 
