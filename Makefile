@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-incremental bench-baselines clean venv fuzz property accuracy
+.PHONY: demo test docs bench bench-incremental bench-baselines bench-pipelines clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -48,6 +48,11 @@ bench-incremental: $(STAMP)
 DATA_DIR ?= ../shared/data
 bench-baselines: $(STAMP)
 	$(PY) benchmarks/bench_baselines.py --convergence --dp --trials 3 --real-data $(DATA_DIR)
+
+# The tables of docs/user_guide/pipelines.rst (California pipeline, every estimator on
+# the three real tables, Newton vs FedAvg; about 10 minutes).
+bench-pipelines: $(STAMP)
+	$(PY) benchmarks/federated_pipelines.py --data $(DATA_DIR) --docs docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated

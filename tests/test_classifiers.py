@@ -108,32 +108,29 @@ def test_ridge_classifier_cv_folds_equal_sklearn(class_weight):
 
 
 # ------------------------------------------------------------ logistic
-@pytest.mark.parametrize("name", ["breast_cancer", "iris", "wine"])
+@pytest.mark.parametrize("name", ["breast_cancer", "iris", "wine"])  # binary, 3 classes
 @pytest.mark.parametrize("n_sites", N_SITES)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_logistic_regression_reaches_the_pooled_optimum(name, n_sites, weighted):
-    """Within 1e-8 of the exact optimum (Newton-Cholesky to 1e-14), in a handful of rounds."""
+    """Within 1e-8 of the exact optimum (Newton-Cholesky to 1e-14) and 1e-6 of
+    LogisticRegression(tol=1e-10) (lbfgs), in at most 10 rounds."""
     X, y = _standardized(name)
     w = np.random.default_rng(1).random(len(y)) + 0.5 if weighted else None
     exact = LogisticRegression(C=0.5, solver="newton-cholesky", tol=1e-14, max_iter=1000).fit(
         X, y, sample_weight=w)
+    lbfgs = LogisticRegression(C=0.5, tol=1e-10, max_iter=10000).fit(X, y, sample_weight=w)
     fed = FederatedLogisticRegression(C=0.5).fit(X, y, sample_weight=w,
                                                  clients=_sites(len(y), n_sites))
     np.testing.assert_allclose(fed.coef_, exact.coef_, atol=1e-8)
     np.testing.assert_allclose(fed.intercept_, exact.intercept_, atol=1e-8)
+    # lbfgs stops up to ~1e-6 short of the optimum itself (weighted breast cancer:
+    # 1.2e-6): there the bar is met as well as lbfgs meets it.
+    lbfgs_error = np.abs(lbfgs.coef_ - exact.coef_).max()
+    assert np.abs(fed.coef_ - lbfgs.coef_).max() < max(1e-6, lbfgs_error + 1e-8)
     # the classes round also gives the first Newton step: rounds == Newton iterations
-    assert fed.communication_.rounds == fed.n_iter_[0] <= 9
+    assert fed.communication_.rounds == fed.n_iter_[0] <= 10
     np.testing.assert_allclose(fed.predict_proba(X), exact.predict_proba(X), atol=1e-8)
     np.testing.assert_array_equal(fed.predict(X), exact.predict(X))
-
-
-@pytest.mark.parametrize("name", ["iris", "wine"])
-def test_logistic_regression_within_1e6_of_lbfgs_in_10_rounds(name):
-    X, y = _standardized(name)
-    pooled = LogisticRegression(tol=1e-10, max_iter=10000).fit(X, y)
-    fed = FederatedLogisticRegression().fit(X, y, clients=_sites(len(y), 7))
-    assert np.abs(fed.coef_ - pooled.coef_).max() < 1e-6
-    assert fed.communication_.rounds <= 10
 
 
 @pytest.mark.parametrize("class_weight", ["balanced", {0: 3.0, 2: 0.5}])
