@@ -1,4 +1,4 @@
-"""Federated transformers equal scikit-learn's fitted on the pooled rows, for 1, 7 and 100 sites."""
+"""Federated transformers equal scikit-learn's fitted on the pooled rows (1, 7 and 100 sites)."""
 
 import warnings
 

@@ -10,13 +10,15 @@ from .._compat import (
     Interval,
     StrOptions,
     _check_feature_names_in,
-    _fit_context,
     _infer_dimension,
     check_is_fitted,
     validate_data,
 )
-from ..preprocessing._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
-from ..protocol import atomic
+from ..preprocessing._base import (
+    FederatedTransformerMixin,
+    OneRoundServer,
+    TransformerClient,
+)
 from ..statistics import ClientStatistics, check_aggregate
 
 __all__ = ["FederatedPCA"]
@@ -58,7 +60,7 @@ class PCAServer(OneRoundServer):
 
 
 class FederatedPCA(FederatedTransformerMixin, PCA):
-    """:class:`~sklearn.decomposition.PCA` (``svd_solver="covariance_eigh"``) from the sites' Grams.
+    """:class:`~sklearn.decomposition.PCA` (``svd_solver="covariance_eigh"``) from site Grams.
 
     Each site sends its row count, mean and centered Gram
     (:class:`~sklearn_fed.statistics.ClientStatistics` without targets:
@@ -202,26 +204,6 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
         check_is_fitted(self, "_n_features_out")
         _check_feature_names_in(self, input_features, generate_names=False)
         return np.asarray([f"pca{i}" for i in range(self._n_features_out)], dtype=object)
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
-    def fit(self, X, y=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : None
-            Ignored.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedPCA
-        """
-        X, clients = self._validate_fit_rows(X, clients, reset=True)
-        return self._run_protocol(X, None, clients)
 
     def fit_transform(self, X, y=None, clients=None):
         """Fit (one message per site), then transform ``X`` (each site its own rows).

@@ -4,11 +4,14 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.impute import SimpleImputer
 
-from .._compat import StrOptions, _encode, _fit_context, _get_mask, _unique
-from ..preprocessing._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
+from .._compat import StrOptions, _encode, _get_mask, _unique
+from ..preprocessing._base import (
+    FederatedTransformerMixin,
+    OneRoundServer,
+    TransformerClient,
+)
 from ..protocol import (
     InvalidClientMessage,
-    atomic,
     decode_state,
     decode_values,
     encode_values,
@@ -269,23 +272,3 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
             has_missing[index] = True
         self.indicator_ = self._indicator(has_missing)
         return self
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
-    def fit(self, X, y=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : None
-            Ignored.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedSimpleImputer
-        """
-        X, clients = self._validate_fit_rows(X, clients, reset=True)
-        return self._run_protocol(X, None, clients)

@@ -587,4 +587,3 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
             self, X, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32], reset=False
         )
         return safe_sparse_dot(X, np.asarray(self.coef_).T, dense_output=True) + self.intercept_
-

@@ -128,7 +128,7 @@ class ClassesClient(Client):
         return self._compute_encoded(task, X, index, weight, classes)
 
     def _classes_extra(self, task, X, y, sample_weight):
-        """Hook: more the classes round asks of a site, as ``(fields, arrays)``; none by default."""
+        """Hook: what more the classes round asks of a site, as ``(fields, arrays)``."""
         return {}, {}
 
 

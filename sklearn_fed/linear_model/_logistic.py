@@ -194,7 +194,7 @@ class LogisticClient(ClassesClient):
 
 
 class LogisticServer(ClassesServerMixin, Server):
-    """Server of :class:`FederatedLogisticRegression`: Newton steps with a backtracking line search.
+    """Server of :class:`FederatedLogisticRegression`: Newton steps, backtracking line search.
 
     Each round the sites evaluate the model broadcast. If its objective did
     not decrease enough (Armijo), the step is halved and broadcast again;

@@ -38,7 +38,7 @@ def indicator_targets(index, n_classes):
 
 
 class RidgeClassifierClient(ClassesClient):
-    """A site of :class:`FederatedRidgeClassifier`: its labels' classes, then statistics of ``(X, Y)``."""
+    """A site of :class:`FederatedRidgeClassifier`: its classes, then statistics of ``(X, Y)``."""
 
     protocol = "ridge.classifier"
 
@@ -48,7 +48,7 @@ class RidgeClassifierClient(ClassesClient):
 
 
 class RidgeClassifierCVClient(ClassesClient, CVClient):
-    """A site of :class:`FederatedRidgeClassifierCV`: classes, then FederatedRidgeCV's steps on ``(X, Y)``."""
+    """A site of :class:`FederatedRidgeClassifierCV`: classes, then FederatedRidgeCV's steps."""
 
     protocol = "ridge.classifier_cv"
 
@@ -153,7 +153,7 @@ class _RidgeClassifierTags:
 
 
 class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, BaseFederatedRidge):
-    """:class:`~sklearn.linear_model.RidgeClassifier` fitted from per-site statistics in two rounds.
+    """:class:`~sklearn.linear_model.RidgeClassifier` from per-site statistics, in two rounds.
 
     Round 1: each site sends its set of labels (and, for
     ``class_weight="balanced"``, its count per label); the server takes

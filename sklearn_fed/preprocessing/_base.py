@@ -14,12 +14,13 @@ import numpy as np
 from sklearn.base import clone
 
 from .._clients import group_rows_by_client, known_labels, take_clients
-from .._compat import _check_sample_weight
+from .._compat import _check_sample_weight, _fit_context
 from ..protocol import (
     Client,
     FederatedMixin,
     InvalidClientMessage,
     Server,
+    atomic,
     decode_state,
     encode_state,
     match_columns,
@@ -111,8 +112,34 @@ class FederatedTransformerMixin(FederatedMixin):
     #: Fitted attributes a pipeline's server broadcasts to the sites.
     _broadcast_attributes = ()
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
+    def fit(self, X, y=None, clients=None):
+        """Fit on rows split among sites by ``clients``: one message per site.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The rows, as the scikit-learn counterpart's ``fit`` takes them.
+        y : None
+            Ignored.
+        clients : array-like of shape (n_samples,), default=None
+            Site label of each row. ``None``: one site.
+
+        Returns
+        -------
+        self : object
+            The fitted transformer.
+        """
+        self._check_before_fit()
+        X, clients = self._validate_fit_rows(X, clients, reset=True)
+        return self._run_protocol(X, None, clients)
+
+    def _check_before_fit(self):
+        """Hook: parameter checks the counterpart makes before reading any row; none by default."""
+
     def _validate_fit_rows(self, X, clients, *, reset):
-        """``(X, clients)`` of a fit call: the clients checked against the raw ``X``, then ``X`` validated."""
+        """``(X, clients)`` of a fit: ``clients`` checked against the raw ``X``, then ``X``."""
         clients = take_clients(self, X, clients)
         return self._validate_rows(X, reset=reset), clients
 

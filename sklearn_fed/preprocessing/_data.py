@@ -343,26 +343,8 @@ feature_names_in_
         return {"scale_": scale, "min_": low - data_min * scale, "data_min_": data_min,
                 "data_max_": data_max, "data_range_": data_range}
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
-    def fit(self, X, y=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : None
-            Ignored.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedMinMaxScaler
-        """
+    def _check_before_fit(self):
         self._attributes_from(np.zeros(1), np.zeros(1))  # checks feature_range before any round
-        X, clients = self._validate_fit_rows(X, clients, reset=True)
-        return self._run_protocol(X, None, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic

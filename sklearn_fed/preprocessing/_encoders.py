@@ -8,12 +8,11 @@ from sklearn.utils import check_array
 from .._compat import (
     _check_unknown,
     _encode,
-    _fit_context,
     _unique,
     is_scalar_nan,
     validate_data,
 )
-from ..protocol import atomic, decode_values, encode_values, sorted_labels
+from ..protocol import decode_values, encode_values, sorted_labels
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
 __all__ = ["FederatedOneHotEncoder"]
@@ -163,7 +162,7 @@ max_categories, feature_name_combiner
         return checked
 
     def _fitted_from(self, n_samples, columns):
-        """OneHotEncoder's fitted attributes from each column's ``[(categories, counts)]`` per site.
+        """OneHotEncoder's fitted attributes from each column's ``[(categories, counts)]``.
 
         Runs OneHotEncoder's own steps (infrequent mapping, drop indices) on a
         scratch copy, so a failure leaves this estimator untouched.
@@ -222,25 +221,5 @@ max_categories, feature_name_combiner
                 )
         return categories
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
-    def fit(self, X, y=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Categories: numbers, strings or objects, with missing values
-            (``None`` or NaN) as OneHotEncoder allows.
-        y : None
-            Ignored.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedOneHotEncoder
-        """
+    def _check_before_fit(self):
         self._check_infrequent_enabled()
-        X, clients = self._validate_fit_rows(X, clients, reset=True)
-        return self._run_protocol(X, None, clients)

@@ -260,6 +260,7 @@ def check_bad_reply_rejects_round(estimator):
         raise AssertionError("a tampered reply was accepted")
     assert pickle.dumps(target) == before, "a rejected round changed the estimator"
 
+
 def _hostile_variants(frame):
     """What a dishonest site can send with a valid checksum: ``(what, fields, arrays)``."""
     fields, arrays = frame.fields, frame.arrays
