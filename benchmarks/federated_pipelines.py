@@ -109,7 +109,7 @@ def california_pipelines(data):
           f"({len(np.unique(sites))} sites, {np.min(np.unique(sites, return_counts=True)[1])} "
           "to {:,} rows)".format(np.max(np.unique(sites, return_counts=True)[1])))
     print("| final step | rounds | uplink | downlink | max gap to pooled sklearn "
-          "| fit = through bytes = roles (bit for bit) |")
+          "| fit = through bytes = roles (predictions bit for bit, bytes per site) |")
     print("| --- | --- | --- | --- | --- | --- |")
     fitted = {}
     for name, pooled_final, federated_final, target, method in cases:
@@ -117,8 +117,9 @@ def california_pipelines(data):
         fed = federated_pipeline(federated_final()).fit(X, target, clients=sites)
         with simulate_through_bytes():
             through = federated_pipeline(federated_final()).fit(X, target, clients=sites)
-        roles = run_protocol_by_hand(federated_pipeline(federated_final()), X, target,
-                                     sites)[0].estimator
+        server, sent = run_protocol_by_hand(federated_pipeline(federated_final()), X, target,
+                                            sites)
+        roles = server.estimator
         expected, got = getattr(pooled, method)(X), getattr(fed, method)(X)
         gap = np.max(np.abs(got - expected))
         if method == "predict":
@@ -127,6 +128,10 @@ def california_pipelines(data):
             gap = f"{gap:.1e} (probability)"
         same = all(getattr(other, method)(X).tobytes() == got.tobytes()
                    for other in (through, roles))
+        # the ledgers count the bytes the roles really exchanged, site by site
+        same &= all(dict(other.communication_.uplink_bytes_per_client) == sent["replies"]
+                    and dict(other.communication_.downlink_bytes_per_client) == sent["tasks"]
+                    for other in (fed, through, roles))
         ledger = fed.communication_
         print(f"| {name} | {ledger.rounds} | {_kb(ledger.uplink_bytes)} | "
               f"{_kb(ledger.downlink_bytes)} | {gap} | {same} |")

@@ -101,11 +101,10 @@ def test_simulation_bytes_and_roles_give_the_same_predictions_bit_for_bit():
     expected = in_process.predict(X).tobytes()
     assert through_bytes.predict(X).tobytes() == expected
     assert by_roles.predict(X).tobytes() == expected
-    # the same bytes in process and serialized (the roles, told no feature names,
-    # learn them from the first replies, which then carry the names)
-    assert dict(in_process.communication_.uplink_bytes_per_client) == dict(
-        through_bytes.communication_.uplink_bytes_per_client)
-    assert dict(by_roles.communication_.uplink_bytes_per_client) == sent["replies"]
+    # the same bytes, site by site, in process, serialized and between the roles
+    for fitted in (in_process, through_bytes, by_roles):
+        assert dict(fitted.communication_.uplink_bytes_per_client) == sent["replies"]
+        assert dict(fitted.communication_.downlink_bytes_per_client) == sent["tasks"]
 
 
 def test_sites_reorder_their_columns_by_name():

@@ -92,7 +92,12 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
     labels, rows = group_rows_by_client(clients, X.shape[0])
     labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
     keys = keys or {}
-    server = estimator.make_server(keys=keys, max_rounds=max_rounds)
+    # told the feature names when X is a table with named columns, as fit does
+    columns = getattr(X, "columns", None)
+    named = {}
+    if columns is not None and all(isinstance(c, str) for c in columns):
+        named["feature_names"] = [str(c) for c in columns]
+    server = estimator.make_server(keys=keys, max_rounds=max_rounds, **named)
     sites = {label: estimator.make_client(key=keys.get(label)) for label in labels}
     index = dict(zip(labels, rows))
     sent = {"tasks": {}, "replies": {}}
