@@ -53,6 +53,7 @@ ESTIMATORS = [
     FederatedPCA(n_components=2, whiten=True),
     FederatedRidgeClassifier(class_weight="balanced"),
     FederatedRidgeClassifierCV(),
+    FederatedRidgeClassifierCV(cv="clients"),  # accuracy: a round of held-out decisions
     FederatedLogisticRegression(),
     make_federated_pipeline(FederatedSimpleImputer(), FederatedStandardScaler(), FederatedRidge()),
     make_federated_pipeline(FederatedPCA(n_components=3), FederatedLogisticRegression()),

@@ -312,7 +312,12 @@ n_clients_, communication_
     >>> float(loo.alpha_) == RidgeClassifierCV(alphas=[0.1, 10.0]).fit(X, y).alpha_
     True
     >>> loco = FederatedRidgeClassifierCV(alphas=[0.1, 10.0], cv="clients")
-    >>> loco.fit(X, y, clients=clients).communication_.rounds  # classes, statistics
+    >>> loco.fit(X, y, clients=clients).communication_.rounds  # classes, statistics, decisions
+    3
+    >>> loco.set_params(scoring="neg_mean_squared_error").fit(X, y, clients=clients)
+    FederatedRidgeClassifierCV(alphas=[0.1, 10.0], cv='clients',
+                               scoring='neg_mean_squared_error')
+    >>> loco.communication_.rounds  # from the statistics' sums alone
     2
     """
 
