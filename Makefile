@@ -50,7 +50,8 @@ bench-baselines: $(STAMP)
 	$(PY) benchmarks/bench_baselines.py --convergence --dp --trials 3 --real-data $(DATA_DIR)
 
 # The tables of docs/user_guide/pipelines.rst (California pipeline, every estimator on
-# the three real tables, Newton vs FedAvg; about 10 minutes).
+# the three real tables, Newton vs FedAvg; about half an hour on 2 cores, most of it
+# MNIST's logistic regressions with 100 sites).
 bench-pipelines: $(STAMP)
 	$(PY) benchmarks/federated_pipelines.py --data $(DATA_DIR) --docs docs
 

@@ -285,7 +285,7 @@ verbose_feature_names_out, force_int_remainder_cols
 feature_names_in_
         As in ColumnTransformer, for the pooled rows.
     communication_ : CommunicationLedger
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
 
     Examples

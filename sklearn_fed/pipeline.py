@@ -258,7 +258,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
     communication_ : CommunicationLedger
         Bytes and rounds of the whole protocol (each step's own ledger has
         its messages without the pipeline's envelope).
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
 
     See Also

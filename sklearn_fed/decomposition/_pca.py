@@ -89,7 +89,7 @@ class FederatedPCA(FederatedTransformerMixin, PCA):
     components_, explained_variance_, explained_variance_ratio_, singular_values_, \
 mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names_in_
         As in :class:`~sklearn.decomposition.PCA`, for the pooled rows.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
     communication_ : CommunicationLedger
 
@@ -215,6 +215,6 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
 
         Returns
         -------
-        X_new : ndarray of shape (n_samples, n_components_)
+        X_new : ndarray of shape (n_samples, `n_components_`)
         """
         return self.fit(X, y, clients=clients).transform(X)

@@ -161,7 +161,7 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
     ----------
     statistics_, indicator_, n_features_in_, feature_names_in_
         As in :class:`~sklearn.impute.SimpleImputer`, for the pooled rows.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
     communication_ : CommunicationLedger
 

@@ -472,7 +472,7 @@ class FederatedLogisticRegression(FederatedMixin, LinearClassifierMixin, BaseEst
         Newton iterations (the first one from round 1's statistics).
     n_features_in_, feature_names_in_
         As in LogisticRegression.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
     communication_ : CommunicationLedger
         Bytes of every round (classes round included).

@@ -188,7 +188,7 @@ class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, Base
         How the model was solved (see :class:`~sklearn_fed.FederatedRidge`).
     n_features_in_, feature_names_in_
         As in :class:`~sklearn.linear_model.RidgeClassifier`.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
     communication_ : CommunicationLedger
 

@@ -108,7 +108,7 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
     scale_, mean_, var_, n_samples_seen_, n_features_in_, feature_names_in_
         As in :class:`~sklearn.preprocessing.StandardScaler`, for the pooled
         rows of every site (and every ``partial_fit`` call).
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
         Labels of the sites that sent moments.
     n_clients_ : int
     communication_ : CommunicationLedger
@@ -298,7 +298,7 @@ class FederatedMinMaxScaler(FederatedTransformerMixin, MinMaxScaler):
     min_, scale_, data_min_, data_max_, data_range_, n_samples_seen_, n_features_in_, \
 feature_names_in_
         As in :class:`~sklearn.preprocessing.MinMaxScaler`, for the pooled rows.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
     communication_ : CommunicationLedger
 

@@ -127,7 +127,7 @@ max_categories, feature_name_combiner
     ----------
     categories_, drop_idx_, infrequent_categories_, n_features_in_, feature_names_in_
         As in :class:`~sklearn.preprocessing.OneHotEncoder`, for the pooled rows.
-    clients_ : ndarray of shape (n_clients_,)
+    clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
     communication_ : CommunicationLedger
 
