@@ -60,6 +60,20 @@ def test_ridge_classifier_without_intercept_and_one_site_missing_a_class():
     assert fed.intercept_ == pooled.intercept_ == 0.0
 
 
+def test_ridge_classifier_takes_the_factor_round_when_the_gram_is_ill_conditioned():
+    """solver="auto": classes, Gram statistics, then factors; as RidgeClassifier(svd)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    X = np.column_stack([X, X[:, 0] + 1e-9 * rng.normal(size=200)])
+    y = rng.choice(["a", "b", "c"], 200)
+    fed = FederatedRidgeClassifier(alpha=1e-10).fit(X, y, clients=np.arange(200) % 4)
+    pooled = RidgeClassifier(alpha=1e-10, solver="svd").fit(X, y)
+    assert fed.solver_ == "svd" and fed.communication_.rounds == 3
+    np.testing.assert_allclose(fed.decision_function(X), pooled.decision_function(X),
+                               atol=1e-10)
+    np.testing.assert_array_equal(fed.classes_, pooled.classes_)
+
+
 def test_ridge_classifier_cv_leave_one_out_equals_sklearn():
     X, y = load_digits(return_X_y=True)
     pooled = RidgeClassifierCV(alphas=[0.1, 1.0, 10.0]).fit(X, y)
