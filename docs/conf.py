@@ -29,6 +29,7 @@ autodoc_default_options = {
     "inherited-members": False,
     "exclude-members": (
         "set_fit_request,set_partial_fit_request,set_score_request,"
+        "set_transform_request,set_inverse_transform_request,"
         "get_metadata_routing,score,get_params,set_params"
     ),
 }

@@ -12,15 +12,21 @@ from .baselines import (
     FedNovaRegressor,
     FedProxRegressor,
 )
+from .decomposition import FederatedPCA
+from .impute import FederatedSimpleImputer
 from .linear_model import (
+    FederatedLogisticRegression,
     FederatedRidge,
+    FederatedRidgeClassifier,
+    FederatedRidgeClassifierCV,
     FederatedRidgeCV,
     FESCRidge,
     IncrementalFederatedRidge,
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
-from .statistics import ClientStatistics, InvalidClientMessage, merge_statistics
+from .preprocessing import FederatedMinMaxScaler, FederatedOneHotEncoder, FederatedStandardScaler
+from .statistics import ClientStatistics, ColumnMoments, InvalidClientMessage, merge_statistics
 
 __version__ = "0.1.0.dev0"
 
@@ -39,13 +45,22 @@ def __getattr__(name):
 __all__ = [
     "__version__",
     "ClientStatistics",
+    "ColumnMoments",
     "FedMPDDClassifier",
     "DPFedAvgRegressor",
     "FedAvgRegressor",
     "FedNovaRegressor",
     "FedProxRegressor",
+    "FederatedLogisticRegression",
+    "FederatedMinMaxScaler",
+    "FederatedOneHotEncoder",
+    "FederatedPCA",
     "FederatedRidge",
     "FederatedRidgeCV",
+    "FederatedRidgeClassifier",
+    "FederatedRidgeClassifierCV",
+    "FederatedSimpleImputer",
+    "FederatedStandardScaler",
     "FESCRidge",
     "IncrementalFederatedRidge",
     "InvalidClientMessage",

@@ -15,6 +15,7 @@ __all__ = [
     "MissingClientsWarning",
     "count_rows",
     "group_rows_by_client",
+    "known_labels",
     "label_array",
     "take_clients",
 ]
@@ -294,3 +295,22 @@ def label_array(labels):
         array = np.empty(len(labels), dtype=object)
         array[:] = labels
     return array
+
+
+def known_labels(previous_labels, new_labels):
+    """Labels of every client so far, in order of first appearance (for ``clients_``).
+
+    Examples
+    --------
+    >>> known_labels(["a", "b"], ["b", 3]).tolist()
+    ['a', 'b', 3]
+    """
+    from .protocol import label_key
+
+    known = list(previous_labels)
+    seen = {label_key(label) for label in known}
+    for label in new_labels:
+        if label_key(label) not in seen:
+            seen.add(label_key(label))
+            known.append(label)
+    return label_array(known)

@@ -5,23 +5,47 @@ import here means an upgrade breaks this file and nothing else.
 """
 
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_params
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.decomposition._pca import _infer_dimension
+from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
+from sklearn.utils._encode import _check_unknown, _encode, _unique
+from sklearn.utils._missing import is_scalar_nan
+from sklearn.utils._mask import _get_mask
+from sklearn.utils._param_validation import (
+    Interval,
+    Options,
+    StrOptions,
+    validate_parameter_constraints,
+    validate_params,
+)
+from sklearn.utils.validation import (
+    FLOAT_DTYPES,
+    _check_feature_names_in,
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
 
 __all__ = [
+    "FLOAT_DTYPES",
     "Interval",
     "Options",
     "StrOptions",
+    "_check_feature_names_in",
     "_check_sample_weight",
+    "_check_unknown",
+    "_encode",
     "_fit_context",
+    "_get_mask",
+    "_handle_zeros_in_scale",
+    "_infer_dimension",
+    "_is_constant_feature",
+    "_unique",
     "check_is_fitted",
+    "is_scalar_nan",
     "validate_data",
+    "validate_parameter_constraints",
     "validate_params",
 ]
-
-from sklearn.utils._param_validation import validate_parameter_constraints  # noqa: E402
-
-__all__ += ["validate_parameter_constraints"]
 
 
 def scorer_parts(scorer):

@@ -42,12 +42,14 @@ from scipy import linalg
 from scipy.linalg.lapack import get_lapack_funcs
 
 from ._clients import count_rows
+from ._compat import _get_mask
 from .protocol._errors import InvalidClientMessage, who as _who
 from .protocol._schema import check_site_data
 from .protocol._wire import Frame, SymmetricMatrix, decode, encode
 
 __all__ = [
     "ClientStatistics",
+    "ColumnMoments",
     "InvalidClientMessage",
     "check_aggregate",
     "merge_statistics",
@@ -88,6 +90,9 @@ _MAX_SECOND = 1e200
 # Relative round-off allowed in a computed Gram entry (far above what a
 # blocked float64 computation loses, far below any real inconsistency).
 _RELATIVE_SLACK = 1e-6
+# Round-off allowed in a centered entry relative to its raw (uncentered) scale:
+# thousands of times what blocked float64 sums lose, a billionth of any real signal.
+_ROUNDOFF = 1e-12
 _TINY = 1e-300
 # A Gram is accepted as PSD when its Jacobi-scaled form (unit diagonal) plus
 # this times the identity has a Cholesky factor.
@@ -248,8 +253,10 @@ class ClientStatistics:
             float64. Sparse input is never densified as a whole (the factor
             form, and centering columns with offsets, densify one block of
             rows at a time).
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets), or None
+            Targets. ``None``: no targets (``n_targets == 0``), for models of
+            ``X`` alone such as PCA; such statistics are read back only by a
+            server that asks for ``n_targets=0``.
         sample_weight : ndarray of shape (n_samples,), default=None
             Non-negative row weights; ``None`` means all ones.
         centered : bool, default=True
@@ -273,6 +280,8 @@ class ClientStatistics:
         """
         if check_input:
             X, y, sample_weight, _ = check_site_data(X, y, sample_weight)
+        if y is None:  # no targets: the weighted mean and centered Gram of X alone
+            y = np.empty((X.shape[0], 0))
         y = np.asarray(y)
         single_target = y.ndim == 1
         y2 = y.reshape(y.shape[0], -1)
@@ -372,10 +381,13 @@ class ClientStatistics:
         return fields, arrays
 
     @classmethod
-    def from_payload(cls, fields, arrays, *, client=None, validate=True, psd=True):
+    def from_payload(cls, fields, arrays, *, client=None, validate=True, psd=True,
+                     n_targets=None):
         """Statistics from a message's fields and arrays; untrusted, so checked.
 
-        Accepts both forms (see :meth:`to_payload`).
+        Accepts both forms (see :meth:`to_payload`). ``n_targets``: the
+        number of targets the server expects (``0`` for statistics of ``X``
+        alone); ``None`` accepts any positive number.
 
         Raises
         ------
@@ -388,6 +400,8 @@ class ClientStatistics:
         def fail(reason):
             raise InvalidClientMessage(f"{who}: {reason}", client)
 
+        if not (isinstance(fields, dict) and isinstance(arrays, dict)):
+            fail("statistics must be a mapping of fields and a mapping of arrays.")
         factored = "factor" in arrays
         names = _FACTOR_ARRAYS if factored else _ARRAYS
         expected_fields = _FIELDS | {"factor_rows"} if factored else _FIELDS
@@ -411,7 +425,9 @@ class ClientStatistics:
                 fail(f"{name} must be a float64 array.")
             values[name] = array
         d, t = values["x_mean"].shape[0], values["y_mean"].shape[0]
-        if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1 or not (0 < d and 0 < t):
+        if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1 or not (
+            0 < d and (0 < t or n_targets == 0)
+        ):
             fail("x_mean and y_mean must be non-empty vectors.")
         if fields["single_target"] and t != 1:
             fail(f"declares a single target but has {t}.")
@@ -437,7 +453,7 @@ class ClientStatistics:
                 **common,
             )
         if validate:
-            stats.validate(client=client, psd=psd)
+            stats.validate(client=client, psd=psd, n_targets=n_targets)
         return stats
 
     @property
@@ -571,7 +587,8 @@ class ClientStatistics:
         ``gram_ij^2 <= gram_ii gram_jj`` and ``moment_ij^2 <= gram_ii
         target_ss_j``, zero second moments when the weight is zero (or, for
         centered statistics, when there is one row), and with ``psd`` positive
-        semi-definiteness of ``gram``.
+        semi-definiteness of ``gram``. Statistics without targets are valid
+        only when ``n_targets=0`` is asked for.
 
         Everything but ``psd`` costs O(d^2). The PSD test is made on the
         Jacobi-scaled Gram (unit diagonal), so its tolerance is relative to
@@ -613,7 +630,7 @@ class ClientStatistics:
         if self.x_mean.ndim != 1 or self.y_mean.ndim != 1:
             fail("x_mean and y_mean must be vectors.")
         d, t = self.n_features, self.n_targets
-        if d == 0 or t == 0:
+        if d == 0 or (t == 0 and n_targets != 0):  # no targets only when asked for
             fail("has no features or no targets.")
         if self.single_target and t != 1:
             fail(f"declares a single target but has {t}.")
@@ -635,8 +652,11 @@ class ClientStatistics:
                          moment=_MAX_SECOND, target_ss=_MAX_SECOND)
         diag = np.diag(self.gram)
         root = np.sqrt(np.maximum(diag, 0.0))
-        # Round-off allowance of a computed Gram entry, relative to its own pair.
-        slack = _RELATIVE_SLACK * np.outer(root, root)
+        raw_x, raw_y = self._raw_scales()
+        # Round-off allowance of a computed Gram entry: relative to its own pair,
+        # and to the pair's raw magnitudes (a column constant at a site has a zero
+        # centered variance but cross-products at the round-off of its mean).
+        slack = _RELATIVE_SLACK * np.outer(root, root) + _ROUNDOFF * np.outer(raw_x, raw_x)
         if np.any(np.abs(self.gram - self.gram.T) > slack + _TINY):
             fail("gram is not symmetric.")
         if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
@@ -648,7 +668,8 @@ class ClientStatistics:
             fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
         target_root = np.sqrt(np.maximum(target_ss, 0.0))
         bound = np.outer(root, target_root)
-        if np.any(np.abs(self.moment) > bound * (1 + _RELATIVE_SLACK) + _TINY):
+        roundoff = _ROUNDOFF * np.outer(raw_x, raw_y)
+        if np.any(np.abs(self.moment) > bound * (1 + _RELATIVE_SLACK) + roundoff + _TINY):
             fail("moment violates the Cauchy-Schwarz bound of gram and target_ss.")
         if weight == 0 or (self.centered and n == 1):
             # One row minus its own mean is zero up to the round-off of that mean.
@@ -691,18 +712,265 @@ class ClientStatistics:
                 fail(f"has {why} but non-zero second moments.")
         return self
 
+    def _raw_scales(self):
+        """Square roots of the raw (uncentered) second moments of each feature and target."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.centered:
+                raw_x = np.diag(self.gram) + self.weight_sum * self.x_mean**2
+                raw_y = self.target_ss + self.weight_sum * self.y_mean**2
+            else:
+                raw_x, raw_y = np.diag(self.gram), self.target_ss
+        return np.sqrt(np.maximum(raw_x, 0.0)), np.sqrt(np.maximum(raw_y, 0.0))
+
+
+@dataclass(eq=False)
+class ColumnMoments:
+    """Per-column statistics of one client's rows: counts, weights, means, sums of squares.
+
+    The message of the per-column transformers (scalers, the mean imputer),
+    which need neither targets nor cross-products: ``O(d)`` values instead of
+    the ``O(d^2)`` of :class:`ClientStatistics`. Missing entries (NaN, or
+    ``missing_values``) are skipped column by column, as scikit-learn's
+    scalers and imputers skip them, so every column has its own count and
+    weight. ``order`` says how much is sent: 0 counts and weights, 1 also
+    the means, 2 also the centered sums of squares (no more than the model
+    needs). Two messages merge exactly with the pairwise update of Chan et
+    al., column by column.
+
+    Parameters
+    ----------
+    n_samples : ndarray of shape (n_features,), dtype int64
+        Rows with a value (not missing) in each column.
+    weight_sum : ndarray of shape (n_features,)
+        Sum of the sample weights of those rows.
+    mean : ndarray of shape (n_features,) or None
+        Weighted mean of each column's values (``order >= 1``; 0 for a
+        column without weight).
+    m2 : ndarray of shape (n_features,) or None
+        ``sum(sw * (x - mean)^2)`` per column (``order == 2``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.statistics import ColumnMoments
+    >>> X = np.array([[1.0, np.nan], [3.0, 4.0], [5.0, 6.0]])
+    >>> a, b = ColumnMoments.from_data(X[:1]), ColumnMoments.from_data(X[1:])
+    >>> merged = a.merge(b)
+    >>> merged.n_samples, merged.mean, merged.m2
+    (array([3, 2]), array([3., 5.]), array([8., 2.]))
+    """
+
+    n_samples: np.ndarray
+    weight_sum: np.ndarray
+    mean: np.ndarray = None
+    m2: np.ndarray = None
+
+    @property
+    def order(self):
+        return 0 if self.mean is None else 1 if self.m2 is None else 2
+
+    @property
+    def n_features(self):
+        return self.n_samples.shape[0]
+
+    @classmethod
+    def from_data(cls, X, sample_weight=None, *, order=2, missing_values=np.nan, rows=None):
+        """Compute the per-column statistics of one client's (validated) rows.
+
+        Parameters
+        ----------
+        X : {ndarray, sparse matrix} of shape (n_samples, n_features)
+            Numeric for ``order >= 1``; any dtype for ``order=0``. Sparse
+            columns count their implicit zeros as values. Accumulated in
+            float64, in blocks of rows.
+        sample_weight : ndarray of shape (n_samples,), default=None
+        order : {0, 1, 2}, default=2
+        missing_values : scalar, default=np.nan
+            Entries equal to it are skipped (as scikit-learn's ``_get_mask``).
+        rows : slice or ndarray of int, default=None
+            Use only these rows.
+
+        Returns
+        -------
+        moments : ColumnMoments
+        """
+        if order not in (0, 1, 2):
+            raise ValueError(f"order must be 0, 1 or 2; got {order!r}.")
+        if rows is not None:
+            X = X[rows]
+            sample_weight = None if sample_weight is None else sample_weight[rows]
+        if sp.issparse(X):
+            return cls._from_sparse(sp.csc_matrix(X), sample_weight, order, missing_values)
+        block = max(1, _BLOCK_BYTES // (8 * max(X.shape[1], 1)))
+        parts = [
+            cls._from_dense(
+                X[start : start + block],
+                None if sample_weight is None else sample_weight[start : start + block],
+                order,
+                missing_values,
+            )
+            for start in range(0, X.shape[0], block)
+        ]
+        if not parts:
+            parts = [cls._from_dense(X, sample_weight, order, missing_values)]
+        return merge_statistics(parts)
+
+    @classmethod
+    def _from_dense(cls, X, sample_weight, order, missing_values):
+        present = ~_get_mask(X, missing_values)
+        counts = present.sum(axis=0).astype(np.int64)
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        if w is None:
+            weights = counts.astype(np.float64)
+        else:  # complete columns share one sum, bit for bit
+            weights = np.where(counts == X.shape[0], w.sum(), w @ present)
+        if order == 0:
+            return cls(counts, weights)
+        values = np.where(present, X, 0.0).astype(np.float64, copy=False)
+        sums = values.sum(axis=0) if w is None else w @ values
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(weights > 0, sums / weights, 0.0)
+        if order == 1:
+            return cls(counts, weights, mean)
+        # Two passes, with the correction term of scikit-learn's
+        # _incremental_mean_and_var: exact for offsets as large as the data allow.
+        deviation = np.where(present, values - mean, 0.0)
+        correction = deviation.sum(axis=0) if w is None else w @ deviation
+        deviation **= 2
+        squares = deviation.sum(axis=0) if w is None else w @ deviation
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m2 = np.where(weights > 0, squares - correction**2 / weights, 0.0)
+        return cls(counts, weights, mean, np.maximum(m2, 0.0))
+
+    @classmethod
+    def _from_sparse(cls, X, sample_weight, order, missing_values):
+        n, d = X.shape
+        w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        column = np.repeat(np.arange(d), np.diff(X.indptr))  # column of each stored entry
+        entry_w = w[X.indices]
+        missing = _get_mask(X.data, missing_values)
+        counts = (n - np.bincount(column[missing], minlength=d)).astype(np.int64)
+        kept, kept_w = column[~missing], entry_w[~missing]
+        stored_weight = np.bincount(kept, kept_w, minlength=d)
+        # Implicit zeros are values; their weight is computed only where there are any,
+        # so a column stored in full has no round-off from a subtraction.
+        implicit = np.diff(X.indptr) < n
+        implicit_weight = np.where(
+            implicit, np.maximum(w.sum() - np.bincount(column, entry_w, minlength=d), 0.0), 0.0
+        )
+        weights = stored_weight + implicit_weight
+        if order == 0:
+            return cls(counts, weights)
+        values = X.data[~missing].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(
+                weights > 0, np.bincount(kept, kept_w * values, minlength=d) / weights, 0.0
+            )
+        if order == 1:
+            return cls(counts, weights, mean)
+        m2 = np.bincount(kept, kept_w * (values - mean[kept]) ** 2, minlength=d)
+        m2 += implicit_weight * mean**2
+        return cls(counts, weights, mean, m2)
+
+    def merge(self, other):
+        """Statistics of the union of both clients' rows (a new object), column by column."""
+        if self.n_features != other.n_features or self.order != other.order:
+            raise ValueError(
+                f"cannot merge column statistics of {self.n_features} and "
+                f"{other.n_features} features, orders {self.order} and {other.order}."
+            )
+        wa, wb = self.weight_sum, other.weight_sum
+        w = wa + wb
+        n = self.n_samples + other.n_samples
+        if self.order == 0:
+            return type(self)(n, w)
+        delta = other.mean - self.mean
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(w > 0, wb / w, 0.0)
+            mean = np.where(wa > 0, self.mean + share * delta, other.mean)
+            if self.order == 1:
+                return type(self)(n, w, mean)
+            pair = np.where((wa > 0) & (wb > 0), wa * wb / w, 0.0)
+        return type(self)(n, w, mean, self.m2 + other.m2 + pair * delta**2)
+
+    # -------------------------------------------------------------- serialize
+    def to_payload(self):
+        """``(fields, arrays)`` of the message: the order and the per-column arrays."""
+        arrays = {"n_samples": self.n_samples.astype(np.int64),
+                  "weight_sum": np.asarray(self.weight_sum, dtype=np.float64)}
+        if self.order >= 1:
+            arrays["mean"] = np.asarray(self.mean, dtype=np.float64)
+        if self.order == 2:
+            arrays["m2"] = np.asarray(self.m2, dtype=np.float64)
+        return {"order": self.order}, arrays
+
+    @classmethod
+    def from_payload(cls, fields, arrays, *, client=None, n_features=None, order=None):
+        """Column statistics from a message; untrusted, so every value is checked.
+
+        Raises
+        ------
+        InvalidClientMessage
+            Naming ``client``: wrong names, types or shapes; a negative or
+            inconsistent count or weight; non-finite or huge values; a
+            negative sum of squares; or a column without weight whose mean
+            or sum of squares is not zero.
+        """
+        who = _who(client)
+
+        def fail(reason):
+            raise InvalidClientMessage(f"{who}: {reason}", client)
+
+        level = fields.get("order") if isinstance(fields, dict) else None
+        if type(level) is not int or set(fields) != {"order"} or level not in (0, 1, 2):
+            fail(f"column statistics need one field 'order' in 0, 1, 2; got {fields!r}.")
+        if order is not None and level != order:
+            fail(f"sent statistics of order {level}, the task asked for {order}.")
+        names = ("n_samples", "weight_sum", "mean", "m2")[: level + 2]
+        if set(arrays) != set(names):
+            fail(f"column statistics arrays must be {list(names)}; got {sorted(arrays)}.")
+        counts = arrays["n_samples"]
+        if not (isinstance(counts, np.ndarray) and counts.dtype == np.int64 and counts.ndim == 1):
+            fail("n_samples must be a vector of int64 counts.")
+        d = counts.shape[0]
+        if d == 0 or (n_features is not None and d != n_features):
+            fail(f"has {d} features, expected {n_features}.")
+        values = []
+        for name in names[1:]:
+            value = arrays[name]
+            if not (isinstance(value, np.ndarray) and value.dtype == np.float64
+                    and value.shape == (d,)):
+                fail(f"{name} must be a float64 vector of length {d}.")
+            cap = _MAX_SECOND if name == "m2" else _MAX_MEAN
+            if not np.all(np.isfinite(value)) or np.max(np.abs(value), initial=0.0) > cap:
+                fail(f"{name} must be finite and at most {cap:g} in magnitude.")
+            values.append(np.array(value))
+        weight_sum = values[0]
+        if np.any(counts < 0) or np.any(counts >= 2**62):
+            fail("n_samples must be non-negative counts.")
+        if np.any(weight_sum < 0) or np.any((counts == 0) & (weight_sum != 0)):
+            fail("weight_sum must be non-negative, and zero in a column without values.")
+        empty = weight_sum == 0
+        if level >= 1 and np.any(empty & (values[1] != 0)):
+            fail("a column without weight must have a zero mean.")
+        if level == 2:
+            m2 = values[2]
+            if np.any(m2 < 0) or np.any(empty & (m2 != 0)):
+                fail("m2 must be non-negative, and zero in a column without weight.")
+        return cls(np.array(counts), *values)
+
 
 def merge_statistics(statistics):
     """Merge any number of client statistics (pairwise tree, exact).
 
     Parameters
     ----------
-    statistics : iterable of ClientStatistics
+    statistics : iterable of ClientStatistics or of ColumnMoments
         At least one.
 
     Returns
     -------
-    merged : ClientStatistics
+    merged : ClientStatistics or ColumnMoments
 
     Examples
     --------
@@ -1032,7 +1300,7 @@ def _sparse_statistics(X, y, sample_weight, centered):
     else:
         moment = np.asarray(XtW @ y)
         target_ss = w @ (y * y)
-    return weight_sum, x_mean, y_mean, gram, moment.reshape(-1, y.shape[1]), target_ss
+    return weight_sum, x_mean, y_mean, gram, moment.reshape(X.shape[1], y.shape[1]), target_ss
 
 
 def _factor_statistics(X, y, sample_weight, centered, rows):

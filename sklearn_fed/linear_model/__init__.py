@@ -5,16 +5,21 @@ from ._federated_ridge import FederatedRidge
 from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
 from ._incremental import IncrementalFederatedRidge
+from ._logistic import FederatedLogisticRegression
 from ._private import PrivateFederatedRidge
 from ._projected import ProjectedFederatedRidge
+from ._ridge_classifier import FederatedRidgeClassifier, FederatedRidgeClassifierCV
 from ._robust import RobustAggregation
 
 __all__ = [
     "GRAM_MAX_CONDITION",
     "BaseFederatedRidge",
     "FESCRidge",
+    "FederatedLogisticRegression",
     "FederatedRidge",
     "FederatedRidgeCV",
+    "FederatedRidgeClassifier",
+    "FederatedRidgeClassifierCV",
     "IncrementalFederatedRidge",
     "fesc_weights",
     "PrivateFederatedRidge",

@@ -9,7 +9,7 @@ from scipy.linalg.lapack import get_lapack_funcs
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import group_rows_by_client, label_array, take_clients
+from .._clients import group_rows_by_client, known_labels, take_clients
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
 from .._dask_dispatch import DaskDispatchMixin
 from ..protocol import (
@@ -17,7 +17,6 @@ from ..protocol import (
     FederatedMixin,
     InvalidClientMessage,
     Server,
-    label_key,
     run_simulation,
     sorted_labels,
 )
@@ -487,16 +486,7 @@ class BaseFederatedRidge(
         else:
             self.__dict__.pop("feature_names_in_", None)
 
-    @staticmethod
-    def _known_labels(previous_labels, new_labels):
-        """Labels of every client so far, in order of first appearance."""
-        known = list(previous_labels)
-        seen = {label_key(label) for label in known}
-        for label in new_labels:
-            if label_key(label) not in seen:
-                seen.add(label_key(label))
-                known.append(label)
-        return label_array(known)
+    _known_labels = staticmethod(known_labels)
 
     def _statistics_by_client(self, X, y, sample_weight, labels, rows):
         """Compute each client's statistics from its own rows (one at a time)."""
@@ -605,4 +595,3 @@ class BaseFederatedRidge(
             self, X, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32], reset=False
         )
         return safe_sparse_dot(X, np.asarray(self.coef_).T, dense_output=True) + self.intercept_
-

@@ -24,7 +24,7 @@ import warnings
 from numbers import Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, is_classifier
 from sklearn.metrics import (
     check_scoring,
     explained_variance_score,
@@ -296,16 +296,13 @@ def _unpack(fields, arrays, site):
     return named
 
 
-def _checked_array(frame, name, shape, site, *, finite=False):
-    # Leave-one-out sums may be inf/NaN where a row's leverage is 1 (as in RidgeCV);
-    # predictions, targets and weights never are.
+def _checked_array(frame, name, shape, site):
     array = frame.arrays.get(name)
-    if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape):
+    if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape
+            and np.all(np.isfinite(array))):
         raise InvalidClientMessage(
-            f"client {site!r}: {name} must be a float64 array of shape {shape}.", site
+            f"client {site!r}: {name} must be a finite float64 array of shape {shape}.", site
         )
-    if finite and not np.isfinite(array).all():
-        raise InvalidClientMessage(f"client {site!r}: {name} holds NaN or infinity.", site)
     return array
 
 
@@ -545,7 +542,7 @@ class FederatedRidgeCVServer(StatisticsServer):
             if stats.n_features != frame.schema["n_features"]:
                 problem = (f"statistics have {stats.n_features} features, expected "
                            f"{frame.schema['n_features']}")
-            elif stats.n_targets != frame.schema.get("n_targets"):
+            elif stats.n_targets != self._expected_targets(frame):
                 problem = f"statistics have {stats.n_targets} targets, its schema says otherwise"
             elif stats.centered != bool(self.estimator.fit_intercept):
                 problem = (f"statistics are {'centered' if stats.centered else 'uncentered'} "
@@ -576,6 +573,10 @@ class FederatedRidgeCVServer(StatisticsServer):
             raise InvalidClientMessage(f"client {site!r}: unexpected fold statistics.", site)
         return named
 
+    def _expected_targets(self, frame):
+        """Number of targets the statistics of a reply must have: its schema's."""
+        return frame.schema.get("n_targets")
+
     def _read_sums(self, site, frame):
         t, A = self._aggregate.n_targets, len(self._alphas)
         count, weight = frame.fields.get("count"), frame.fields.get("weight")
@@ -598,8 +599,8 @@ class FederatedRidgeCVServer(StatisticsServer):
         if kept is not None:
             rows = _checked_array(frame, "rows", (count, t, A), site)
         if kept == "scoring":
-            targets = _checked_array(frame, "targets", (count, t), site, finite=True)
-            weights = _checked_array(frame, "weights", (count,), site, finite=True)
+            targets = _checked_array(frame, "targets", (count, t), site)
+            weights = _checked_array(frame, "weights", (count,), site)
         return sums, rows, targets, weights
 
     def _read_predictions(self, site, frame):
@@ -607,7 +608,7 @@ class FederatedRidgeCVServer(StatisticsServer):
         parsed = {}
         for key, count in self._expected_predictions[label_key(site)].items():
             parsed[key] = tuple(
-                _checked_array(frame, f"{name}{key}", shape, site, finite=True)
+                _checked_array(frame, f"{name}{key}", shape, site)
                 for name, shape in (("predictions", (count, t, A)), ("targets", (count, t)),
                                     ("weights", (count,)))
             )
@@ -1106,6 +1107,17 @@ class FederatedRidgeCV(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
+        server, names = self._cv_server(X, y, clients, labels, rows)
+        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        return self
+
+    def _cv_server(self, X, y, clients, labels, rows):
+        """The server of a fit, told each site's rows' positions and, for a splitter, folds.
+
+        The splitter runs on the pooled rows (stratified for a classifier, as
+        in scikit-learn), with the clients as its groups. Returns ``(server,
+        feature names)``.
+        """
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
         server = self.make_server(feature_names=names)
@@ -1122,15 +1134,15 @@ class FederatedRidgeCV(BaseFederatedRidge):
                     groups[client_rows] = index
             with warnings.catch_warnings():  # clients always go in as groups
                 warnings.filterwarnings("ignore", "The groups parameter is ignored")
-                splits = list(check_cv(self.cv).split(X, y, groups=groups))
+                splitter = check_cv(self.cv, y, classifier=is_classifier(self))
+                splits = list(splitter.split(X, y, groups=groups))
             codes = np.zeros((X.shape[0], len(splits)), dtype=np.int8)
             for j, (train, test) in enumerate(splits):
                 codes[train, j] = 1
                 codes[test, j] = 2
             server.folds = {key: codes[where] for key, where in server.positions.items()}
             server.test_order = [np.asarray(test) for _, test in splits]
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
-        return self
+        return server, names
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic

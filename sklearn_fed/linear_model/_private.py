@@ -745,6 +745,8 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     }
 
     _server_role = PrivateServer
+    # Set by fit from the simulated sites' counts, not by the server.
+    _simulation_only_attributes = ("clipped_share_",)
     _client_role = PrivateClient
 
     @property

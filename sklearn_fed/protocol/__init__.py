@@ -13,13 +13,17 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 - :class:`SitePolicy`: what a site agrees to compute.
 - :class:`FeatureSchema`: the features a task expects.
 - :class:`CommunicationLedger`: bytes sent, from real message sizes.
+- :func:`encode_values`, :func:`encode_state`: label sets and fitted
+  attributes on the wire; :func:`nest`: a step's message inside a pipeline's.
 """
 
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
+from ._nested import nest, unnest
 from ._roles import BlockwiseClient, Client, FederatedMixin, Server, SitePolicy
-from ._schema import FeatureSchema, check_site_data
+from ._schema import FeatureSchema, check_site_data, match_columns
 from ._simulate import atomic, run_simulation, simulate_through_bytes
+from ._values import decode_state, decode_values, encode_state, encode_values
 from ._wire import (
     Frame,
     SymmetricMatrix,
@@ -45,11 +49,18 @@ __all__ = [
     "atomic",
     "check_site_data",
     "decode",
+    "decode_state",
+    "decode_values",
     "encode",
+    "encode_state",
+    "encode_values",
     "fedavg_bytes",
     "label_key",
+    "match_columns",
+    "nest",
     "plain_label",
     "run_simulation",
     "simulate_through_bytes",
     "sorted_labels",
+    "unnest",
 ]

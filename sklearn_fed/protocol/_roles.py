@@ -159,14 +159,23 @@ class Client(ABC):
             raise InvalidClientMessage(f"server: {exc}", "server") from exc
         if self.needs_y and y is None:
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
-        X, y, sample_weight, names = check_site_data(
-            X, y, sample_weight, schema=schema, site=task.site,
-            accept_sparse=self.accept_sparse, y_numeric=self.y_numeric,
-            ensure_min_samples=0 if self.accepts_no_rows else 1,
-        )
+        X, y, sample_weight, names = self._check_rows(X, y, sample_weight, schema, task.site)
         if self.policy is not None:
             self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
         return self._reply(task, X, y, sample_weight, None, names)
+
+    def _check_rows(self, X, y, sample_weight, schema, site):
+        """Validate this site's rows against the task's schema, before anything is computed.
+
+        Numeric, finite rows by default (:func:`check_site_data`); roles of
+        estimators that take categories or missing values override it.
+        Returns ``(X, y, sample_weight, names)``.
+        """
+        return check_site_data(
+            X, y, sample_weight, schema=schema, site=site,
+            accept_sparse=self.accept_sparse, y_numeric=self.y_numeric,
+            ensure_min_samples=0 if self.accepts_no_rows else 1,
+        )
 
     def _check_task(self, task):
         if task.kind != f"{self.protocol}/task":
@@ -422,6 +431,19 @@ class Server(ABC):
     def _receive_frames(self, frames, sizes, failures=None):
         if self._open is None:
             raise RuntimeError("no round is open: call next_tasks() before receive().")
+        parsed, failures = self._parse_round(frames, failures)
+        if failures and self.on_invalid == "raise":
+            raise next(iter(failures.values()))
+        if not parsed:
+            raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
+        self._commit_round(frames, parsed, sizes, failures)
+
+    def _parse_round(self, frames, failures=None):
+        """Check and parse every reply of the open round; returns ``(parsed, failures)``.
+
+        Nothing is applied: a composite protocol parses all its parts'
+        replies before it commits any (see :meth:`_commit_round`).
+        """
         failures = dict(failures or {})
         parsed = {}
         for site, frame in frames.items():
@@ -434,10 +456,10 @@ class Server(ABC):
         for site, exc in self._cross_check(parsed).items():
             failures[site] = exc
             del parsed[site]
-        if failures and self.on_invalid == "raise":
-            raise next(iter(failures.values()))
-        if not parsed:
-            raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
+        return parsed, failures
+
+    def _commit_round(self, frames, parsed, sizes, failures):
+        """Apply a parsed round: the new model, the ledger, then the next round id."""
         ledger = self._ledger.copy() if self._ledger is not None else CommunicationLedger()
         ledger.record_round(
             {site: n_bytes for site, n_bytes in self._open.values()},

@@ -15,7 +15,7 @@ from sklearn.utils import check_array
 
 from .._compat import _check_sample_weight
 
-__all__ = ["FeatureSchema", "check_site_data", "reply_schema"]
+__all__ = ["FeatureSchema", "check_site_data", "match_columns", "reply_schema"]
 
 
 def _names_digest(names):
@@ -112,7 +112,7 @@ def reply_schema(X, names, y=None, *, send_names=False):
         "n_features": int(X.shape[1]),
         "names": _names_digest(names),
         "n_targets": n_targets,
-        "dtype": "float32" if X.dtype == np.float32 else "float64",
+        "dtype": "float32" if getattr(X, "dtype", None) == np.float32 else "float64",
     }
     if send_names and names is not None:
         schema["feature_names"] = list(names)
@@ -125,6 +125,60 @@ def _column_names(X):
         return None
     names = [str(c) for c in columns]
     return names
+
+
+def match_columns(X, schema=None, *, site=None):
+    """Reorder a site's DataFrame to the federation's feature names; nothing else.
+
+    The first step of :func:`check_site_data`, and all a site does before
+    handing non-numeric tables (categories, text) to an estimator's own
+    validation.
+
+    Parameters
+    ----------
+    X : array-like or DataFrame
+    schema : FeatureSchema, default=None
+    site : hashable, default=None
+        Named in the error when a column is missing or unexpected (``None``:
+        the error is not prefixed, for callers that prefix it themselves).
+
+    Returns
+    -------
+    X : array-like or DataFrame
+        A DataFrame's columns in the schema's order; anything else as given.
+    names : list of str or None
+        The feature names used, in order.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"b": ["x"], "a": [1]})
+    >>> X, names = match_columns(frame, FeatureSchema(feature_names=["a", "b"]))
+    >>> list(X.columns), names
+    (['a', 'b'], ['a', 'b'])
+    """
+    schema = FeatureSchema() if schema is None else schema
+    names = _column_names(X)
+    if schema.feature_names is not None and names is not None:
+        expected = list(schema.feature_names)
+        missing = [n for n in expected if n not in names]
+        extra = [n for n in names if n not in set(expected)]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing columns {missing}")
+            if extra:
+                parts.append(f"unexpected columns {extra}")
+            message = (
+                f"the table does not match the federation's features: {' and '.join(parts)}."
+            )
+            raise ValueError(message if site is None else f"site {site!r}: {message}")
+        if names != expected:
+            X = X[[X.columns[names.index(n)] for n in expected]]
+        names = expected
+    elif names is None:
+        names = None if schema.feature_names is None else list(schema.feature_names)
+    return X, names
 
 
 def check_site_data(
@@ -170,26 +224,7 @@ def check_site_data(
     where = "site data" if site is None else f"site {site!r}"
     schema = FeatureSchema() if schema is None else schema
     try:
-        names = _column_names(X)
-        if schema.feature_names is not None and names is not None:
-            expected = list(schema.feature_names)
-            missing = [n for n in expected if n not in names]
-            extra = [n for n in names if n not in set(expected)]
-            if missing or extra:
-                parts = []
-                if missing:
-                    parts.append(f"missing columns {missing}")
-                if extra:
-                    parts.append(f"unexpected columns {extra}")
-                raise ValueError(
-                    f"the table does not match the federation's features: "
-                    f"{' and '.join(parts)}."
-                )
-            if names != expected:
-                X = X[[X.columns[names.index(n)] for n in expected]]
-            names = expected
-        elif names is None:
-            names = None if schema.feature_names is None else list(schema.feature_names)
+        X, names = match_columns(X, schema)
         X = check_array(
             X,
             accept_sparse=["csr", "csc", "coo"] if accept_sparse else False,

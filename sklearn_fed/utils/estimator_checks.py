@@ -36,7 +36,7 @@ import pickle
 import warnings
 
 import numpy as np
-from sklearn.base import clone, is_classifier
+from sklearn.base import BaseEstimator, clone, is_classifier
 
 from .._clients import group_rows_by_client
 from ..protocol import InvalidClientMessage, decode, encode
@@ -92,7 +92,12 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
     labels, rows = group_rows_by_client(clients, X.shape[0])
     labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
     keys = keys or {}
-    server = estimator.make_server(keys=keys, max_rounds=max_rounds)
+    # told the feature names when X is a table with named columns, as fit does
+    columns = getattr(X, "columns", None)
+    named = {}
+    if columns is not None and all(isinstance(c, str) for c in columns):
+        named["feature_names"] = [str(c) for c in columns]
+    server = estimator.make_server(keys=keys, max_rounds=max_rounds, **named)
     sites = {label: estimator.make_client(key=keys.get(label)) for label in labels}
     index = dict(zip(labels, rows))
     sent = {"tasks": {}, "replies": {}}
@@ -102,7 +107,8 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
         for site, task in tasks.items():
             r = index[site]
             weight = None if sample_weight is None else sample_weight[r]
-            reply = sites[site].respond(task, X[r], y[r], weight)
+            rows_X = X.iloc[r] if hasattr(X, "iloc") else X[r]
+            reply = sites[site].respond(task, rows_X, None if y is None else y[r], weight)
             if tamper is not None:
                 reply = tamper(site, reply)
             replies[site] = reply
@@ -113,11 +119,55 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
     return server, sent
 
 
+# Fitted attributes that describe the federation or the run (its timings), not the model.
+_FEDERATION_ATTRIBUTES = ("communication_", "clients_", "n_clients_", "round_history_")
+
+
 def _model_state(estimator):
-    """What must be identical between two runs: learned arrays."""
+    """What must be identical between two runs: every learned attribute, nested parts included.
+
+    A dict of the public fitted attributes (names ending in ``_``) but the
+    federation's own (ledger, clients) and the diagnostics only a simulation
+    can compute (an estimator's ``_simulation_only_attributes``); fitted
+    sub-estimators (pipeline steps, a column transformer's parts) are
+    replaced by their own state.
+    """
     if hasattr(estimator, "module_"):  # a torch network: its parameters
         return [p.detach().numpy().copy() for p in estimator.module_.parameters()]
-    return [np.asarray(estimator.coef_), np.asarray(estimator.intercept_)]
+    skip = _FEDERATION_ATTRIBUTES + tuple(getattr(estimator, "_simulation_only_attributes", ()))
+    state = {}
+    for name, value in sorted(vars(estimator).items()):
+        if name.endswith("_") and not name.startswith("_") and name not in skip:
+            state[name] = _plain_state(value)
+    if hasattr(estimator, "steps") and hasattr(estimator, "_final_estimator"):
+        state["steps"] = _plain_state([step for _, step in estimator.steps])
+    return state
+
+
+def _plain_state(value):
+    if isinstance(value, BaseEstimator):
+        return _model_state(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain_state(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain_state(item) for key, item in value.items()}
+    return value
+
+
+def _assert_close_state(a, b):
+    """Model states equal up to round-off: float arrays close, everything else equal."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (a, b)
+        for key in a:
+            _assert_close_state(a[key], b[key])
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_close_state(x, y)
+    elif isinstance(a, (np.ndarray, float, np.floating)) and np.asarray(a).dtype.kind == "f":
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    else:
+        np.testing.assert_equal(a, b)
 
 
 def _rounds_of(estimator):
@@ -132,8 +182,7 @@ def check_fit_equals_protocol_run(estimator):
         clone(estimator), X, y, clients, max_rounds=_rounds_of(estimator)
     )
     by_hand = server.estimator
-    for a, b in zip(_model_state(fitted), _model_state(by_hand), strict=True):
-        np.testing.assert_array_equal(a, b)
+    np.testing.assert_equal(_model_state(fitted), _model_state(by_hand))
     for method in ("predict", "predict_proba"):
         if hasattr(fitted, method):
             np.testing.assert_array_equal(getattr(fitted, method)(X), getattr(by_hand, method)(X))
@@ -169,12 +218,16 @@ def check_label_round_trip(estimator):
 
 
 def check_failed_fit_leaves_estimator_unchanged(estimator):
-    """A call that raises (NaN in X, a wrong number of features) changes nothing."""
+    """A call that raises (infinity in X, a wrong number of features) changes nothing.
+
+    Infinity rather than NaN: imputers, scalers and encoders take NaN as a
+    missing value, and no estimator takes infinity.
+    """
     X, y, clients = _data(estimator)
     fitted = clone(estimator).fit(X, y, clients=clients)
     before = pickle.dumps(fitted)
     bad_X = X.copy()
-    bad_X[5, 1] = np.nan
+    bad_X[5, 1] = np.inf
     calls = [functools.partial(fitted.fit, bad_X, y, clients=clients),
              functools.partial(fitted.fit, X, y, clients=clients[:-1])]
     if hasattr(fitted, "partial_fit"):
@@ -212,6 +265,7 @@ def check_bad_reply_rejects_round(estimator):
         raise AssertionError("a tampered reply was accepted")
     assert pickle.dumps(target) == before, "a rejected round changed the estimator"
 
+
 def _hostile_variants(frame):
     """What a dishonest site can send with a valid checksum: ``(what, fields, arrays)``."""
     fields, arrays = frame.fields, frame.arrays
@@ -246,8 +300,18 @@ def _hostile_variants(frame):
 
 
 def _finite_model(estimator):
-    values = [np.asarray(v, dtype=float) for v in _model_state(estimator)]
-    return all(np.all(np.isfinite(v)) for v in values)
+    return all(np.all(np.isfinite(v)) for v in _float_values(_model_state(estimator)))
+
+
+def _float_values(state):
+    """The floating-point arrays of a model state, nested parts included."""
+    if isinstance(state, dict):
+        state = list(state.values())
+    if isinstance(state, list):
+        for item in state:
+            yield from _float_values(item)
+    elif np.asarray(state).dtype.kind == "f":
+        yield np.asarray(state)
 
 
 def check_hostile_replies_are_refused(estimator, max_rounds_attacked=2):
@@ -301,11 +365,9 @@ def check_partition_invariance(estimator):
     if not getattr(estimator, "_exact_federation", False):
         return
     X, y, clients = _data(estimator)
-    one = clone(estimator).fit(X, y)
+    one = _model_state(clone(estimator).fit(X, y))
     for split in (clients, np.arange(X.shape[0]) % 7, np.arange(X.shape[0])):
-        many = clone(estimator).fit(X, y, clients=split)
-        for a, b in zip(_model_state(one), _model_state(many)):
-            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+        _assert_close_state(one, _model_state(clone(estimator).fit(X, y, clients=split)))
 
 
 _CHECKS = (

@@ -1,0 +1,274 @@
+"""FederatedSimpleImputer: column means, modes or constants from per-site aggregates."""
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.impute import SimpleImputer
+
+from .._compat import StrOptions, _encode, _get_mask, _unique
+from ..preprocessing._base import (
+    FederatedTransformerMixin,
+    OneRoundServer,
+    TransformerClient,
+)
+from ..protocol import (
+    InvalidClientMessage,
+    decode_state,
+    decode_values,
+    encode_values,
+    sorted_labels,
+)
+from ..statistics import ColumnMoments
+
+__all__ = ["FederatedSimpleImputer"]
+
+
+def _sparse_values(X, i):
+    """Values of column ``i`` of a CSC matrix stored explicitly, and its implicit zeros."""
+    stored = X.data[X.indptr[i] : X.indptr[i + 1]]
+    return stored, X.shape[0] - stored.shape[0]
+
+
+class SimpleImputerClient(TransformerClient):
+    """A site of :class:`FederatedSimpleImputer`.
+
+    Per column, the count of present (not missing) values, and for
+    ``"mean"`` their mean (:class:`~sklearn_fed.statistics.ColumnMoments` of
+    order 1), for ``"most_frequent"`` each distinct value's count; never a
+    row.
+    """
+
+    protocol = "impute.simple_imputer"
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        estimator = self.estimator
+        X, _ = self._site_rows(X, None, rows)
+        order = 1 if estimator.strategy == "mean" else 0
+        moments = ColumnMoments.from_data(X, order=order, missing_values=estimator.missing_values)
+        fields, arrays = moments.to_payload()
+        fields.update(n_samples=int(X.shape[0]), dtype=X.dtype.str, sparse=sp.issparse(X))
+        if estimator.strategy == "most_frequent":
+            fields["values"] = []
+            for i in range(X.shape[1]):
+                values, counts = estimator._value_counts(X, i)
+                fields["values"].append(encode_values(values, f"v{i}", arrays))
+                arrays[f"k{i}"] = counts
+        return fields, arrays
+
+
+class SimpleImputerServer(OneRoundServer):
+    """Server of :class:`FederatedSimpleImputer`: merge counts, means or value counts."""
+
+    protocol = "impute.simple_imputer"
+
+    def _read_reply(self, site, frame):
+        def fail(reason):
+            self._fail(site, reason)
+
+        estimator = self.estimator
+        fields = dict(frame.fields)
+        mode = estimator.strategy == "most_frequent"
+        expected = {"order", "n_samples", "dtype", "sparse"} | ({"values"} if mode else set())
+        n, sparse = fields.get("n_samples"), fields.get("sparse")
+        if set(fields) != expected or not (type(n) is int and 0 < n < 2**63) or (
+                type(sparse) is not bool):
+            fail(f"malformed imputer reply (fields {sorted(fields)}).")
+        try:
+            dtype = np.dtype(fields["dtype"])
+        except (TypeError, ValueError):
+            fail(f"malformed dtype {fields['dtype']!r}.")
+        if dtype.kind not in "iufO":
+            fail(f"dtype {dtype} is not one SimpleImputer accepts.")
+        d = frame.schema["n_features"]
+        names = {"n_samples", "weight_sum", "mean"} if estimator.strategy == "mean" else {
+            "n_samples", "weight_sum"}
+        moments = ColumnMoments.from_payload(
+            {"order": fields["order"]}, {k: v for k, v in frame.arrays.items() if k in names},
+            client=site, n_features=d, order=1 if estimator.strategy == "mean" else 0,
+        )
+        if np.any(moments.n_samples > n) or not np.array_equal(
+                moments.weight_sum, moments.n_samples.astype(np.float64)):
+            fail("its counts exceed its rows, or its weights are not its counts.")
+        counts = None
+        if mode:
+            counts = self._read_value_counts(fields["values"], frame.arrays, moments, d, fail)
+        elif set(frame.arrays) != names:
+            fail(f"unexpected arrays {sorted(set(frame.arrays) - names)}.")
+        return n, dtype, sparse, moments, counts
+
+    @staticmethod
+    def _read_value_counts(descriptors, arrays, moments, d, fail):
+        if not (isinstance(descriptors, list) and len(descriptors) == d):
+            fail(f"must give the value counts of {d} columns.")
+        parsed = []
+        for i, descriptor in enumerate(descriptors):
+            values = decode_values(descriptor, arrays, fail)
+            counts = arrays.get(f"k{i}")
+            if not (isinstance(counts, np.ndarray) and counts.dtype == np.int64
+                    and counts.shape == values.shape and np.all(counts > 0)):
+                fail(f"column {i}: counts must be positive int64, one per value.")
+            try:
+                distinct = _unique(values).size == values.size
+            except TypeError:
+                distinct = False
+            if not distinct or counts.sum() != moments.n_samples[i]:
+                fail(f"column {i}: values must be distinct and counted once per present row.")
+            parsed.append((values, counts))
+        return parsed
+
+    def _apply(self, replies, ledger):
+        estimator = self.estimator
+        labels = sorted_labels(replies)
+        parts = [replies[site] for site in labels]
+        n_rows = sum(part[0] for part in parts)
+        dtype = np.result_type(*[part[1] for part in parts])
+        sparse = all(part[2] for part in parts)
+        moments = self._merged({site: replies[site][3] for site in labels})
+        value_counts = None
+        if estimator.strategy == "most_frequent":
+            value_counts = [[part[4][i] for part in parts] for i in range(moments.n_features)]
+        fitted = estimator._fitted_from(n_rows, moments, value_counts, dtype, sparse)
+        # commit
+        for name, value in fitted.items():
+            setattr(estimator, name, value)
+        estimator._commit_protocol(self, replies, ledger, moments.n_features)
+
+
+class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
+    """:class:`~sklearn.impute.SimpleImputer` (mean, most_frequent, constant) from site aggregates.
+
+    Each site sends, per column, how many values are present, and for
+    ``strategy="mean"`` their mean (merged exactly, Chan et al.), for
+    ``"most_frequent"`` how often each distinct value occurs (summed by the
+    server; ties go to the smallest value, as SimpleImputer). The server
+    sets ``statistics_`` and the ``indicator_`` of ``add_indicator=True``
+    (columns with a missing value) as SimpleImputer on the pooled rows.
+    ``"median"`` is not offered: an exact pooled median needs the sites'
+    values, not a fixed-size aggregate.
+
+    Read more in the :ref:`User Guide <federated_pipelines>`.
+
+    Parameters
+    ----------
+    missing_values : int, float, str, np.nan, None or pandas.NA, default=np.nan
+    strategy : {"mean", "most_frequent", "constant"}, default="mean"
+    fill_value : str or numerical value, default=None
+    copy : bool, default=True
+    add_indicator : bool, default=False
+    keep_empty_features : bool, default=False
+        As in :class:`~sklearn.impute.SimpleImputer`.
+
+    Attributes
+    ----------
+    statistics_, indicator_, n_features_in_, feature_names_in_
+        As in :class:`~sklearn.impute.SimpleImputer`, for the pooled rows.
+    clients_ : ndarray of shape (`n_clients_`,)
+    n_clients_ : int
+    communication_ : CommunicationLedger
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.impute import FederatedSimpleImputer
+    >>> X = np.array([[1.0, np.nan], [np.nan, 4.0], [3.0, 6.0]])
+    >>> imp = FederatedSimpleImputer().fit(X, clients=["a", "b", "b"])
+    >>> imp.statistics_, imp.transform([[np.nan, np.nan]])
+    (array([2., 5.]), array([[2., 5.]]))
+    """
+
+    _parameter_constraints: dict = {
+        **SimpleImputer._parameter_constraints,
+        "strategy": [StrOptions({"mean", "most_frequent", "constant"})],
+    }
+    _server_role = SimpleImputerServer
+    _client_role = SimpleImputerClient
+    _broadcast_attributes = ("statistics_", "_fit_dtype", "_fill_dtype")
+
+    def _validate_rows(self, X, *, reset):
+        return self._validate_input(X, in_fit=True)
+
+    def _value_counts(self, X, i):
+        """Distinct present values of column ``i`` (sorted as scikit-learn sorts) and counts."""
+        if sp.issparse(X):
+            column, zeros = _sparse_values(X, i)
+        else:
+            column, zeros = X[:, i], 0
+        column = column[~_get_mask(column, self.missing_values)]
+        if zeros:
+            column = np.concatenate([column, np.zeros(zeros, dtype=column.dtype)])
+        if column.size == 0:
+            return column, np.zeros(0, dtype=np.int64)
+        values, counts = _unique(column, return_counts=True)
+        return values, np.asarray(counts, dtype=np.int64)
+
+    def _fitted_from(self, n_rows, moments, value_counts, dtype, sparse):
+        """SimpleImputer's fitted attributes from the merged aggregates."""
+        present = moments.n_samples
+        empty = present == 0
+        if self.fill_value is None:
+            fill_value = 0 if dtype.kind in "iuf" else "missing_value"
+        else:
+            fill_value = self.fill_value
+        if self.strategy == "constant":
+            if sparse:  # SimpleImputer's sparse fit keeps float statistics
+                statistics = np.empty(len(present))
+                statistics.fill(fill_value)
+            else:
+                statistics = np.full(len(present), fill_value, dtype=object)
+            if not self.keep_empty_features:
+                statistics[empty] = np.nan
+        elif self.strategy == "mean":
+            statistics = np.where(empty, 0.0 if self.keep_empty_features else np.nan,
+                                  moments.mean)
+        else:
+            statistics = np.empty(len(present), dtype=object if dtype.kind == "O" else None)
+            for i, parts in enumerate(value_counts):
+                statistics[i] = self._most_frequent(parts, empty[i])
+        return {
+            "statistics_": statistics,
+            "_fit_dtype": dtype,
+            "_fill_dtype": dtype,
+            "indicator_": self._indicator(n_rows > present),
+        }
+
+    def _most_frequent(self, parts, empty):
+        """The most frequent value of the merged counts; ties: the smallest, as SimpleImputer."""
+        if empty:
+            return 0 if self.keep_empty_features else np.nan
+        values = np.concatenate([v for v, _ in parts])
+        union = _unique(values)
+        total = np.zeros(union.shape[0], dtype=np.int64)
+        for site_values, counts in parts:
+            np.add.at(total, _encode(site_values, uniques=union, check_unknown=False), counts)
+        return union[int(np.argmax(total))]  # union is sorted: the first maximum is the smallest
+
+    def _indicator(self, has_missing):
+        """The fitted MissingIndicator of ``add_indicator``: the columns with a missing value."""
+        scratch = SimpleImputer(missing_values=self.missing_values,
+                                add_indicator=self.add_indicator)
+        scratch._fit_indicator(np.asarray(has_missing, dtype=bool)[None, :])
+        return scratch.indicator_
+
+    def _broadcast_state(self):
+        fields, arrays = super()._broadcast_state()
+        if self.indicator_ is not None:
+            fields["indicator_features"] = {"values": encode_values(
+                self.indicator_.features_, "indicator_features", arrays)}
+        return fields, arrays
+
+    def _load_broadcast_state(self, fields, arrays):
+        fields = dict(fields)
+        features = fields.pop("indicator_features", None)
+        super()._load_broadcast_state(fields, arrays)
+        has_missing = np.zeros(self.n_features_in_, dtype=bool)
+        if features is not None:
+
+            def fail(reason):
+                raise InvalidClientMessage(f"server: {reason}", "server")
+
+            index = decode_state({"f": features}, arrays, ["f"], fail)["f"]
+            if index.dtype.kind not in "iu" or np.any(index < 0) or np.any(
+                    index >= self.n_features_in_):
+                fail("malformed indicator features.")
+            has_missing[index] = True
+        self.indicator_ = self._indicator(has_missing)
+        return self

@@ -1,0 +1,236 @@
+"""The first round of every federated classifier: the sites agree on the classes.
+
+A classifier cannot encode its labels before it knows all classes, and a
+site knows only its own. So every classifier protocol starts with a
+``"classes"`` round: each site sends its set of labels (and, only for
+``class_weight="balanced"``, how many rows each has); the server takes the
+sorted union (scikit-learn's ``classes_``) and the class weights, and every
+later task carries them, so each site encodes its labels identically.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
+
+from .._clients import group_rows_by_client, take_clients
+from .._compat import _check_sample_weight, _check_unknown, _encode, _unique, validate_data
+from ..protocol import (
+    Client,
+    InvalidClientMessage,
+    decode_values,
+    encode_values,
+    sorted_labels,
+)
+from ._base import task_field
+
+__all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_labelled"]
+
+
+def validate_labelled(estimator, X, y, sample_weight, clients):
+    """A classifier's ``fit`` input, validated once for all rows, and each site's rows."""
+    clients = take_clients(estimator, X, clients)
+    X, y = validate_data(
+        estimator, X, y, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32],
+        y_numeric=False,
+    )
+    check_classification_targets(y)
+    if sp.issparse(X):
+        X = X.tocsr()  # each site's rows are sliced out of X
+    if sample_weight is not None:
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
+    labels, rows = group_rows_by_client(clients, X.shape[0])
+    return X, y, sample_weight, labels, rows
+
+
+def class_weights(class_weight, classes, counts):
+    """One weight per class, as ``compute_class_weight`` gives on the pooled labels.
+
+    ``counts`` (rows, or sample weights, per class, summed over sites) is
+    needed only for ``"balanced"``: ``sum(counts) / (n_classes * counts)``.
+
+    Examples
+    --------
+    >>> class_weights("balanced", np.array(["a", "b"]), np.array([3, 1]))
+    array([0.66666667, 2.        ])
+    """
+    if class_weight is None:
+        return np.ones(len(classes))
+    if isinstance(class_weight, str) and class_weight == "balanced":
+        return counts.sum() / (len(classes) * counts.astype(np.float64))
+    return compute_class_weight(class_weight, classes=classes, y=classes)
+
+
+def _server_error(reason):
+    raise InvalidClientMessage(f"server: {reason}", "server")
+
+
+class ClassesClient(Client):
+    """A site of a classifier's protocol: answers the classes round, then encodes its labels.
+
+    Subclasses implement ``_compute_encoded(task, X, index, weight, classes)``
+    for the later rounds: ``X`` and ``index`` (each row's class position)
+    are this site's rows, ``weight`` each row's sample weight times its class
+    weight.
+    """
+
+    y_numeric = False
+
+    def _check_rows(self, X, y, sample_weight, schema, site):
+        X, y, sample_weight, names = super()._check_rows(X, y, sample_weight, schema, site)
+        try:
+            y = column_or_1d(y, warn=True)
+            check_classification_targets(y)
+        except ValueError as exc:
+            raise ValueError(f"site {site!r}: {exc}") from exc
+        return X, y, sample_weight, names
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        step = task_field(task, "step", str)
+        if rows is not None:
+            X, y = X[rows], y[rows]
+            sample_weight = None if sample_weight is None else sample_weight[rows]
+        if step == "classes":
+            classes, counts = _unique(y, return_counts=True)
+            arrays = {}
+            fields = {"step": "classes", "n_samples": int(y.shape[0]),
+                      "classes": encode_values(classes, "classes", arrays)}
+            how = task_field(task, "counts", str)
+            if how == "rows":
+                arrays["class_counts"] = np.asarray(counts, dtype=np.int64)
+            elif how == "weights":  # balanced by sample weight, as LogisticRegression
+                index = _encode(y, uniques=classes, check_unknown=False)
+                weight = np.ones(y.shape[0]) if sample_weight is None else sample_weight
+                arrays["class_counts"] = np.bincount(index, weight, minlength=classes.shape[0])
+            elif how != "none":
+                _server_error(f"unknown counts request {how!r}.")
+            extra_fields, extra_arrays = self._classes_extra(task, X, y, sample_weight)
+            fields.update(extra_fields)
+            arrays.update(extra_arrays)
+            return fields, arrays
+        classes = decode_values(task.fields.get("classes"), task.arrays, _server_error)
+        weights = task.arrays.get("class_weight")
+        if not (isinstance(weights, np.ndarray) and weights.dtype == np.float64
+                and weights.shape == classes.shape and np.all(np.isfinite(weights))
+                and np.all(weights >= 0)):
+            _server_error("class_weight must be one finite non-negative float per class.")
+        unknown = _check_unknown(y, classes)
+        if len(unknown):
+            raise ValueError(
+                f"site {task.site!r}: labels {np.asarray(unknown).tolist()} are not among the "
+                "federation's classes (they changed since the classes round)."
+            )
+        index = _encode(y, uniques=classes, check_unknown=False)
+        weight = weights[index] if sample_weight is None else weights[index] * sample_weight
+        return self._compute_encoded(task, X, index, weight, classes)
+
+    def _classes_extra(self, task, X, y, sample_weight):
+        """Hook: what more the classes round asks of a site, as ``(fields, arrays)``."""
+        return {}, {}
+
+
+class ClassesServerMixin:
+    """Server side of the classes round (mixed in before a :class:`~sklearn_fed.protocol.Server`).
+
+    Until the classes are known, ``_plan`` asks for them and ``_apply``
+    merges them; afterwards ``classes_`` and ``class_weight_`` (one weight
+    per class) are set on the server and the subclass's hooks
+    ``_plan_classified``, ``_read_classified`` and ``_apply_classified`` run.
+    """
+
+    classes_ = None
+    #: ``"balanced"`` counts rows per class ("rows") or sums sample weights ("weights").
+    _balance_by = "rows"
+
+    def _plan(self, sites):
+        if self.classes_ is None:
+            counts = self._balance_by if isinstance(self.estimator.class_weight, str) else "none"
+            fields, arrays = self._classes_task_extra()
+            fields.update(step="classes", counts=counts)
+            return {site: (dict(fields), dict(arrays)) for site in sites}
+        return self._plan_classified(sites)
+
+    def _classes_task_extra(self):
+        """Hook: more fields and arrays for the classes task; none by default."""
+        return {}, {}
+
+    def _classes_extra_keys(self):
+        """Hook: the fields and arrays a classes reply carries besides the classes."""
+        return frozenset(), frozenset()
+
+    def _classes_task(self):
+        """Fields and arrays every later task carries: the classes and their weights."""
+        arrays = {"class_weight": self.class_weight_}
+        return {"classes": encode_values(self.classes_, "classes", arrays)}, arrays
+
+    def _read_reply(self, site, frame):
+        if self.classes_ is not None:
+            return self._read_classified(site, frame)
+
+        def fail(reason):
+            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
+
+        fields = frame.fields
+        n = fields.get("n_samples")
+        extra_fields, extra_arrays = self._classes_extra_keys()
+        if set(fields) != {"step", "n_samples", "classes"} | extra_fields or (
+                fields["step"] != "classes" or not (type(n) is int and 0 < n < 2**63)):
+            fail("malformed classes reply.")
+        classes = decode_values(fields["classes"], frame.arrays, fail)
+        counts = frame.arrays.get("class_counts")
+        balanced = isinstance(self.estimator.class_weight, str)
+        expected = ({"class_counts"} if balanced else set()) | extra_arrays
+        if "array" in fields["classes"]:
+            expected.add(fields["classes"]["array"])
+        if set(frame.arrays) != expected:
+            fail("unexpected arrays in a classes reply.")
+        try:
+            distinct = 0 < classes.size <= n and _unique(classes).size == classes.size
+        except TypeError:
+            distinct = False
+        if not distinct:
+            fail("its classes must be distinct labels, at most one per row.")
+        if balanced and self._balance_by == "rows" and not (
+                counts.dtype == np.int64 and counts.shape == classes.shape
+                and np.all(counts > 0) and counts.sum() == n):
+            fail("class counts must be positive and add up to its rows.")
+        if balanced and self._balance_by == "weights" and not (
+                counts.dtype == np.float64 and counts.shape == classes.shape
+                and np.all(np.isfinite(counts)) and np.all(counts >= 0)
+                and np.all(counts <= 1e75)):
+            fail("class weight sums must be finite and non-negative, one per class.")
+        return classes, counts, self._read_classes_extra(site, frame, classes)
+
+    def _read_classes_extra(self, site, frame, classes):
+        """Hook: parse what ``_classes_extra`` added to a classes reply; nothing by default."""
+
+    def _apply(self, replies, ledger):
+        if self.classes_ is not None:
+            return self._apply_classified(replies, ledger)
+        labels = sorted_labels(replies)
+        try:
+            classes = _unique(np.concatenate([replies[site][0] for site in labels]))
+        except TypeError as exc:
+            raise InvalidClientMessage(
+                f"client {labels[-1]!r}: the sites' labels mix strings and numbers.", labels[-1]
+            ) from exc
+        counts = None
+        if isinstance(self.estimator.class_weight, str):
+            counts = np.zeros(classes.shape[0], dtype=replies[labels[0]][1].dtype)
+            for site in labels:
+                site_classes, site_counts, _ = replies[site]
+                np.add.at(counts, _encode(site_classes, uniques=classes), site_counts)
+        self.class_weight_ = np.asarray(
+            class_weights(self.estimator.class_weight, classes, counts), dtype=np.float64
+        )
+        self.classes_ = classes
+        self._after_classes(replies, ledger)
+
+    def _after_classes(self, replies, ledger):
+        """Hook: what a protocol learns from the classes round besides the classes.
+
+        ``replies[site][2]`` is what :meth:`_read_classes_extra` parsed.
+        """

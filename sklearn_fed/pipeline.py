@@ -1,0 +1,408 @@
+"""FederatedPipeline: a whole pipeline as one protocol, every step fitted where the rows are.
+
+A scikit-learn :class:`~sklearn.pipeline.Pipeline` fits step ``i`` on the
+output of steps ``0..i-1``. Federated, that output exists only at the
+sites, so each round fits one step: the server broadcasts the fitted models
+of the steps before it, every site transforms its own rows through them
+and answers the step's task with the step's own client, and the step's
+server applies the replies as it would alone. A pipeline of ``k`` one-round
+steps takes ``k`` rounds (a classifier adds its rounds); a
+:class:`~sklearn_fed.compose.FederatedColumnTransformer` fits all its
+transformers in the same rounds.
+"""
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.pipeline import Pipeline
+from sklearn.utils import _safe_indexing
+from sklearn.utils._available_if import available_if
+from sklearn.utils._set_output import _get_output_config
+from sklearn.utils.validation import _num_samples
+
+from ._clients import known_labels
+from ._compat import _check_sample_weight, _fit_context
+from ._composite import (
+    answer_part,
+    check_federated,
+    load_fitted,
+    parse_parts,
+    prefixed,
+    simulate_composite,
+    site_table,
+    site_targets,
+    take_prefixed,
+)
+from .linear_model._base import task_field
+from .protocol import (
+    Client,
+    FederatedMixin,
+    InvalidClientMessage,
+    Server,
+    atomic,
+    match_columns,
+    nest,
+    unnest,
+)
+
+__all__ = ["FederatedPipeline", "make_federated_pipeline"]
+
+
+def _skipped(step):
+    return step is None or (isinstance(step, str) and step == "passthrough")
+
+
+def output_schema(fitted):
+    """The feature schema of ``fitted.transform``'s output: names when it outputs DataFrames."""
+    try:
+        names = [str(name) for name in fitted.get_feature_names_out()]
+    except (AttributeError, ValueError, TypeError):
+        return {}
+    pandas = _get_output_config("transform", fitted)["dense"] == "pandas"
+    return {"feature_names": names if pandas else None, "n_features": len(names)}
+
+
+def _server_error(reason):
+    raise InvalidClientMessage(f"server: {reason}", "server")
+
+
+class PipelineClient(Client):
+    """A site of a :class:`FederatedPipeline`.
+
+    For the task of step ``i`` it rebuilds steps ``0..i-1`` from the
+    broadcast models, transforms its rows through them (scikit-learn's own
+    ``transform``), and answers step ``i``'s task with step ``i``'s client.
+    """
+
+    protocol = "pipeline"
+    needs_y = False
+
+    def _check_rows(self, X, y, sample_weight, schema, site):
+        X, names = match_columns(X, schema, site=site)
+        try:
+            X, y = site_table(X), site_targets(y)
+            n_rows = _num_samples(X)
+            if y is not None and _num_samples(y) != n_rows:
+                raise ValueError(f"X has {n_rows} rows but y has {_num_samples(y)}.")
+            if sample_weight is not None:
+                sample_weight = _check_sample_weight(
+                    sample_weight, np.empty((n_rows, 0)), dtype=np.float64,
+                    ensure_non_negative=True,
+                )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"site {site!r}: {exc}") from exc
+        return X, y, sample_weight, names
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        steps = self.estimator.steps
+        index = task_field(task, "step", int)
+        weighted = task_field(task, "weighted", bool)
+        fitted = task.fields.get("fitted")
+        if not (0 <= index < len(steps) and isinstance(fitted, list) and len(fitted) == index):
+            _server_error("malformed pipeline task (step index or fitted models).")
+        if rows is not None:
+            X = _safe_indexing(X, rows)
+            y = None if y is None else _safe_indexing(y, rows)
+            sample_weight = None if sample_weight is None else sample_weight[rows]
+        for j, fields in enumerate(fitted):
+            template = steps[j][1]
+            if _skipped(template):
+                continue
+            X = load_fitted(template, fields, take_prefixed(task.arrays, f"f{j}.")).transform(X)
+        meta, arrays = answer_part(
+            steps[index][1], task.fields.get("task"), task.arrays, "t.", X, y,
+            sample_weight if weighted else None, site=task.site, policy=self.policy,
+        )
+        return {"step": index, "reply": meta}, arrays
+
+
+class PipelineServer(Server):
+    """Server of a :class:`FederatedPipeline`: runs each step's server in turn.
+
+    Steps are fitted on copies and committed to the pipeline together when
+    the last one is done, so a failed round leaves the pipeline as it was.
+
+    Parameters
+    ----------
+    estimator : FederatedPipeline
+    weighted_steps : sequence of str, default=()
+        Names of the steps that fit with the sites' sample weights (as
+        scikit-learn routes ``sample_weight`` to the steps that ask for it).
+    **kwargs
+        See :class:`~sklearn_fed.protocol.Server`.
+    """
+
+    protocol = "pipeline"
+
+    def __init__(self, estimator, *, weighted_steps=(), **kwargs):
+        super().__init__(estimator, **kwargs)
+        estimator._validate_steps()
+        last = len(estimator.steps) - 1
+        for i, (name, step) in enumerate(estimator.steps):
+            check_federated(step, name, transformer=i < last)
+        names = {name for name, _ in estimator.steps}
+        unknown = set(weighted_steps) - names
+        if unknown:
+            raise ValueError(f"weighted_steps names unknown steps {sorted(unknown)}.")
+        self.weighted_steps = frozenset(weighted_steps)
+        self.parts = [step if _skipped(step) else clone(step) for _, step in estimator.steps]
+        self._index = -1
+        self._part = None  # the server of the step being fitted
+        self._broadcasts = []  # (fields, arrays) of each fitted step before it
+        self._sites = []
+
+    def _plan(self, sites):
+        while True:
+            if self._part is not None:
+                frames = self._part._next_frames(sites)
+                if frames:
+                    return {site: self._wrap(frame) for site, frame in frames.items()}
+                self._finish_step()
+            if not self._next_step():
+                self._commit()
+                return {}
+
+    def _next_step(self):
+        """Make the server of the next step to fit; False when every step is fitted."""
+        self._index += 1
+        while self._index < len(self.parts) and _skipped(self.parts[self._index]):
+            self._broadcasts.append(None)
+            self._index += 1
+        if self._index >= len(self.parts):
+            return False
+        if self._index == 0:
+            schema = {"feature_names": self.schema.feature_names,
+                      "n_features": self.schema.n_features}
+        else:
+            fitted = [p for p in self.parts[: self._index] if not _skipped(p)]
+            schema = output_schema(fitted[-1]) if fitted else {
+                "feature_names": self.schema.feature_names, "n_features": self.schema.n_features}
+        self._part = self.parts[self._index].make_server(
+            on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes, **schema
+        )
+        return True
+
+    def _finish_step(self):
+        fitted = self._part.estimator
+        self.parts[self._index] = fitted
+        if self._index < len(self.parts) - 1:
+            self._broadcasts.append(fitted._broadcast_state())
+        self._part = None
+
+    def _wrap(self, frame):
+        arrays = {}
+        fitted = [None if payload is None else prefixed(payload, f"f{j}.", arrays)
+                  for j, payload in enumerate(self._broadcasts)]
+        name = self.estimator.steps[self._index][0]
+        fields = {"step": self._index, "weighted": name in self.weighted_steps,
+                  "fitted": fitted, "task": nest(frame, "t.", arrays)}
+        return fields, arrays
+
+    def _read_reply(self, site, frame):
+        def fail(reason):
+            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
+
+        fields = frame.fields
+        if set(fields) != {"step", "reply"} or fields["step"] != self._index:
+            fail(f"expected a reply for step {self._index} of the pipeline.")
+        inner = unnest(fields["reply"], frame.arrays, "t.", site=site, fail=fail)
+        if set(frame.arrays) != {"t." + name for name in inner.arrays}:
+            fail("its arrays do not belong to its step's reply.")
+        return inner
+
+    def _apply(self, replies, ledger):
+        self.dropped_.update(parse_parts({self._index: self._part}, {self._index: replies},
+                                         self.on_invalid))
+        self._sites = list(known_labels(self._sites, replies))
+
+    def _commit(self):
+        estimator = self.estimator
+        ledger = self._ledger
+        ledger.n_parameters = sum(
+            part.communication_.n_parameters for part in self.parts
+            if hasattr(part, "communication_")
+        )
+        estimator.steps = [(name, part) for (name, _), part in zip(estimator.steps, self.parts)]
+        estimator.communication_ = ledger
+        estimator.clients_ = known_labels([], self._sites)
+        estimator.n_clients_ = len(estimator.clients_)
+
+
+class FederatedPipeline(FederatedMixin, Pipeline):
+    """A :class:`~sklearn.pipeline.Pipeline` of federated steps, fitted as one protocol.
+
+    Every step must be federated (an sklearn_fed estimator, a
+    :class:`~sklearn_fed.compose.FederatedColumnTransformer`, another
+    FederatedPipeline, or ``"passthrough"``): no step is ever fitted on
+    pooled rows. ``fit(X, y, clients=...)`` runs the protocol of
+    :mod:`sklearn_fed.pipeline` in process: one step at a time, the server
+    broadcasts the fitted steps before it, and each site transforms its own
+    rows and answers the step's task. The result equals the same pipeline
+    of scikit-learn estimators fitted on the pooled rows, and
+    ``make_server``/``make_client`` run it across real sites.
+
+    Everything else (``predict``, ``transform``, ``score``, indexing,
+    ``set_output``, ``get_feature_names_out``) is Pipeline's own.
+
+    Read more in the :ref:`User Guide <federated_pipelines>`.
+
+    Parameters
+    ----------
+    steps : list of (str, estimator) tuples
+        As in :class:`~sklearn.pipeline.Pipeline`.
+    transform_input, memory, verbose
+        Pipeline's; ``memory`` is not used (steps are fitted on copies,
+        then committed together).
+
+    Attributes
+    ----------
+    communication_ : CommunicationLedger
+        Bytes and rounds of the whole protocol (each step's own ledger has
+        its messages without the pipeline's envelope).
+    clients_ : ndarray of shape (`n_clients_`,)
+    n_clients_ : int
+
+    See Also
+    --------
+    make_federated_pipeline : Build one from estimators, names generated.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed import FederatedRidge
+    >>> from sklearn_fed.pipeline import make_federated_pipeline
+    >>> from sklearn_fed.preprocessing import FederatedStandardScaler
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(60, 3)) * 100, rng.normal(size=60)
+    >>> pipe = make_federated_pipeline(FederatedStandardScaler(), FederatedRidge())
+    >>> pipe.fit(X, y, clients=np.arange(60) % 3).communication_.rounds
+    2
+    >>> pipe[0].n_clients_, pipe.predict(X[:2]).shape
+    (3, (2,))
+    """
+
+    _server_role = PipelineServer
+    _client_role = PipelineClient
+
+    @property
+    def _exact_federation(self):
+        """Exact (any split of the rows gives the pooled model) when every step is."""
+        return all(getattr(step, "_exact_federation", False)
+                   for _, step in self.steps if not _skipped(step))
+
+    def make_server(self, *, weighted_steps=(), **kwargs):
+        """The server role of the pipeline's protocol; it fits this pipeline.
+
+        Parameters
+        ----------
+        weighted_steps : sequence of str, default=()
+            Steps fitted with the sites' sample weights.
+        **kwargs
+            See :meth:`sklearn_fed.protocol.FederatedMixin.make_server`.
+
+        Returns
+        -------
+        server : PipelineServer
+        """
+        return PipelineServer(self, weighted_steps=weighted_steps, **kwargs)
+
+    def _routed(self, params, clients):
+        """The sites' weights, the weighted steps and the clients from the routed params."""
+        routed = self._check_method_params(method="fit", props=params)
+        weights, weighted, found = None, [], []
+        for name, step in self.steps:
+            if _skipped(step):
+                continue
+            step_params = {**routed[name].get("fit_transform", {}), **routed[name].get("fit", {})}
+            for key, value in step_params.items():
+                if key == "sample_weight" and value is not None:
+                    if weights is not None and not np.array_equal(weights, value):
+                        raise ValueError(
+                            "a federated pipeline sends each site one sample_weight column; "
+                            f"step {name!r} was given different weights than {weighted[0]!r}."
+                        )
+                    weights = value
+                    weighted.append(name)
+                elif key == "clients" and value is not None:
+                    found.append((name, value))
+                elif key not in ("sample_weight", "clients"):
+                    raise TypeError(
+                        f"FederatedPipeline passes only sample_weight and clients to its "
+                        f"steps; got {key!r} for step {name!r}."
+                    )
+        for name, value in found:
+            if clients is not None and not np.array_equal(np.asarray(clients), np.asarray(value)):
+                raise ValueError(f"step {name!r} was given other clients than the pipeline.")
+            clients = value
+        return weights, weighted, clients
+
+    @_fit_context(prefer_skip_nested_validation=False)
+    @atomic
+    def fit(self, X, y=None, clients=None, **params):
+        """Fit every step, one protocol round (or more) per step, on rows split by ``clients``.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), default=None
+        clients : array-like of shape (n_samples,), default=None
+            Site label of each row. ``None``: one site. Also accepted as a
+            step's parameter (``step__clients``, or routed with
+            ``set_fit_request(clients=True)``).
+        **params
+            ``step__sample_weight`` (routing off) or ``sample_weight``
+            routed to the steps that request it: each site's weight column,
+            used by those steps.
+
+        Returns
+        -------
+        self : FederatedPipeline
+        """
+        weights, weighted, clients = self._routed(params, clients)
+        simulate_composite(self, X, y, weights, clients, weighted_steps=weighted)
+        return self
+
+    @available_if(Pipeline._can_fit_transform)
+    def fit_transform(self, X, y=None, clients=None, **params):
+        """Fit (see :meth:`fit`), then transform ``X`` with the fitted pipeline.
+
+        Returns
+        -------
+        Xt : ndarray, sparse matrix or DataFrame
+        """
+        return self.fit(X, y, clients=clients, **params).transform(X)
+
+    # ------------------------------------------------------------ broadcast
+    def _broadcast_state(self):
+        arrays, steps = {}, []
+        for j, (_, step) in enumerate(self.steps):
+            steps.append(None if _skipped(step) else prefixed(
+                step._broadcast_state(), f"s{j}.", arrays))
+        return {"steps": steps}, arrays
+
+    def _load_broadcast_state(self, fields, arrays):
+        steps = fields.get("steps") if isinstance(fields, dict) else None
+        if set(fields) != {"steps"} or not isinstance(steps, list) or len(steps) != len(
+                self.steps):
+            _server_error("malformed fitted pipeline.")
+        self.steps = [
+            (name, step if _skipped(step) else load_fitted(
+                step, steps[j], take_prefixed(arrays, f"s{j}.")))
+            for j, (name, step) in enumerate(self.steps)
+        ]
+        return self
+
+
+def make_federated_pipeline(*steps, memory=None, verbose=False):
+    """A :class:`FederatedPipeline` from federated estimators, names generated as by make_pipeline.
+
+    Examples
+    --------
+    >>> from sklearn_fed import FederatedRidge
+    >>> from sklearn_fed.preprocessing import FederatedStandardScaler
+    >>> make_federated_pipeline(FederatedStandardScaler(), FederatedRidge()).steps[0][0]
+    'federatedstandardscaler'
+    """
+    from sklearn.pipeline import make_pipeline
+
+    template = make_pipeline(*steps, memory=memory, verbose=verbose)
+    return FederatedPipeline(template.steps, memory=memory, verbose=verbose)

@@ -1,0 +1,191 @@
+"""What the federated transformers share: their roles, the fit driver, the broadcast.
+
+A federated transformer is its scikit-learn counterpart whose ``fit`` is
+a protocol: every site sends one message (aggregates of its own rows, never
+rows), the server merges them and sets exactly the fitted attributes the
+counterpart would have on the pooled rows. ``transform``,
+``inverse_transform``, ``get_feature_names_out`` and ``set_output`` are
+scikit-learn's own, untouched. The fitted attributes are also what a
+pipeline's server broadcasts so that sites can transform their rows before
+the next step (:meth:`FederatedTransformerMixin._broadcast_state`).
+"""
+
+import numpy as np
+from sklearn.base import clone
+
+from .._clients import group_rows_by_client, known_labels, take_clients
+from .._compat import _check_sample_weight, _fit_context
+from ..protocol import (
+    Client,
+    FederatedMixin,
+    InvalidClientMessage,
+    Server,
+    atomic,
+    decode_state,
+    encode_state,
+    match_columns,
+    run_simulation,
+    sorted_labels,
+)
+from ..statistics import merge_statistics
+
+__all__ = ["FederatedTransformerMixin", "OneRoundServer", "TransformerClient"]
+
+
+class TransformerClient(Client):
+    """A site of a transformer's protocol: it checks its rows as the transformer would.
+
+    A DataFrame's columns are matched to the task's features by name, then
+    the rows go through the transformer's own validation (so a site refuses
+    exactly what scikit-learn's ``fit`` would refuse: text where numbers are
+    needed, infinity, a wrong number of columns), on a fresh copy of the
+    estimator: validating at a site never changes the site's estimator.
+    """
+
+    needs_y = False
+
+    def _check_rows(self, X, y, sample_weight, schema, site):
+        X, names = match_columns(X, schema, site=site)
+        try:
+            X = clone(self.estimator)._validate_rows(X, reset=True)
+            if schema.n_features is not None and X.shape[1] != schema.n_features:
+                raise ValueError(
+                    f"X has {X.shape[1]} features, but the federation expects "
+                    f"{schema.n_features}."
+                )
+            if sample_weight is not None:
+                sample_weight = _check_sample_weight(
+                    sample_weight, X, dtype=np.float64, ensure_non_negative=True
+                )
+        except ValueError as exc:
+            raise ValueError(f"site {site!r}: {exc}") from exc
+        return X, None, sample_weight, names
+
+    @staticmethod
+    def _site_rows(X, sample_weight, rows):
+        """This site's rows of a shared ``X`` (all of ``X`` when ``rows`` is None)."""
+        if rows is None:
+            return X, sample_weight
+        X = X.iloc[rows] if hasattr(X, "iloc") else X[rows]
+        return X, None if sample_weight is None else sample_weight[rows]
+
+
+class OneRoundServer(Server):
+    """One round in which every site sends one message; subclasses merge and commit.
+
+    Replies are merged in the order of their site labels, so any arrival
+    order gives the same model, bit for bit.
+    """
+
+    def _plan(self, sites):
+        if self.round > 0:
+            return {}
+        fields = self._task_fields()
+        return {site: (dict(fields), {}) for site in sites}
+
+    def _task_fields(self):
+        """Fields of the one task (what the site must compute); none by default."""
+        return {}
+
+    def _previous(self):
+        """The merged messages of earlier calls (``partial_fit``), or None."""
+        return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
+
+    @staticmethod
+    def _merged(replies):
+        return merge_statistics(replies[site] for site in sorted_labels(replies))
+
+    @staticmethod
+    def _fail(site, reason):
+        raise InvalidClientMessage(f"client {site!r}: {reason}", site)
+
+
+class FederatedTransformerMixin(FederatedMixin):
+    """``fit`` as an in-process run of the roles, the commit, and the broadcast of a model.
+
+    Subclasses define ``_validate_rows(X, reset)`` (their counterpart's input
+    validation), the roles, and ``_broadcast_attributes``: the fitted
+    attributes a site needs to transform rows exactly as the server's model.
+    """
+
+    _exact_federation = True
+    #: Fitted attributes a pipeline's server broadcasts to the sites.
+    _broadcast_attributes = ()
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
+    def fit(self, X, y=None, clients=None):
+        """Fit on rows split among sites by ``clients``: one message per site.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The rows, as the scikit-learn counterpart's ``fit`` takes them.
+        y : None
+            Ignored.
+        clients : array-like of shape (n_samples,), default=None
+            Site label of each row. ``None``: one site.
+
+        Returns
+        -------
+        self : object
+            The fitted transformer.
+        """
+        self._check_before_fit()
+        X, clients = self._validate_fit_rows(X, clients, reset=True)
+        return self._run_protocol(X, None, clients)
+
+    def _check_before_fit(self):
+        """Hook: parameter checks the counterpart makes before reading any row; none by default."""
+
+    def _validate_fit_rows(self, X, clients, *, reset):
+        """``(X, clients)`` of a fit: ``clients`` checked against the raw ``X``, then ``X``."""
+        clients = take_clients(self, X, clients)
+        return self._validate_rows(X, reset=reset), clients
+
+    def _run_protocol(self, X, sample_weight, clients, *, warm_start=False):
+        """Fit by running the protocol in process, one simulated site per label."""
+        labels, rows = group_rows_by_client(clients, X.shape[0])
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else [str(name) for name in names]
+        server = self.make_server(feature_names=names, warm_start=warm_start)
+        run_simulation(server, self.make_client(), X, None, sample_weight, labels, rows, names)
+        return self
+
+    def _commit_protocol(self, server, replies, ledger, n_parameters):
+        """Attributes every federated transformer has after a round: ledger, clients, schema."""
+        previous = getattr(self, "clients_", []) if server.warm_start else []
+        labels = known_labels(previous, replies)
+        ledger.n_parameters = int(n_parameters)
+        self.communication_ = ledger
+        self.clients_ = labels
+        self.n_clients_ = len(labels)
+        self.n_features_in_ = server.schema.n_features
+        if server.schema.feature_names is not None:
+            self.feature_names_in_ = np.asarray(server.schema.feature_names, dtype=object)
+        else:
+            self.__dict__.pop("feature_names_in_", None)
+
+    # ------------------------------------------------------------ broadcast
+    def _broadcast_state(self):
+        """``(fields, arrays)``: the fitted model a site needs to transform its rows."""
+        return encode_state(self, ("n_features_in_", "feature_names_in_")
+                            + tuple(self._broadcast_attributes))
+
+    def _load_broadcast_state(self, fields, arrays):
+        """Set the fitted state broadcast by a server (untrusted: types are checked)."""
+
+        def fail(reason):
+            raise InvalidClientMessage(f"server: {reason}", "server")
+
+        names = ("n_features_in_", "feature_names_in_") + tuple(self._broadcast_attributes)
+        state = decode_state(fields, arrays, names, fail)
+        if not isinstance(state.get("n_features_in_"), int) or state["n_features_in_"] < 1:
+            fail("the broadcast model has no valid n_features_in_.")
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._check_broadcast_state(fail)
+        return self
+
+    def _check_broadcast_state(self, fail):
+        """Subclasses: check shapes of the broadcast model against ``n_features_in_``."""
