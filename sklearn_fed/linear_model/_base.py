@@ -415,7 +415,19 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
         """Validate one batch of rows; returns arrays and per-client row groups."""
         clients = take_clients(self, X, clients)
-        X, y = validate_data(
+        X, y = self._validate_X_y(X, y, reset=reset)
+        if sp.issparse(X):
+            X = X.tocsr()  # each client's rows are sliced out of X
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True
+            )
+        labels, rows = group_rows_by_client(clients, X.shape[0])
+        return X, y, sample_weight, labels, rows
+
+    def _validate_X_y(self, X, y, *, reset):
+        """scikit-learn's validation of ``X`` and ``y`` (a subclass may add a shortcut)."""
+        return validate_data(
             self,
             X,
             y,
@@ -425,14 +437,6 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
             y_numeric=True,
             reset=reset,
         )
-        if sp.issparse(X):
-            X = X.tocsr()  # each client's rows are sliced out of X
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
-        labels, rows = group_rows_by_client(clients, X.shape[0])
-        return X, y, sample_weight, labels, rows
 
     def _validate_more_rows(self, X, y, sample_weight, clients, *, seen):
         """:meth:`_validate_rows` for ``partial_fit``.
