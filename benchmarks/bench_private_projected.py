@@ -119,6 +119,7 @@ def main(argv=None):
             stream, last = bench_stream(d, 1000, 50, max(1, args.repeats // 2), rng)
             print(f"50 releases of PrivateFederatedRidge.partial_fit (1000 rows, d={d}) / "
                   f"FederatedRidge.partial_fit, per call: {stream} (last call {last:.2f})")
+            print("load average %.2f %.2f %.2f" % os.getloadavg(), flush=True)
 
 
 if __name__ == "__main__":

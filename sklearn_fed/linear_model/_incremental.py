@@ -652,7 +652,7 @@ class IncrementalServer(Server):
         if state["centered"] != bool(estimator.fit_intercept):
             raise ValueError("fit_intercept changed since the first round; call fit to restart.")
         rng = self._round_rng()
-        known = state["node_keys"]
+        known = _known_positions(state)
         site_keys = [label_key(site) for site in sites]
         new = [site for site, key in zip(sites, site_keys) if key not in known]
         new_position = {key: i for i, key in enumerate(k for k in site_keys if k not in known)}
@@ -763,10 +763,7 @@ class IncrementalServer(Server):
             history=state["history"] + [record],
         )
         if plan["new"]:
-            keys = dict(state["node_keys"])
-            for site in plan["new"]:
-                keys[label_key(site)] = len(keys)
-            new_state["node_keys"] = keys
+            new_state["node_keys"] = _add_positions(state, plan["new"])
             new_state["nodes"] = _append_labels(state["nodes"], plan["new"])
         # commit: nothing above touched the estimator
         self._state = new_state
@@ -798,6 +795,41 @@ def _append_labels(labels, new):
     both[: labels.size] = labels.astype(object)
     both[labels.size :] = new.astype(object)
     return both
+
+
+class _KnownPositions:
+    """The node positions a state knows: the entries of its index below its node count."""
+
+    def __init__(self, index, n_nodes):
+        self.index, self.n_nodes = index, n_nodes
+
+    def get(self, key):
+        position = self.index.get(key)
+        return position if position is not None and position < self.n_nodes else None
+
+    def __contains__(self, key):
+        return self.get(key) is not None
+
+
+def _known_positions(state):
+    return _KnownPositions(state["node_keys"], len(state["nodes"]))
+
+
+def _add_positions(state, new_sites):
+    """The index of ``state``'s nodes followed by ``new_sites``.
+
+    States share one append-only index (label key -> position), each reading
+    only the positions below its own node count, so a round that adds sites
+    costs O(new sites), not a copy of every node seen. The index is copied
+    only when another state already went on from this one (a copy of the
+    estimator, or a round that failed after adding).
+    """
+    index, n_nodes = state["node_keys"], len(state["nodes"])
+    if len(index) != n_nodes:
+        index = {key: position for key, position in index.items() if position < n_nodes}
+    for site in new_sites:
+        index[label_key(site)] = len(index)
+    return index
 
 
 def _returned_unchanged(estimator, X, y):
