@@ -119,7 +119,8 @@ def main(argv=None):
             stream, last = bench_stream(d, 1000, 50, max(1, args.repeats // 2), rng)
             print(f"50 releases of PrivateFederatedRidge.partial_fit (1000 rows, d={d}) / "
                   f"FederatedRidge.partial_fit, per call: {stream} (last call {last:.2f})")
-            print("load average %.2f %.2f %.2f" % os.getloadavg(), flush=True)
+            load = os.getloadavg()
+            print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -426,7 +426,7 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         return X, y, sample_weight, labels, rows
 
     def _validate_X_y(self, X, y, *, reset):
-        """scikit-learn's validation of ``X`` and ``y`` (a subclass may add a shortcut)."""
+        """Validate ``X`` and ``y`` with scikit-learn (a subclass may take a shortcut)."""
         return validate_data(
             self,
             X,

@@ -798,7 +798,7 @@ def _append_labels(labels, new):
 
 
 class _KnownPositions:
-    """The node positions a state knows: the entries of its index below its node count."""
+    """The node positions a state knows: its index's entries below its node count."""
 
     def __init__(self, index, n_nodes):
         self.index, self.n_nodes = index, n_nodes
@@ -833,7 +833,7 @@ def _add_positions(state, new_sites):
 
 
 def _returned_unchanged(estimator, X, y):
-    """Whether ``validate_data(estimator, X, y, reset=False)`` would return ``X, y`` as is."""
+    """Whether ``validate_data(estimator, X, y, reset=False)`` returns them as is."""
     return (
         type(X) is np.ndarray and type(y) is np.ndarray
         and X.dtype.type in (np.float64, np.float32) and y.dtype.kind == "f"
@@ -841,7 +841,7 @@ def _returned_unchanged(estimator, X, y):
         and 1 <= X.shape[0] == y.shape[0]
         and X.shape[1] == getattr(estimator, "n_features_in_", None)
         and not hasattr(estimator, "feature_names_in_")  # validation would warn
-        and math.isfinite(X.sum()) and math.isfinite(y.sum())  # else: its NaN/inf errors
+        and math.isfinite(X.sum()) and math.isfinite(y.sum())  # else: its NaN errors
     )
 
 

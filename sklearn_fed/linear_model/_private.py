@@ -128,10 +128,10 @@ def n_released(n_features, n_targets, fit_intercept):
 
 @functools.lru_cache(maxsize=4)
 def _upper_positions(d):
-    """Flat positions of a ``d x d`` matrix's upper triangle, in ``np.triu_indices`` order.
+    """Flat positions of a ``d x d`` upper triangle, in ``np.triu_indices`` order.
 
-    Cached: ``gram.take(positions)`` is ~30x faster than ``gram[np.triu_indices(d)]``,
-    which every site would otherwise rebuild for every release.
+    Cached: ``gram.take(positions)`` is ~30x faster than
+    ``gram[np.triu_indices(d)]``, which each site would rebuild for each release.
     """
     positions = np.flatnonzero(np.triu(np.ones((d, d), dtype=bool)))
     positions.flags.writeable = False
@@ -158,9 +158,10 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
     Dense rows are read block by block, and ``X`` is never copied. BLAS
     ``syrk`` (numpy's ``B.T @ B``, into one reused ``d x d`` buffer) gives
     each block's ``sum c_x^2 w x x^T`` and one product with
-    ``[c_y y, 1] c_x w`` gives the other sums. An unweighted float64 block is read in place (a view) and only its
-    clipped rows are corrected (``(c_x^2 - 1) x x^T``); other blocks are
-    scaled into one small work array first.
+    ``[c_y y, 1] c_x w`` gives the other sums. An unweighted float64 block
+    is read in place (a view) and only its clipped rows are corrected
+    (``(c_x^2 - 1) x x^T``); other blocks are scaled into one small work
+    array first.
 
     Returns
     -------

@@ -118,7 +118,7 @@ def fixed_point_encode(values, grid_exponent, n_parties, *, party=None):
     if not np.isfinite(values).all():
         raise ValueError(f"party {party!r}: cannot encode non-finite values.")
     exponent = -int(grid_exponent)
-    if abs(exponent) <= 1000:  # 2^exponent is a normal float: the product is exact, as ldexp
+    if abs(exponent) <= 1000:  # 2^exponent is a normal float: exact, as ldexp
         scaled = values * 2.0**exponent
     else:
         scaled = np.ldexp(values, exponent)
