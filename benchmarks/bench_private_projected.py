@@ -17,14 +17,23 @@ Usage::
 import argparse
 import gc
 import os
+import sys
 import time
 import tracemalloc
 import warnings
+from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from sklearn_fed import FederatedRidge, PrivateFederatedRidge, ProjectedFederatedRidge
+# The checkout this script is in, not whichever sklearn_fed is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sklearn_fed import (  # noqa: E402
+    FederatedRidge,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
+)
 
 
 def _times(call):
