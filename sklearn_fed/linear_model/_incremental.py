@@ -126,7 +126,7 @@ def _upper_mask(shape):
 
 
 def _upper_part(matrix):
-    """``np.triu(matrix)`` with the mask of each shape built once (rounds repeat shapes)."""
+    """``np.triu(matrix)``, each shape's mask built once (rounds repeat shapes)."""
     return np.where(_upper_mask(matrix.shape), matrix, 0.0)
 
 
@@ -197,15 +197,16 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
             fail(f"{name} must be a float64 array.")
         if array.shape != shape:
             fail(f"{name} has shape {array.shape}, expected {shape}.")
-        if "gram" in shapes and not np.abs(array).max(initial=0.0) <= cap:  # False for NaN
+        full_gram = "gram" in shapes  # (factor replies: _factor_failures)
+        if full_gram and not np.abs(array).max(initial=0.0) <= cap:  # False for NaN
             fail(_beyond_cap(name, cap))
     contribution = _SiteReply(site, fields, arrays)
     if contribution.gram is None:  # the numbers of a factor reply: _factor_failures
         return contribution
     stats = ClientStatistics(  # a full Gram must look like one
-        n, float(weight_sum), contribution.x_mean, contribution.y_mean, contribution.gram,
-        contribution.moment, contribution.target_ss, centered=centered,
-        single_target=contribution.single_target,
+        n, float(weight_sum), contribution.x_mean, contribution.y_mean,
+        contribution.gram, contribution.moment, contribution.target_ss,
+        centered=centered, single_target=contribution.single_target,
     )
     stats.validate(client=site)
     if not contribution.gram_diagonal.max(initial=0.0) <= _MAX_SECOND:
@@ -273,7 +274,8 @@ def _factor_failures(contributions):
         bound = column[:, :, None] * np.sqrt(target_ss)[:, None, :] * (1 + 1e-6)
         flag((target_ss < 0).any(axis=1) | (np.abs(moment) > bound).any(axis=(1, 2)),
              "moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
-        flag(~(diagonal.max(axis=1, initial=0.0) <= _MAX_SECOND), _SECOND_MOMENTS_TOO_LARGE)
+        too_large = ~(diagonal.max(axis=1, initial=0.0) <= _MAX_SECOND)
+        flag(too_large, _SECOND_MOMENTS_TOO_LARGE)
     return {
         contributions[i].site: InvalidClientMessage(
             f"client {contributions[i].site!r}: {reason}", contributions[i].site)
