@@ -34,7 +34,9 @@ on a shared machine the ratios are indicative.
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_diabetes, make_regression
@@ -44,7 +46,10 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from sklearn_fed import IncrementalFederatedRidge
+# The checkout this script is in, not whichever sklearn_fed is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sklearn_fed import IncrementalFederatedRidge  # noqa: E402
 
 ROWS_PER_ROUND = 50
 

@@ -17,14 +17,23 @@ Usage::
 import argparse
 import gc
 import os
+import sys
 import time
 import tracemalloc
 import warnings
+from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from sklearn_fed import FederatedRidge, PrivateFederatedRidge, ProjectedFederatedRidge
+# The checkout this script is in, not whichever sklearn_fed is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sklearn_fed import (  # noqa: E402
+    FederatedRidge,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
+)
 
 
 def _times(call):
@@ -119,6 +128,8 @@ def main(argv=None):
             stream, last = bench_stream(d, 1000, 50, max(1, args.repeats // 2), rng)
             print(f"50 releases of PrivateFederatedRidge.partial_fit (1000 rows, d={d}) / "
                   f"FederatedRidge.partial_fit, per call: {stream} (last call {last:.2f})")
+            load = os.getloadavg()
+            print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

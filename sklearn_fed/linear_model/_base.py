@@ -426,7 +426,19 @@ class BaseFederatedRidge(
         clients = take_clients(self, X, clients)
         if hasattr(X, "_validate_partitions"):  # Dask collections (sklearn_fed.dask)
             return X._validate_partitions(self, reset=reset)
-        X, y = validate_data(
+        X, y = self._validate_X_y(X, y, reset=reset)
+        if sp.issparse(X):
+            X = X.tocsr()  # each client's rows are sliced out of X
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True
+            )
+        labels, rows = group_rows_by_client(clients, X.shape[0])
+        return X, y, sample_weight, labels, rows
+
+    def _validate_X_y(self, X, y, *, reset):
+        """Validate ``X`` and ``y`` with scikit-learn (a subclass may take a shortcut)."""
+        return validate_data(
             self,
             X,
             y,
@@ -436,14 +448,6 @@ class BaseFederatedRidge(
             y_numeric=True,
             reset=reset,
         )
-        if sp.issparse(X):
-            X = X.tocsr()  # each client's rows are sliced out of X
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
-        labels, rows = group_rows_by_client(clients, X.shape[0])
-        return X, y, sample_weight, labels, rows
 
     def _validate_more_rows(self, X, y, sample_weight, clients, *, seen):
         """:meth:`_validate_rows` for ``partial_fit``.

@@ -11,6 +11,7 @@ the exact statistics.
 """
 
 import copy
+import functools
 import math
 import time
 from numbers import Integral, Real
@@ -97,9 +98,9 @@ def _site_statistics(X, y, sample_weight, centered):
     target_ss = np.einsum("ij,ij->j", ys, ys)
     if centered:
         stacked[:, 0] = 1.0 if root is None else root
-        factor = np.triu(_geqrf(stacked, overwrite_a=True)[0][1:, 1:])
+        factor = _upper_part(_geqrf(stacked, overwrite_a=True)[0][1:, 1:])
     else:
-        factor = np.triu(_geqrf(np.asfortranarray(Xs))[0][: min(n, d)]) if n else np.zeros(
+        factor = _upper_part(_geqrf(np.asfortranarray(Xs))[0][: min(n, d)]) if n else np.zeros(
             (0, d))
     fields = {
         "n_samples": int(n),
@@ -115,6 +116,18 @@ def _site_statistics(X, y, sample_weight, centered):
         "target_ss": target_ss,
     }
     return fields, arrays
+
+
+@functools.lru_cache(maxsize=64)
+def _upper_mask(shape):
+    mask = np.triu(np.ones(shape, dtype=bool))
+    mask.flags.writeable = False
+    return mask
+
+
+def _upper_part(matrix):
+    """``np.triu(matrix)``, each shape's mask built once (rounds repeat shapes)."""
+    return np.where(_upper_mask(matrix.shape), matrix, 0.0)
 
 
 class _SiteReply:
@@ -133,10 +146,11 @@ class _SiteReply:
         self.factor = arrays.get("factor")
         gram = arrays.get("gram")
         self.gram = gram.matrix if isinstance(gram, SymmetricMatrix) else gram
-        self.gram_diagonal = (
-            np.einsum("ij,ij->j", self.factor, self.factor) if self.factor is not None
-            else np.diag(self.gram).copy()
-        )
+        if self.factor is None:
+            self.gram_diagonal = np.diag(self.gram).copy()
+        else:
+            with np.errstate(all="ignore"):  # numbers not checked yet: _factor_failures
+                self.gram_diagonal = np.einsum("ij,ij->j", self.factor, self.factor)
 
 
 def _read_contribution(site, frame, *, n_features, n_targets, centered):
@@ -173,7 +187,7 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
         p = factor.shape[0] if getattr(factor, "ndim", 0) == 2 else -1
         if not 0 <= p < d:
             fail(f"factor must have fewer rows than the {d} features.")
-        shapes["factor"] = ((p, d), math.sqrt(_MAX_SECOND))
+        shapes["factor"] = ((p, d), None)  # its numbers: _factor_failures
     else:
         fail("statistics arrays must be x_mean, y_mean, moment, target_ss and one of "
              f"factor or gram; got {sorted(arrays)}.")
@@ -183,31 +197,90 @@ def _read_contribution(site, frame, *, n_features, n_targets, centered):
             fail(f"{name} must be a float64 array.")
         if array.shape != shape:
             fail(f"{name} has shape {array.shape}, expected {shape}.")
-        if not np.abs(array).max(initial=0.0) <= cap:  # also false for NaN
-            fail(f"{name} contains NaN or infinity or entries beyond {cap:g} in magnitude "
-                 "(no real data does: its rows hold huge values). Nothing was applied.")
+        full_gram = "gram" in shapes  # (factor replies: _factor_failures)
+        if full_gram and not np.abs(array).max(initial=0.0) <= cap:  # False for NaN
+            fail(_beyond_cap(name, cap))
     contribution = _SiteReply(site, fields, arrays)
-    if contribution.gram is not None:  # a full Gram must look like one
-        stats = ClientStatistics(
-            n, float(weight_sum), contribution.x_mean, contribution.y_mean, contribution.gram,
-            contribution.moment, contribution.target_ss, centered=centered,
-            single_target=contribution.single_target,
-        )
-        stats.validate(client=site)
-    else:  # a factor's R^T R is positive semi-definite by construction
-        # |moment_ij| <= |column i| |target j|; the factor's column norms miss the
-        # row dropped by centering, a rounding error of order eps |x_mean| sqrt(W).
-        column = np.sqrt(contribution.gram_diagonal) + 1e-8 * np.sqrt(
-            contribution.weight_sum) * np.abs(contribution.x_mean)
-        target = np.sqrt(contribution.target_ss)
-        if np.any(contribution.target_ss < 0) or np.any(
-            np.abs(contribution.moment) > np.outer(column, target) * (1 + 1e-6)
-        ):
-            fail("moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
+    if contribution.gram is None:  # the numbers of a factor reply: _factor_failures
+        return contribution
+    stats = ClientStatistics(  # a full Gram must look like one
+        n, float(weight_sum), contribution.x_mean, contribution.y_mean,
+        contribution.gram, contribution.moment, contribution.target_ss,
+        centered=centered, single_target=contribution.single_target,
+    )
+    stats.validate(client=site)
     if not contribution.gram_diagonal.max(initial=0.0) <= _MAX_SECOND:
-        fail(f"its second moments exceed {_MAX_SECOND:g} (no real data does: its rows hold "
-             "huge values). Nothing was applied.")
+        fail(_SECOND_MOMENTS_TOO_LARGE)
     return contribution
+
+
+def _beyond_cap(name, cap):
+    return (f"{name} contains NaN or infinity or entries beyond {cap:g} in magnitude "
+            "(no real data does: its rows hold huge values). Nothing was applied.")
+
+
+_SECOND_MOMENTS_TOO_LARGE = (
+    f"its second moments exceed {_MAX_SECOND:g} (no real data does: its rows hold huge "
+    "values). Nothing was applied."
+)
+
+
+def _factor_failures(contributions):
+    """The numeric checks of a round's factor replies, all sites at once.
+
+    Checked one by one they would be some twenty numpy calls on tiny arrays
+    per site, the largest cost of a round of small sites; stacked, the same
+    checks take the same few calls for any number of sites. Returns
+    ``{site: InvalidClientMessage}`` with each failing site's first failed
+    check: entries within the caps of
+    :meth:`ClientStatistics.validate` (which keep merging and solving free of
+    overflow; a factor's entries are square roots of second moments), then
+    ``|moment_ij| <= |column i| |target j|`` (Cauchy-Schwarz; the factor's
+    column norms miss the row dropped by centering, a rounding error of order
+    ``eps |x_mean| sqrt(W)``), then the second moments' cap. A factor's
+    ``R^T R`` is positive semi-definite by construction.
+    """
+    if not contributions:
+        return {}
+    n_rows = np.array([c.factor.shape[0] for c in contributions])
+    rows = np.concatenate([c.factor for c in contributions])
+    failed = {}
+
+    def flag(bad, reason):
+        for i in np.flatnonzero(bad):
+            failed.setdefault(int(i), reason)
+
+    with np.errstate(all="ignore"):  # refused replies may hold inf or NaN
+        x_mean = np.stack([c.x_mean for c in contributions])
+        y_mean = np.stack([c.y_mean for c in contributions])
+        moment = np.stack([c.moment for c in contributions])
+        target_ss = np.stack([c.target_ss for c in contributions])
+        diagonal = np.stack([c.gram_diagonal for c in contributions])
+        factor_max = np.zeros(len(contributions))
+        some = n_rows > 0  # sites whose factor has rows (reduceat needs non-empty runs)
+        if some.any():
+            starts = np.concatenate([[0], np.cumsum(n_rows[some])[:-1]])
+            factor_max[some] = np.maximum.reduceat(np.abs(rows).max(axis=1), starts)
+        for name, values, cap in (
+            ("x_mean", np.abs(x_mean).max(axis=1, initial=0.0), _MAX_MEAN),
+            ("y_mean", np.abs(y_mean).max(axis=1, initial=0.0), _MAX_MEAN),
+            ("moment", np.abs(moment).max(axis=(1, 2), initial=0.0), _MAX_SECOND),
+            ("target_ss", np.abs(target_ss).max(axis=1, initial=0.0), _MAX_SECOND),
+            ("factor", factor_max, math.sqrt(_MAX_SECOND)),
+        ):
+            flag(~(values <= cap), _beyond_cap(name, cap))
+        roots = np.sqrt([c.weight_sum for c in contributions])
+        column = np.sqrt(diagonal) + 1e-8 * roots[:, None] * np.abs(x_mean)
+        bound = column[:, :, None] * np.sqrt(target_ss)[:, None, :] * (1 + 1e-6)
+        flag((target_ss < 0).any(axis=1) | (np.abs(moment) > bound).any(axis=(1, 2)),
+             "moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
+        too_large = ~(diagonal.max(axis=1, initial=0.0) <= _MAX_SECOND)
+        flag(too_large, _SECOND_MOMENTS_TOO_LARGE)
+    return {
+        contributions[i].site: InvalidClientMessage(
+            f"client {contributions[i].site!r}: {reason}", contributions[i].site)
+        for i, reason in sorted(failed.items())
+    }
 
 
 # ------------------------------------------------------------------------ merge
@@ -652,7 +725,7 @@ class IncrementalServer(Server):
         if state["centered"] != bool(estimator.fit_intercept):
             raise ValueError("fit_intercept changed since the first round; call fit to restart.")
         rng = self._round_rng()
-        known = state["node_keys"]
+        known = _known_positions(state)
         site_keys = [label_key(site) for site in sites]
         new = [site for site, key in zip(sites, site_keys) if key not in known]
         new_position = {key: i for i, key in enumerate(k for k in site_keys if k not in known)}
@@ -706,6 +779,10 @@ class IncrementalServer(Server):
             site, frame, n_features=frame.schema["n_features"], n_targets=n_targets,
             centered=self._state["centered"],
         )
+
+    def _cross_check(self, replies):
+        return _factor_failures([reply for reply in replies.values()
+                                 if isinstance(reply, _SiteReply) and reply.factor is not None])
 
     def _apply(self, replies, ledger):
         estimator, state, plan = self.estimator, self._state, self._round
@@ -763,10 +840,7 @@ class IncrementalServer(Server):
             history=state["history"] + [record],
         )
         if plan["new"]:
-            keys = dict(state["node_keys"])
-            for site in plan["new"]:
-                keys[label_key(site)] = len(keys)
-            new_state["node_keys"] = keys
+            new_state["node_keys"] = _add_positions(state, plan["new"])
             new_state["nodes"] = _append_labels(state["nodes"], plan["new"])
         # commit: nothing above touched the estimator
         self._state = new_state
@@ -798,6 +872,54 @@ def _append_labels(labels, new):
     both[: labels.size] = labels.astype(object)
     both[labels.size :] = new.astype(object)
     return both
+
+
+class _KnownPositions:
+    """The node positions a state knows: its index's entries below its node count."""
+
+    def __init__(self, index, n_nodes):
+        self.index, self.n_nodes = index, n_nodes
+
+    def get(self, key):
+        position = self.index.get(key)
+        return position if position is not None and position < self.n_nodes else None
+
+    def __contains__(self, key):
+        return self.get(key) is not None
+
+
+def _known_positions(state):
+    return _KnownPositions(state["node_keys"], len(state["nodes"]))
+
+
+def _add_positions(state, new_sites):
+    """The index of ``state``'s nodes followed by ``new_sites``.
+
+    States share one append-only index (label key -> position), each reading
+    only the positions below its own node count, so a round that adds sites
+    costs O(new sites), not a copy of every node seen. The index is copied
+    only when another state already went on from this one (a copy of the
+    estimator, or a round that failed after adding).
+    """
+    index, n_nodes = state["node_keys"], len(state["nodes"])
+    if len(index) != n_nodes:
+        index = {key: position for key, position in index.items() if position < n_nodes}
+    for site in new_sites:
+        index[label_key(site)] = len(index)
+    return index
+
+
+def _returned_unchanged(estimator, X, y):
+    """Whether ``validate_data(estimator, X, y, reset=False)`` returns them as is."""
+    return (
+        type(X) is np.ndarray and type(y) is np.ndarray
+        and X.dtype.type in (np.float64, np.float32) and y.dtype.kind == "f"
+        and X.ndim == 2 and (y.ndim == 1 or (y.ndim == 2 and y.shape[1] >= 1))
+        and 1 <= X.shape[0] == y.shape[0]
+        and X.shape[1] == getattr(estimator, "n_features_in_", None)
+        and not hasattr(estimator, "feature_names_in_")  # validation would warn
+        and math.isfinite(X.sum()) and math.isfinite(y.sum())  # else: its NaN errors
+    )
 
 
 def _fresh_state(estimator, federation):
@@ -1050,6 +1172,15 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
             else (stream["n_targets"], stream["centered"]),
         )
         return self._run_round(X, y, sample_weight, labels, rows, warm_start=stream is not None)
+
+    def _validate_X_y(self, X, y, *, reset):
+        # A round is small: scikit-learn's validation would cost about a third
+        # of it. A batch that validation returns unchanged (finite float
+        # ndarrays of the fitted width, without feature names) is checked
+        # here; any other batch takes the full path and its usual errors.
+        if not reset and _returned_unchanged(self, X, y):
+            return X, y
+        return super()._validate_X_y(X, y, reset=reset)
 
     def _run_round(self, X, y, sample_weight, labels, rows, *, warm_start):
         """One round of the protocol in process: each label's simulated site answers."""

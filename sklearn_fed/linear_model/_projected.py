@@ -54,6 +54,18 @@ def _take(array, rows):
     return array if rows is None or array is None else array[rows]
 
 
+def _project(projection, block):
+    """``projection.transform(block)`` of rows the site has validated already.
+
+    The product ``transform`` computes, without its validation of ``block``
+    (a pass over it that each block would pay again); other inputs go
+    through ``transform``.
+    """
+    if isinstance(block, np.ndarray) and block.dtype.type in (np.float64, np.float32):
+        return np.asarray(block @ projection.components_.T)
+    return projection.transform(block)
+
+
 def projected_statistics(X, y, sample_weight, rows, projection, centered):
     """Statistics of ``X[rows] R`` computed block by block (never a copy of X).
 
@@ -72,7 +84,7 @@ def projected_statistics(X, y, sample_weight, rows, projection, centered):
         if isinstance(take, range):
             take = slice(take.start, take.stop)  # a view of X, not a gather
         part = ClientStatistics.from_data(
-            projection.transform(X[take]), y[take], _take(sample_weight, take),
+            _project(projection, X[take]), y[take], _take(sample_weight, take),
             centered=centered, check_input=False,
         )
         statistics = part if statistics is None else statistics.merge(part)
@@ -101,7 +113,12 @@ class ProjectedClient(StatisticsClient):
         if not (0 <= seed < 2**32 and m > 0 and kind in ("gaussian", "sparse")):
             raise InvalidClientMessage("server: malformed projection task.", "server")
         if m < X.shape[1]:
-            projection = shared_projection(seed, X.shape[1], m, kind)
+            # Every site of a simulated federation rebuilds the same R: build it once.
+            identity = (seed, X.shape[1], m, kind)
+            cached = getattr(self, "_projection", None)
+            if cached is None or cached[0] != identity:
+                cached = self._projection = (identity, shared_projection(*identity))
+            projection = cached[1]
             return projected_statistics(X, y, sample_weight, rows, projection, centered)
         return ClientStatistics.from_data(
             X, y, sample_weight, centered=centered, rows=rows, check_input=False

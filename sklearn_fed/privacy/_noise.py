@@ -114,4 +114,6 @@ def rounded_gaussian(generator, std, size):
         return np.zeros(size, dtype=np.int64)
     if not std < 2.0**56:
         raise OverflowError(f"noise std of {std:.3g} grid steps does not fit in 64 bits.")
-    return np.rint(generator.standard_normal(size) * std).astype(np.int64)
+    noise = generator.standard_normal(size)
+    noise *= std
+    return np.rint(noise, out=noise).astype(np.int64)

@@ -115,22 +115,27 @@ def fixed_point_encode(values, grid_exponent, n_parties, *, party=None):
     array([ 6, -1])
     """
     values = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(values)):
+    if not np.isfinite(values).all():
         raise ValueError(f"party {party!r}: cannot encode non-finite values.")
-    scaled = np.rint(np.ldexp(values, -int(grid_exponent)))
+    exponent = -int(grid_exponent)
+    if abs(exponent) <= 1000:  # 2^exponent is a normal float: exact, as ldexp
+        scaled = values * 2.0**exponent
+    else:
+        scaled = np.ldexp(values, exponent)
+    np.rint(scaled, out=scaled)
     limit = max_abs_encoded(n_parties)
-    # 2^62 is exact in float64, so this comparison is exact; it makes the
-    # int64 conversion below safe, and the integer check then is exact too.
-    if np.any(np.abs(scaled) >= 2.0**62) or np.any(
-        np.abs(encoded := scaled.astype(np.int64)) > limit
-    ):
+    # The largest |scaled| is an integer-valued float; below 2^62 (exact in
+    # float64) int() of it is exact, so the bound is checked on exact
+    # integers, and the int64 conversion below is safe.
+    largest = float(np.abs(scaled).max()) if scaled.size else 0.0
+    if not largest < 2.0**62 or int(largest) > limit:
         peak = float(np.max(np.abs(values)))
         raise OverflowError(
             f"party {party!r}: |value| {peak:.4g} needs more than the "
             f"{limit} grid steps of 2^{grid_exponent} that {n_parties} parties can "
             "add in 64-bit fixed point; use a coarser grid or fewer rows per site."
         )
-    return encoded
+    return scaled.astype(np.int64)
 
 
 def fixed_point_decode(encoded, grid_exponent):
@@ -201,7 +206,7 @@ def _mask_stream(key, size):
     _, _, Cipher, algorithms, _ = _crypto()
     # The key is used for this one stream only, so a zero nonce is safe.
     stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    return np.frombuffer(stream.update(bytes(8 * size)), dtype="<u8").astype(np.uint64)
+    return np.frombuffer(stream.update(bytes(8 * size)), dtype="<u8")
 
 
 def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=None,

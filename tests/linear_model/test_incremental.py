@@ -564,3 +564,22 @@ def test_merge_backstop_names_the_site_when_statistics_overflow():
         _Model.after_round(None, [reply("small", 1.0), reply("big", 1e160)], alpha=1.0,
                            options=("auto", None, 1e-11), centered=True, single_target=True,
                            dtype=np.float64, record={})
+
+
+def test_copies_that_go_on_separately_keep_their_own_nodes():
+    # States share one append-only node index; each must see only its own nodes.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    y = X @ np.array([1.0, -2.0, 0.5])
+    model = IncrementalFederatedRidge(random_state=0)
+    model.partial_fit(X[:20], y[:20], clients=np.repeat([0, 1], 10))
+    twin = copy.copy(model)  # shares the fitted stream
+    model.partial_fit(X[20:30], y[20:30], clients=np.full(10, 2))
+    twin.partial_fit(X[30:40], y[30:40], clients=np.full(10, 3))
+    assert model.clients_.tolist() == [0, 1, 2]
+    assert twin.clients_.tolist() == [0, 1, 3]
+    twin.partial_fit(X[40:], y[40:], clients=np.full(10, 2))  # new to the twin
+    model.partial_fit(X[40:], y[40:], clients=np.full(10, 2))  # known to the model
+    assert twin.clients_.tolist() == [0, 1, 3, 2]
+    assert model.clients_.tolist() == [0, 1, 2]
+    assert twin.n_samples_seen_ == model.n_samples_seen_ == 40
