@@ -64,7 +64,7 @@ FORMS = ("gram", "factor")
 
 # Rows per block are chosen so one centered float64 block takes about this much
 # memory: large enough for BLAS to run at full speed, small next to X.
-_BLOCK_BYTES = 8 * 2**20
+_BLOCK_BYTES = 2 * 2**20
 
 # The format-1 message (before the common framing of sklearn_fed.protocol): still
 # read by from_bytes so that statistics saved by earlier releases stay usable.
@@ -855,16 +855,18 @@ def _drop_direction(M, s):
     return reflected[1:]
 
 
-def _scratch(n_rows, n_cols):
-    """A reusable C-ordered float64 work block (one per thread).
+def _scratch(n_rows, n_cols, name="buffer"):
+    """A reusable C-ordered float64 work block (one per thread and ``name``).
 
-    Each client's statistics need one block of centered rows; reusing the
-    memory across blocks and clients avoids faulting in fresh pages every time.
+    Each client's statistics need a block of (centered or gathered) rows;
+    reusing the memory across blocks and clients avoids faulting in fresh
+    pages every time.
     """
     size = n_rows * n_cols
-    cached = getattr(_workspace, "buffer", None)
+    cached = getattr(_workspace, name, None)
     if cached is None or cached.size < size:
-        cached = _workspace.buffer = np.empty(size)
+        cached = np.empty(size)
+        setattr(_workspace, name, cached)
     return cached[:size].reshape(n_rows, n_cols)
 
 
@@ -879,32 +881,116 @@ def _chan_add(total, mean, weight, block_products, block_mean, block_weight, cen
     return total + block_products, mean + (block_weight / new_weight) * (block_mean - mean), new_weight
 
 
-def _raw_block_products(Xv, yv, centered):
-    """Centered products of an unweighted block straight from its raw products.
-
-    ``sum x x^T - S S^T / n`` cancels digits in proportion to mean^2 / variance;
-    when every column's mean is within one standard deviation of zero that
-    factor is at most 2 (under one bit), so the block can be read by BLAS in
-    place, with no centered copy. Otherwise returns None and the caller shifts.
-    """
-    n, t = yv.shape
-    raw_xx = Xv.T @ Xv  # numpy runs syrk on the view: no copy
-    y_and_ones = np.column_stack([yv, np.ones(n)])
-    raw_xy_and_sums = Xv.T @ y_and_ones  # moment and column sums in one pass
-    raw_xy = raw_xy_and_sums[:, :t]
-    raw_yy = yv.T @ yv
-    sums = np.concatenate([raw_xy_and_sums[:, t], y_and_ones[:, :t].sum(axis=0)])
-    mean = sums / n
-    second = np.concatenate([np.diag(raw_xx), np.diag(raw_yy)]) / n
-    if centered and np.any(mean**2 > 0.5 * second):  # mean^2 > variance
-        return None
-    products = np.block([[raw_xx, raw_xy], [raw_xy.T, raw_yy]])
-    if centered:
-        products -= np.outer(sums, sums) / n
-    return (mean, products), float(n)
-
-
 def _dense_statistics(X, y, sample_weight, centered, rows):
+    """Statistics of dense rows: one shift and one accumulator, else the Chan path.
+
+    Unweighted float rows take :func:`_shifted_statistics`; weighted rows,
+    and the rare rows on which one shift would cancel digits, the blocked
+    Chan path :func:`_chan_statistics`.
+    """
+    if sample_weight is None and isinstance(X, np.ndarray):
+        parts = _shifted_statistics(X, y, centered, rows)
+        if parts is not None:
+            return parts
+    return _chan_statistics(X, y, sample_weight, centered, rows)
+
+
+# Rows of a client that choose its shift (a few cache lines per column).
+_HEAD_ROWS = 64
+
+
+def _shifted_statistics(X, y, centered, rows):
+    """Unweighted statistics read in one pass into one accumulator, or None.
+
+    The shift ``s`` of ``[x, y]`` is taken once from the client's first
+    rows: their mean (a column constant on them is shifted by its first
+    value, so a column constant on the whole client centers to exact
+    zeros), or zero for feature columns whose mean is well within their
+    spread there (then BLAS reads ``X`` in place, with no centered copy;
+    always without centering). Blocks of rows ``[x - s, y - s_y, 1]`` are
+    added to one ``(p + 1) x (p + 1)`` accumulator of products (``syrk``),
+    and the products are centered once at the end, ``B - S S^T / n``. That
+    cancels digits in proportion to ``(mean - s)^2 / variance``: when this
+    exceeds 1 for some column (a client whose first rows are not
+    representative of the rest), None is returned and the caller takes the
+    Chan path. The blocks of one client depend only on its own rows, in
+    order, so a site holding just those rows sends the same bits.
+    """
+    if isinstance(rows, slice):
+        first, stop, _ = rows.indices(X.shape[0])
+        index, n = None, max(stop - first, 0)
+    else:
+        index, n = np.asarray(rows), len(rows)
+    if n == 0:
+        return None
+    d, t = X.shape[1], y.shape[1]
+    p = d + t
+
+    def block_of(start, stop, out):
+        """Rows start:stop of the client: X's (C-ordered, float64 if in place) and y's."""
+        if index is None:
+            Xb, yb = X[first + start : first + stop], y[first + start : first + stop]
+            if out is not None and not Xb.flags.c_contiguous:
+                Xb = np.copyto(out, Xb) or out  # BLAS always sees one layout
+            return Xb, yb
+        take = index[start:stop]
+        if out is None:
+            return X[take], y[take]
+        return np.take(X, take, axis=0, out=out, mode="clip"), y[take]
+
+    head_X, head_y = block_of(0, min(_HEAD_ROWS, n), None)
+    # C order: the reductions below then add in the same order for any layout of X.
+    head = np.array(np.hstack([head_X, head_y]), dtype=np.float64, order="C")
+    flat = np.ptp(head, axis=0) == 0
+    shift = np.where(flat, head[0], head.mean(axis=0)) if centered else np.zeros(p)
+    spread = head.var(axis=0)
+    in_place = X.dtype == np.float64 and (
+        not centered or bool(np.all(head.mean(axis=0)[:d] ** 2 <= 0.25 * spread[:d]))
+    )
+    if in_place:
+        shift[:d] = 0.0
+    block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p // 2)
+    total = np.zeros((p + 1, p + 1))
+    out = np.empty((d, d)) if in_place else np.empty((p + 1, p + 1))
+    side = np.empty((d, t + 1))
+    corner = np.empty((t + 1, t + 1))
+    for start in range(0, n, block):
+        m = min(block, n - start)
+        if in_place:
+            gather = None if index is None and X.flags.c_contiguous else _scratch(m, d, "rows")
+            Xb, yb = block_of(start, start + m, gather)
+            targets = _scratch(m, t + 1, "targets")
+            np.subtract(yb, shift[d:], out=targets[:, :t])
+            targets[:, t] = 1.0
+            np.matmul(Xb.T, Xb, out=out)  # numpy runs syrk: one read of the rows in place
+            total[:d, :d] += out
+            np.matmul(Xb.T, targets, out=side)  # the block is still in cache
+            total[:d, d:] += side
+            np.matmul(targets.T, targets, out=corner)
+            total[d:, d:] += corner
+        else:
+            work = _scratch(m, p + 1)
+            Xb, yb = block_of(start, start + m, None)
+            np.subtract(Xb, shift[:d], out=work[:, :d])
+            np.subtract(yb, shift[d:], out=work[:, d:p])
+            work[:, p] = 1.0
+            np.matmul(work.T, work, out=out)
+            total += out
+    if in_place:
+        total[d:, :d] = total[:d, d:].T
+    products, sums = total[:p, :p], total[:p, p]
+    mean = shift + sums / n
+    if centered:
+        offset = sums / n
+        if np.any(offset**2 > 0.5 * np.diag(products) / n):  # more than one bit would cancel
+            return None
+        products -= np.outer(sums, sums) / n  # symmetric bit for bit
+    gram = np.ascontiguousarray(products[:d, :d])
+    moment = np.ascontiguousarray(products[:d, d:])
+    return float(n), mean[:d], mean[d:], gram, moment, np.maximum(np.diag(products)[d:], 0.0)
+
+
+def _chan_statistics(X, y, sample_weight, centered, rows):
     """Blocked, single-pass statistics of dense rows (see module docstring).
 
     Each block is shifted into a work array ``[X - s, y - s_y, 1]`` (rows
@@ -940,15 +1026,6 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
             keep = wv > 0
             Xv, yv, wv = Xv[keep], yv[keep], wv[keep]
             if not len(wv):
-                continue
-        if sample_weight is None and Xv.dtype == np.float64:
-            fast = _raw_block_products(Xv, yv, centered)
-            if fast is not None:  # no offset to cancel: the view was read as is
-                products, wsum = fast
-                block_mean, block_products = products
-                total, mean, weight_sum = _chan_add(
-                    total, mean, weight_sum, block_products, block_mean, wsum, centered
-                )
                 continue
         if centered and weight_sum == 0:  # first block: shift by its first rows
             shift = np.concatenate([Xv[:64].mean(axis=0), yv[:64].mean(axis=0)])
