@@ -952,21 +952,27 @@ def _shifted_statistics(X, y, centered, rows):
     block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p // 2)
     total = np.zeros((p + 1, p + 1))
     out = np.empty((d, d)) if in_place else np.empty((p + 1, p + 1))
-    side = np.empty((d, t + 1))
+    side = np.empty((t + 1, d))
     corner = np.empty((t + 1, t + 1))
     for start in range(0, n, block):
         m = min(block, n - start)
         if in_place:
             gather = None if index is None and X.flags.c_contiguous else _scratch(m, d, "rows")
             Xb, yb = block_of(start, start + m, gather)
-            targets = _scratch(m, t + 1, "targets")
-            np.subtract(yb, shift[d:], out=targets[:, :t])
-            targets[:, t] = 1.0
+            targets = _scratch(t + 1, m, "targets")  # rows: y - s_y per target, then ones
+            np.subtract(yb.T, shift[d:, None], out=targets[:t])
+            targets[t] = 1.0
             np.matmul(Xb.T, Xb, out=out)  # numpy runs syrk: one read of the rows in place
             total[:d, :d] += out
-            np.matmul(Xb.T, targets, out=side)  # the block is still in cache
-            total[:d, d:] += side
-            np.matmul(targets.T, targets, out=corner)
+            # Moment and column sums while the block is in cache: a few matrix-vector
+            # products read it once each, faster than one matrix product that packs it.
+            if t < 4:
+                for j in range(t + 1):
+                    np.matmul(targets[j], Xb, out=side[j])
+            else:
+                np.matmul(targets, Xb, out=side)
+            total[d:, :d] += side
+            np.matmul(targets, targets.T, out=corner)
             total[d:, d:] += corner
         else:
             work = _scratch(m, p + 1)
@@ -977,7 +983,7 @@ def _shifted_statistics(X, y, centered, rows):
             np.matmul(work.T, work, out=out)
             total += out
     if in_place:
-        total[d:, :d] = total[:d, d:].T
+        total[:d, d:] = total[d:, :d].T
     products, sums = total[:p, :p], total[:p, p]
     mean = shift + sums / n
     if centered:
