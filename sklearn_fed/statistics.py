@@ -329,8 +329,10 @@ class ClientStatistics:
         gram = self.gram + other.gram
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
-        if shifted:
-            gram += scale * np.outer(dx, dx)
+        if shifted:  # in place: one d x d temporary, scale * (dx_i dx_j) keeps the symmetry
+            between = np.outer(dx, dx)
+            between *= scale
+            gram += between
             moment += scale * np.outer(dx, dy)
             target_ss += scale * dy * dy
         return type(self)(

@@ -157,7 +157,8 @@ def numerical_range(gram):
     (ascending) and their eigenvectors as columns: the numerical range of
     ``gram``, on which ridge with any ``alpha >= 0`` is solved.
     """
-    eigenvalues, Q = linalg.eigh(gram, check_finite=False)
+    # Divide and conquer (syevd): as accurate as the default driver, and faster.
+    eigenvalues, Q = linalg.eigh(gram, check_finite=False, driver="evd")
     floor = gram.shape[0] * _EPS * max(eigenvalues[-1], 0.0)
     keep = eigenvalues > floor
     return eigenvalues[keep], Q[:, keep]
