@@ -717,13 +717,22 @@ def merge_statistics(statistics):
     >>> np.allclose(merge_statistics(parts).gram, whole.gram)
     True
     """
-    items = list(statistics)
-    if not items:
+    # A balanced tree keeps round-off at O(log K). It is built as a binary
+    # counter over the stream: at most log2(K) partial merges are held at
+    # once, so messages parsed on demand are never all unpacked together.
+    pending = []  # (number of messages, their merge), sizes decreasing
+    for stats in statistics:
+        size = 1
+        while pending and pending[-1][0] == size:
+            stats = pending.pop()[1].merge(stats)
+            size *= 2
+        pending.append((size, stats))
+    if not pending:
         raise ValueError("merge_statistics needs at least one ClientStatistics.")
-    while len(items) > 1:  # a balanced tree keeps round-off at O(log K)
-        paired = [a.merge(b) for a, b in zip(items[::2], items[1::2])]
-        items = paired + ([items[-1]] if len(items) % 2 else [])
-    return items[0]
+    merged = pending.pop()[1]
+    while pending:
+        merged = pending.pop()[1].merge(merged)
+    return merged
 
 
 def _is_psd(gram):
