@@ -637,16 +637,21 @@ class ClientStatistics:
                          moment=_MAX_SECOND, target_ss=_MAX_SECOND)
         diag = np.diag(self.gram)
         root = np.sqrt(np.maximum(diag, 0.0))
+        # d x d work in place (a server validates every message): three temporaries.
+        limit = np.outer(root, root)
         # Round-off allowance of a computed Gram entry, relative to its own pair.
-        slack = _RELATIVE_SLACK * np.outer(root, root)
-        if np.any(np.abs(self.gram - self.gram.T) > slack + _TINY):
+        slack = np.multiply(limit, _RELATIVE_SLACK)
+        slack += _TINY
+        work = np.subtract(self.gram, self.gram.T)
+        if np.any(np.abs(work, out=work) > slack):
             fail("gram is not symmetric.")
         if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
             fail("gram has a negative diagonal entry.")
         target_ss = self.target_ss
         if np.any(target_ss < -_RELATIVE_SLACK * np.max(target_ss, initial=0.0) - _TINY):
             fail("target_ss is negative.")
-        if np.any(np.abs(self.gram) > np.outer(root, root) + slack + _TINY):
+        limit += slack
+        if np.any(np.abs(self.gram, out=work) > limit):
             fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
         target_root = np.sqrt(np.maximum(target_ss, 0.0))
         bound = np.outer(root, target_root)
