@@ -672,9 +672,12 @@ class ClientStatistics:
         """Finite values within the magnitude caps that keep merging overflow-free."""
         for name, cap in caps.items():
             value = getattr(self, name)
+            largest = np.max(np.abs(value), initial=0.0)  # NaN if any entry is NaN
+            if largest <= cap:  # the common case: one reduction
+                continue
             if not np.all(np.isfinite(value)):
                 fail(f"{name} contains NaN or infinity.")
-            if np.max(np.abs(value), initial=0.0) > cap:
+            if largest > cap:
                 fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
                      "such values could overflow the merge).")
 
@@ -958,10 +961,11 @@ def _shifted_statistics(X, y, centered, rows):
     # C order: the reductions below then add in the same order for any layout of X.
     head = np.array(np.hstack([head_X, head_y]), dtype=np.float64, order="C")
     flat = np.ptp(head, axis=0) == 0
-    shift = np.where(flat, head[0], head.mean(axis=0)) if centered else np.zeros(p)
-    spread = head.var(axis=0)
+    head_mean = head.mean(axis=0)
+    shift = np.where(flat, head[0], head_mean) if centered else np.zeros(p)
+    spread = np.mean((head - head_mean) ** 2, axis=0)
     in_place = X.dtype == np.float64 and (
-        not centered or bool(np.all(head.mean(axis=0)[:d] ** 2 <= 0.25 * spread[:d]))
+        not centered or bool(np.all(head_mean[:d] ** 2 <= 0.25 * spread[:d]))
     )
     if in_place:
         shift[:d] = 0.0
