@@ -73,7 +73,7 @@ def _summary(values):
     return f"{np.median(values):6.2f} ({values.min():.2f}-{values.max():.2f})"
 
 
-def bench(n, d, n_clients, repeats, rng):
+def bench(n, d, n_clients, repeats, rng, memory=True):
     """Ratios of one shape: ``{name: {"wall": [...], "user": [...]}}`` and extra memory."""
     X = rng.standard_normal((n, d))
     y = X @ rng.standard_normal(d) + rng.standard_normal(n)
@@ -95,7 +95,8 @@ def bench(n, d, n_clients, repeats, rng):
             wall, user = _timed(fit)
             times[name]["wall"].append(wall)
             times[name]["user"].append(user)
-    memory = {name: _extra_memory(fits[name], X) for name in ("contiguous", "shuffled", "ridge")}
+    names = ("contiguous", "shuffled", "ridge")
+    memory = {name: _extra_memory(fits[name], X) if memory else np.nan for name in names}
     return times, memory
 
 
@@ -108,6 +109,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="every shape's n divided by 10")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc runs")
     parser.add_argument("--shapes", nargs="+", default=None,
                         help="shapes as NxDxK, e.g. 1e6x100x100 (default: the issue's table)")
     args = parser.parse_args(argv)
@@ -128,7 +130,7 @@ def main(argv=None):
         with threadpool_limits(limits=threads):
             for n, d, k in shapes:
                 before = _load()
-                times, memory = bench(n, d, k, args.repeats, rng)
+                times, memory = bench(n, d, k, args.repeats, rng, memory=not args.no_memory)
                 for kind in ("wall", "user"):
                     cells = [
                         _summary(_ratios(times, "contiguous", "floor", kind)),
