@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-incremental bench-baselines bench-dask bench-pipelines clean venv fuzz property accuracy
+.PHONY: demo test docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -30,6 +30,15 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_federated_ridge.py
+
+# FederatedRidge.fit vs the BLAS floor (one X.T @ X) and Ridge, issue 19's shapes, 1 and 2 threads.
+bench-floor: $(STAMP)
+	$(PY) benchmarks/bench_ridge_floor.py
+	$(PY) benchmarks/bench_ridge_cv.py
+
+# A server aggregating 10,000 messages of d=100 and 1,000 of d=1,000: time and peak memory.
+bench-load: $(STAMP)
+	$(PY) benchmarks/bench_load.py
 
 # FederatedRidge's precision per regime against a 60-digit reference (the docs' table).
 accuracy: $(STAMP)

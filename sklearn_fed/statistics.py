@@ -66,7 +66,7 @@ FORMS = ("gram", "factor")
 
 # Rows per block are chosen so one centered float64 block takes about this much
 # memory: large enough for BLAS to run at full speed, small next to X.
-_BLOCK_BYTES = 8 * 2**20
+_BLOCK_BYTES = 2 * 2**20
 
 # The format-1 message (before the common framing of sklearn_fed.protocol): still
 # read by from_bytes so that statistics saved by earlier releases stay usable.
@@ -338,8 +338,10 @@ class ClientStatistics:
         gram = self.gram + other.gram
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
-        if shifted:
-            gram += scale * np.outer(dx, dx)
+        if shifted:  # in place: one d x d temporary, scale * (dx_i dx_j) keeps the symmetry
+            between = np.outer(dx, dx)
+            between *= scale
+            gram += between
             moment += scale * np.outer(dx, dy)
             target_ss += scale * dy * dy
         return type(self)(
@@ -653,18 +655,26 @@ class ClientStatistics:
         diag = np.diag(self.gram)
         root = np.sqrt(np.maximum(diag, 0.0))
         raw_x, raw_y = self._raw_scales()
+        # d x d work in place (a server validates every message): three temporaries.
+        limit = np.outer(root, root)
         # Round-off allowance of a computed Gram entry: relative to its own pair,
         # and to the pair's raw magnitudes (a column constant at a site has a zero
         # centered variance but cross-products at the round-off of its mean).
-        slack = _RELATIVE_SLACK * np.outer(root, root) + _ROUNDOFF * np.outer(raw_x, raw_x)
-        if np.any(np.abs(self.gram - self.gram.T) > slack + _TINY):
+        slack = np.multiply(limit, _RELATIVE_SLACK)
+        slack += _TINY
+        work = np.outer(raw_x, raw_x, out=np.empty_like(limit))
+        work *= _ROUNDOFF
+        slack += work
+        np.subtract(self.gram, self.gram.T, out=work)
+        if np.any(np.abs(work, out=work) > slack):
             fail("gram is not symmetric.")
         if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
             fail("gram has a negative diagonal entry.")
         target_ss = self.target_ss
         if np.any(target_ss < -_RELATIVE_SLACK * np.max(target_ss, initial=0.0) - _TINY):
             fail("target_ss is negative.")
-        if np.any(np.abs(self.gram) > np.outer(root, root) + slack + _TINY):
+        limit += slack
+        if np.any(np.abs(self.gram, out=work) > limit):
             fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
         target_root = np.sqrt(np.maximum(target_ss, 0.0))
         bound = np.outer(root, target_root)
@@ -686,9 +696,12 @@ class ClientStatistics:
         """Finite values within the magnitude caps that keep merging overflow-free."""
         for name, cap in caps.items():
             value = getattr(self, name)
+            largest = np.max(np.abs(value), initial=0.0)  # NaN if any entry is NaN
+            if largest <= cap:  # the common case: one reduction
+                continue
             if not np.all(np.isfinite(value)):
                 fail(f"{name} contains NaN or infinity.")
-            if np.max(np.abs(value), initial=0.0) > cap:
+            if largest > cap:
                 fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
                      "such values could overflow the merge).")
 
@@ -983,13 +996,22 @@ def merge_statistics(statistics):
     >>> np.allclose(merge_statistics(parts).gram, whole.gram)
     True
     """
-    items = list(statistics)
-    if not items:
+    # A balanced tree keeps round-off at O(log K). It is built as a binary
+    # counter over the stream: at most log2(K) partial merges are held at
+    # once, so messages parsed on demand are never all unpacked together.
+    pending = []  # (number of messages, their merge), sizes decreasing
+    for stats in statistics:
+        size = 1
+        while pending and pending[-1][0] == size:
+            stats = pending.pop()[1].merge(stats)
+            size *= 2
+        pending.append((size, stats))
+    if not pending:
         raise ValueError("merge_statistics needs at least one ClientStatistics.")
-    while len(items) > 1:  # a balanced tree keeps round-off at O(log K)
-        paired = [a.merge(b) for a, b in zip(items[::2], items[1::2])]
-        items = paired + ([items[-1]] if len(items) % 2 else [])
-    return items[0]
+    merged = pending.pop()[1]
+    while pending:
+        merged = pending.pop()[1].merge(merged)
+    return merged
 
 
 def _is_psd(gram):
@@ -1123,16 +1145,18 @@ def _drop_direction(M, s):
     return reflected[1:]
 
 
-def _scratch(n_rows, n_cols):
-    """A reusable C-ordered float64 work block (one per thread).
+def _scratch(n_rows, n_cols, name="buffer"):
+    """A reusable C-ordered float64 work block (one per thread and ``name``).
 
-    Each client's statistics need one block of centered rows; reusing the
-    memory across blocks and clients avoids faulting in fresh pages every time.
+    Each client's statistics need a block of (centered or gathered) rows;
+    reusing the memory across blocks and clients avoids faulting in fresh
+    pages every time.
     """
     size = n_rows * n_cols
-    cached = getattr(_workspace, "buffer", None)
+    cached = getattr(_workspace, name, None)
     if cached is None or cached.size < size:
-        cached = _workspace.buffer = np.empty(size)
+        cached = np.empty(size)
+        setattr(_workspace, name, cached)
     return cached[:size].reshape(n_rows, n_cols)
 
 
@@ -1147,32 +1171,123 @@ def _chan_add(total, mean, weight, block_products, block_mean, block_weight, cen
     return total + block_products, mean + (block_weight / new_weight) * (block_mean - mean), new_weight
 
 
-def _raw_block_products(Xv, yv, centered):
-    """Centered products of an unweighted block straight from its raw products.
-
-    ``sum x x^T - S S^T / n`` cancels digits in proportion to mean^2 / variance;
-    when every column's mean is within one standard deviation of zero that
-    factor is at most 2 (under one bit), so the block can be read by BLAS in
-    place, with no centered copy. Otherwise returns None and the caller shifts.
-    """
-    n, t = yv.shape
-    raw_xx = Xv.T @ Xv  # numpy runs syrk on the view: no copy
-    y_and_ones = np.column_stack([yv, np.ones(n)])
-    raw_xy_and_sums = Xv.T @ y_and_ones  # moment and column sums in one pass
-    raw_xy = raw_xy_and_sums[:, :t]
-    raw_yy = yv.T @ yv
-    sums = np.concatenate([raw_xy_and_sums[:, t], y_and_ones[:, :t].sum(axis=0)])
-    mean = sums / n
-    second = np.concatenate([np.diag(raw_xx), np.diag(raw_yy)]) / n
-    if centered and np.any(mean**2 > 0.5 * second):  # mean^2 > variance
-        return None
-    products = np.block([[raw_xx, raw_xy], [raw_xy.T, raw_yy]])
-    if centered:
-        products -= np.outer(sums, sums) / n
-    return (mean, products), float(n)
-
-
 def _dense_statistics(X, y, sample_weight, centered, rows):
+    """Statistics of dense rows: one shift and one accumulator, else the Chan path.
+
+    Unweighted float rows take :func:`_shifted_statistics`; weighted rows,
+    and the rare rows on which one shift would cancel digits, the blocked
+    Chan path :func:`_chan_statistics`.
+    """
+    if sample_weight is None and isinstance(X, np.ndarray):
+        parts = _shifted_statistics(X, y, centered, rows)
+        if parts is not None:
+            return parts
+    return _chan_statistics(X, y, sample_weight, centered, rows)
+
+
+# Rows of a client that choose its shift (a few cache lines per column).
+_HEAD_ROWS = 64
+
+
+def _shifted_statistics(X, y, centered, rows):
+    """Unweighted statistics read in one pass into one accumulator, or None.
+
+    The shift ``s`` of ``[x, y]`` is taken once from the client's first
+    rows: their mean (a column constant on them is shifted by its first
+    value, so a column constant on the whole client centers to exact
+    zeros), or zero for feature columns whose mean is well within their
+    spread there (then BLAS reads ``X`` in place, with no centered copy;
+    always without centering). Blocks of rows ``[x - s, y - s_y, 1]`` are
+    added to one ``(p + 1) x (p + 1)`` accumulator of products (``syrk``),
+    and the products are centered once at the end, ``B - S S^T / n``. That
+    cancels digits in proportion to ``(mean - s)^2 / variance``: when this
+    exceeds 1 for some column (a client whose first rows are not
+    representative of the rest), None is returned and the caller takes the
+    Chan path. The blocks of one client depend only on its own rows, in
+    order, so a site holding just those rows sends the same bits.
+    """
+    if isinstance(rows, slice):
+        first, stop, _ = rows.indices(X.shape[0])
+        index, n = None, max(stop - first, 0)
+    else:
+        index, n = np.asarray(rows), len(rows)
+    if n == 0:
+        return None
+    d, t = X.shape[1], y.shape[1]
+    p = d + t
+
+    def block_of(start, stop, out):
+        """Rows start:stop of the client: X's (C-ordered, float64 if in place) and y's."""
+        if index is None:
+            Xb, yb = X[first + start : first + stop], y[first + start : first + stop]
+            if out is not None and not Xb.flags.c_contiguous:
+                Xb = np.copyto(out, Xb) or out  # BLAS always sees one layout
+            return Xb, yb
+        take = index[start:stop]
+        if out is None:
+            return X[take], y[take]
+        return np.take(X, take, axis=0, out=out, mode="clip"), y[take]
+
+    head_X, head_y = block_of(0, min(_HEAD_ROWS, n), None)
+    # C order: the reductions below then add in the same order for any layout of X.
+    head = np.array(np.hstack([head_X, head_y]), dtype=np.float64, order="C")
+    flat = np.ptp(head, axis=0) == 0
+    head_mean = head.mean(axis=0)
+    shift = np.where(flat, head[0], head_mean) if centered else np.zeros(p)
+    spread = np.mean((head - head_mean) ** 2, axis=0)
+    in_place = X.dtype == np.float64 and (
+        not centered or bool(np.all(head_mean[:d] ** 2 <= 0.25 * spread[:d]))
+    )
+    if in_place:
+        shift[:d] = 0.0
+    block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p // 2)
+    total = np.zeros((p + 1, p + 1))
+    out = np.empty((d, d)) if in_place else np.empty((p + 1, p + 1))
+    side = np.empty((t + 1, d))
+    corner = np.empty((t + 1, t + 1))
+    for start in range(0, n, block):
+        m = min(block, n - start)
+        if in_place:
+            gather = None if index is None and X.flags.c_contiguous else _scratch(m, d, "rows")
+            Xb, yb = block_of(start, start + m, gather)
+            targets = _scratch(t + 1, m, "targets")  # rows: y - s_y per target, then ones
+            np.subtract(yb.T, shift[d:, None], out=targets[:t])
+            targets[t] = 1.0
+            np.matmul(Xb.T, Xb, out=out)  # numpy runs syrk: one read of the rows in place
+            total[:d, :d] += out
+            # Moment and column sums while the block is in cache: a few matrix-vector
+            # products read it once each, faster than one matrix product that packs it.
+            if t < 4:
+                for j in range(t + 1):
+                    np.matmul(targets[j], Xb, out=side[j])
+            else:
+                np.matmul(targets, Xb, out=side)
+            total[d:, :d] += side
+            np.matmul(targets, targets.T, out=corner)
+            total[d:, d:] += corner
+        else:
+            work = _scratch(m, p + 1)
+            Xb, yb = block_of(start, start + m, None)
+            np.subtract(Xb, shift[:d], out=work[:, :d])
+            np.subtract(yb, shift[d:], out=work[:, d:p])
+            work[:, p] = 1.0
+            np.matmul(work.T, work, out=out)
+            total += out
+    if in_place:
+        total[:d, d:] = total[d:, :d].T
+    products, sums = total[:p, :p], total[:p, p]
+    mean = shift + sums / n
+    if centered:
+        offset = sums / n
+        if np.any(offset**2 > 0.5 * np.diag(products) / n):  # more than one bit would cancel
+            return None
+        products -= np.outer(sums, sums) / n  # symmetric bit for bit
+    gram = np.ascontiguousarray(products[:d, :d])
+    moment = np.ascontiguousarray(products[:d, d:])
+    return float(n), mean[:d], mean[d:], gram, moment, np.maximum(np.diag(products)[d:], 0.0)
+
+
+def _chan_statistics(X, y, sample_weight, centered, rows):
     """Blocked, single-pass statistics of dense rows (see module docstring).
 
     Each block is shifted into a work array ``[X - s, y - s_y, 1]`` (rows
@@ -1208,15 +1323,6 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
             keep = wv > 0
             Xv, yv, wv = Xv[keep], yv[keep], wv[keep]
             if not len(wv):
-                continue
-        if sample_weight is None and Xv.dtype == np.float64:
-            fast = _raw_block_products(Xv, yv, centered)
-            if fast is not None:  # no offset to cancel: the view was read as is
-                products, wsum = fast
-                block_mean, block_products = products
-                total, mean, weight_sum = _chan_add(
-                    total, mean, weight_sum, block_products, block_mean, wsum, centered
-                )
                 continue
         if centered and weight_sum == 0:  # first block: shift by its first rows
             shift = np.concatenate([Xv[:64].mean(axis=0), yv[:64].mean(axis=0)])

@@ -234,3 +234,37 @@ def test_validation_of_expected_shape():
 def test_negative_sample_weight_is_rejected():
     with pytest.raises(ValueError, match="Negative values"):
         ClientStatistics.from_data(np.ones((2, 2)), np.ones(2), np.array([1.0, -1.0]))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_rows_of_a_shared_X_give_the_bits_of_the_site_alone(order, offset, monkeypatch):
+    """Read in place, gathered by index, or F-ordered: the same bits as the site's own copy."""
+    monkeypatch.setattr("sklearn_fed.statistics._BLOCK_BYTES", 8 * 7 * 40)  # 40-row blocks
+    rng = np.random.default_rng(5)
+    X = np.asarray(rng.normal(size=(500, 6)) + offset, order=order)
+    y = rng.normal(size=(500, 1))
+    for rows in (slice(30, 430), np.flatnonzero(rng.uniform(size=500) < 0.6)):
+        shared = ClientStatistics.from_data(X, y, rows=rows, check_input=False)
+        alone = ClientStatistics.from_data(np.ascontiguousarray(X[rows]), y[rows])
+        for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
+            np.testing.assert_array_equal(getattr(shared, name), getattr(alone, name))
+
+
+def test_unrepresentative_first_rows_fall_back_to_the_chan_path():
+    """First rows at 1e6, the rest near 0: one shift would cancel digits; Chan does not."""
+    rng = np.random.default_rng(6)
+    noise = rng.normal(size=(3000, 3))
+    X = noise.copy()
+    X[:100] += 1e6
+    stats = ClientStatistics.from_data(X, noise[:, 0])
+    exact = np.cov(X.T, bias=True) * 3000
+    np.testing.assert_allclose(stats.gram, exact, rtol=1e-9)
+
+
+def test_constant_columns_center_to_exact_zeros():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(300, 4))
+    X[:, 1] = 0.1 + 1e6
+    stats = ClientStatistics.from_data(X, np.full(300, 3.3))
+    assert not stats.gram[1].any() and not stats.moment.any() and not stats.target_ss.any()

@@ -1,5 +1,6 @@
 """What every ridge estimator shares: the solver and the statistics-based base class."""
 
+from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
@@ -156,7 +157,8 @@ def numerical_range(gram):
     (ascending) and their eigenvectors as columns: the numerical range of
     ``gram``, on which ridge with any ``alpha >= 0`` is solved.
     """
-    eigenvalues, Q = linalg.eigh(gram, check_finite=False)
+    # Divide and conquer (syevd): as accurate as the default driver, and faster.
+    eigenvalues, Q = linalg.eigh(gram, check_finite=False, driver="evd")
     floor = gram.shape[0] * _EPS * max(eigenvalues[-1], 0.0)
     keep = eigenvalues > floor
     return eigenvalues[keep], Q[:, keep]
@@ -398,6 +400,35 @@ class StatisticsServer(Server):
         return np.float32 if self._dtype == "float32" else np.float64
 
 
+class MessagesOnDemand(Mapping):
+    """Validated client messages ``{label: ClientStatistics or bytes}``, bytes parsed when read.
+
+    Merging in a stream (:func:`~sklearn_fed.statistics.merge_statistics`)
+    then unpacks O(log K) messages at a time instead of all K: the memory of
+    a server aggregating many messages stays near their packed size.
+    """
+
+    def __init__(self, items):
+        self._items = dict(items)
+
+    def __getitem__(self, label):
+        message = self._items[label]
+        if isinstance(message, ClientStatistics):
+            return message
+        return ClientStatistics.from_bytes(message, client=label, validate=False)
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def nbytes(self, label):
+        """Size of the message of ``label`` in bytes."""
+        message = self._items[label]
+        return message.nbytes if isinstance(message, ClientStatistics) else memoryview(message).nbytes
+
+
 class BaseFederatedRidge(
     DaskDispatchMixin, FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
 ):
@@ -513,12 +544,15 @@ class BaseFederatedRidge(
             raise ValueError(f"{name} must be finite and non-negative; got {self.alpha!r}.")
         return alpha[0] if alpha.size == 1 else alpha
 
-    def _read_messages(self, messages):
+    def _read_messages(self, messages, *, keep_bytes=False):
         """Parse and validate untrusted client messages, all before using any.
 
         ``messages`` is a list (client labels 0..K-1) or a dict label ->
         message; a message is a ClientStatistics or its bytes. Each is
-        validated once, in O(d^2); the PSD test runs on their merge.
+        validated once, in O(d^2); the PSD test runs on their merge. With
+        ``keep_bytes``, a message given as bytes is returned as its bytes
+        (read again by :class:`MessagesOnDemand`): a server then never
+        holds every message unpacked at once.
         """
         if isinstance(messages, dict):
             items = list(messages.items())
@@ -550,7 +584,7 @@ class BaseFederatedRidge(
                     f"fit_intercept={self.fit_intercept}.",
                     label,
                 )
-            parsed.append((label, stats))
+            parsed.append((label, message if keep_bytes and stats is not message else stats))
         return parsed
 
     # ---------------------------------------------------------------- outputs

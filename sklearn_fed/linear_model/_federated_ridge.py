@@ -4,6 +4,7 @@ from .._compat import StrOptions, _fit_context
 from ..protocol import CommunicationLedger, atomic
 from ._base import (
     BaseFederatedRidge,
+    MessagesOnDemand,
     StatisticsClient,
     StatisticsServer,
     _solve_gram,
@@ -234,9 +235,9 @@ class FederatedRidge(BaseFederatedRidge):
         -------
         self : FederatedRidge
         """
-        parsed = self._read_messages(messages)
+        replies = MessagesOnDemand(self._read_messages(messages, keep_bytes=True))
         ledger = CommunicationLedger()
-        ledger.record_round({}, {label: stats.nbytes for label, stats in parsed})
+        ledger.record_round({}, {label: replies.nbytes(label) for label in replies})
         server = self.make_server(max_rounds=1)
-        server._apply(dict(parsed), ledger)
+        server._apply(replies, ledger)
         return self

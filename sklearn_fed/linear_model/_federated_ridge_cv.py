@@ -152,16 +152,17 @@ def _held_out_sums(held, coef, intercept):
     ``|R_x c - R_y|^2`` from a factor, ``S_yy - 2 c.h + c^T G c`` from a Gram.
     """
     W = held.weight_sum
-    mean_residual = held.y_mean[:, None] - intercept - np.einsum("i,ita->ta", held.x_mean, coef)
-    d = held.n_features
+    d, t, n_alphas = coef.shape
+    flat = coef.reshape(d, t * n_alphas)  # matrix products (BLAS), not einsum loops
+    mean_residual = held.y_mean[:, None] - intercept - (held.x_mean @ flat).reshape(t, n_alphas)
     if held.factor is not None:
-        residual = np.einsum("pi,ita->pta", held.factor[:, :d], coef) - held.factor[:, d:, None]
-        spread = np.einsum("pta,pta->ta", residual, residual)
+        residual = (held.factor[:, :d] @ flat).reshape(-1, t, n_alphas) - held.factor[:, d:, None]
+        spread = np.sum(residual * residual, axis=0)
     else:
         spread = (
             held.target_ss[:, None]
-            - 2 * np.einsum("it,ita->ta", held.moment, coef)
-            + np.einsum("ita,ij,jta->ta", coef, held.gram, coef)
+            - 2 * np.sum(held.moment[:, :, None] * coef, axis=0)
+            + np.sum(flat * (held.gram @ flat), axis=0).reshape(t, n_alphas)
         )
     if held.centered:
         e2 = spread + W * mean_residual**2
@@ -197,13 +198,14 @@ def _coef_path(spectrum, alphas):
     """Coefficients (n_features, n_targets, n_alphas) and their intercept rule."""
     eigenvalues, basis, projected = spectrum
     scaled = projected[:, :, None] / (eigenvalues[:, None, None] + alphas)
-    return np.einsum("ij,jta->ita", basis, scaled)
+    return (basis @ scaled.reshape(scaled.shape[0], -1)).reshape(basis.shape[0], *scaled.shape[1:])
 
 
 def _intercepts(stats, coef):
     if not stats.centered:
         return np.zeros(coef.shape[1:])
-    return stats.y_mean[:, None] - np.einsum("i,ita->ta", stats.x_mean, coef)
+    return stats.y_mean[:, None] - (stats.x_mean @ coef.reshape(coef.shape[0], -1)).reshape(
+        coef.shape[1:])
 
 
 def _complements(statistics):
@@ -252,7 +254,7 @@ def _leave_one_out(task, X, y, sample_weight):
         Z = Z - arrays["x_mean"] @ basis
     w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
     inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
-    fitted = np.einsum("nk,kt,ka->nta", Z, projected, inverse)
+    fitted = _through_spectrum(Z, projected, inverse)
     if centered:
         fitted += arrays["y_mean"][None, :, None]
     leverage = w[:, None] * ((Z * Z) @ inverse)
@@ -264,9 +266,16 @@ def _leave_one_out(task, X, y, sample_weight):
     if task.fields.get("interpolating") is True and np.any(small):
         # For alpha below the spectrum the differences lose the most digits.
         inverse = 1.0 / (eigenvalues[:, None] * (eigenvalues[:, None] + alphas[small]))
-        residual[:, :, small] = np.einsum("nk,kt,ka->nta", Z, projected, inverse) / (
+        residual[:, :, small] = _through_spectrum(Z, projected, inverse) / (
             w[:, None, None] * ((Z * Z) @ inverse)[:, None, :])
     return y[:, :, None] - residual
+
+
+def _through_spectrum(Z, projected, inverse):
+    """``sum_k Z[n, k] projected[k, t] inverse[k, a]`` as one matrix product: (n, t, a)."""
+    k, t = projected.shape
+    weights = (projected[:, :, None] * inverse[:, None, :]).reshape(k, -1)
+    return (Z @ weights).reshape(Z.shape[0], t, inverse.shape[1])
 
 
 # ------------------------------------------------------------- messages
@@ -423,8 +432,8 @@ class CVClient(BlockwiseClient):
         residual = y[:, :, None] - predictions
         y_mean = arrays["y_mean"]
         sums = {
-            "e1": np.einsum("n,nta->ta", w, residual),
-            "e2": np.einsum("n,nta->ta", w, residual**2),
+            "e1": np.tensordot(w, residual, axes=1),
+            "e2": np.tensordot(w, residual**2, axes=1),
             "sst": w @ (y - y_mean) ** 2,
         }
         fields = {"count": int(X.shape[0]), "weight": float(w.sum())}
