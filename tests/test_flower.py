@@ -1,0 +1,360 @@
+"""sklearn-fed on Flower: configs, data files, model files, the apps, a real federation.
+
+The apps are tested twice: in process, through a fake Grid that hands each
+message to the ClientApp (fast; every dropout path), and through a real
+SuperLink and three SuperNodes on 127.0.0.1 (one federation for all
+estimators: each Flower message starts a ClientApp process).
+"""
+
+import functools
+import json
+import time
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_digits
+from sklearn.linear_model import Ridge
+
+pytest.importorskip("flwr", reason="needs the flower extra: pip install sklearn-fed[flower]")
+pytest.importorskip("skops", reason="needs the flower extra: pip install sklearn-fed[flower]")
+
+from flwr.app import Context, RecordDict  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from sklearn_fed import (  # noqa: E402
+    FederatedRidge,
+    FederatedRidgeCV,
+    InvalidClientMessage,
+    ProjectedFederatedRidge,
+)
+from sklearn_fed.datasets import load_site_data, save_site_data  # noqa: E402
+from sklearn_fed.flower import (  # noqa: E402
+    RUN_CONFIG_DEFAULTS,
+    LocalFederation,
+    NodeSettings,
+    ServerSettings,
+    estimator_from_config,
+    estimator_to_config,
+    load_model,
+    make_client_app,
+    run_server,
+    save_model,
+)
+from sklearn_fed.utils.estimator_checks import _ledger, _model_state  # noqa: E402
+
+# Every protocol estimator runs through Flower; add one line per estimator.
+FLOWER_CASES = [
+    FederatedRidge(alpha=1.0),
+    FederatedRidgeCV(alphas=(0.1, 1.0, 10.0)),
+    ProjectedFederatedRidge(n_components=16, random_state=0),
+]
+SITES = ("a", "b", "c")
+
+
+def _case_id(estimator):
+    return type(estimator).__name__
+
+
+@functools.lru_cache(maxsize=None)
+def _digits():
+    """600 digits rows, split into three sites (200 rows each)."""
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:600], y[:600]
+    clients = np.array(SITES)[np.arange(600) % 3]
+    return X, y, clients
+
+
+def _site_rows():
+    X, y, clients = _digits()
+    return {site: (X[clients == site], y[clients == site]) for site in SITES}
+
+
+def _in_process(estimator, sites):
+    """``fit`` on the same per-site rows as the federation."""
+    X = np.vstack([sites[s][0] for s in sites])
+    y = np.concatenate([sites[s][1] for s in sites])
+    clients = np.concatenate([[s] * len(sites[s][1]) for s in sites])
+    return clone(estimator).fit(X, y, clients=clients)
+
+
+def _assert_same_model(flower, local):
+    for a, b in zip(_model_state(flower), _model_state(local), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert _ledger(flower) == _ledger(local)
+    assert flower.clients_.tolist() == local.clients_.tolist()
+
+
+# ----------------------------------------------------------------- run config
+@pytest.mark.parametrize("estimator", FLOWER_CASES, ids=_case_id)
+def test_run_config_names_the_estimator_and_its_changed_params(estimator):
+    config = estimator_to_config(estimator)
+    assert set(config) <= set(RUN_CONFIG_DEFAULTS)
+    rebuilt = estimator_from_config(config)
+    assert type(rebuilt) is type(estimator)
+    assert repr(rebuilt.get_params()) == repr(estimator.get_params())
+
+
+def test_run_config_carries_arrays_and_refuses_what_it_cannot_carry():
+    alpha = np.array([0.5, 2.0])
+    config = estimator_to_config(FederatedRidge(alpha=alpha))
+    assert json.loads(config["estimator-params"]) == {
+        "alpha": {"ndarray": [0.5, 2.0], "dtype": "<f8"}}
+    np.testing.assert_array_equal(estimator_from_config(config).alpha, alpha)
+    with pytest.raises(TypeError, match="parameter 'random_state' of ProjectedFederatedRidge"):
+        estimator_to_config(ProjectedFederatedRidge(random_state=np.random.RandomState(0)))
+    with pytest.raises(ValueError, match="not one of sklearn-fed's protocol estimators"):
+        estimator_from_config({"estimator": "os.system"})
+    with pytest.raises(ValueError, match="not one of sklearn-fed's protocol estimators"):
+        estimator_from_config({"estimator": "ClientStatistics"})
+    with pytest.raises(ValueError, match="not valid JSON"):
+        estimator_from_config({"estimator": "FederatedRidge", "estimator-params": "{alpha"})
+    with pytest.raises(ValueError, match="unexpected keyword"):
+        estimator_from_config({"estimator": "FederatedRidge", "estimator-params": '{"beta": 1}'})
+    with pytest.raises(ValueError, match="alpha"):
+        estimator_from_config({"estimator": "FederatedRidge", "estimator-params": '{"alpha": -1}'})
+
+
+def test_settings_are_checked():
+    settings = ServerSettings.from_run_config(RUN_CONFIG_DEFAULTS)
+    assert settings.server_kwargs() == {"on_invalid": "raise"}
+    with pytest.raises(ValueError, match="min-nodes"):
+        ServerSettings.from_run_config({"min-nodes": 0})
+    with pytest.raises(ValueError, match="on-invalid"):
+        ServerSettings.from_run_config({"on-invalid": "ignore"})
+    node = NodeSettings.from_node_config({
+        "site": 7, "data-path": "x.csv", "target": "y", "allowed-kinds": "ridge.statistics, a.b",
+        "min-rows": 10,
+    })
+    assert node.site == 7 and node.policy.allowed_kinds == {"ridge.statistics", "a.b"}
+    assert node.policy.min_rows == 10 and node.read_key() is None
+    with pytest.raises(ValueError, match="unknown node-config keys"):
+        NodeSettings.from_node_config({"site": "a", "data-path": "x", "datapath": "y"})
+    with pytest.raises(ValueError, match="needs site="):
+        NodeSettings.from_node_config({"data-path": "x"})
+    with pytest.raises(ValueError, match="needs data-path="):
+        NodeSettings.from_node_config({"site": "a"})
+
+
+# ----------------------------------------------------------------- data and model files
+def test_site_data_files_read_back_exactly(tmp_path):
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame(rng.normal(size=(20, 3)) * 1e6 + 1 / 3, columns=["u", "v", "w"])
+    table["target"] = rng.normal(size=20)
+    table["t2"] = rng.normal(size=20)
+    table["weight"] = rng.uniform(size=20)
+    table.to_csv(tmp_path / "site.csv", index=False)
+    table.to_parquet(tmp_path / "site.parquet")
+    for name in ("site.csv", "site.parquet"):
+        X, y, w = load_site_data(tmp_path / name, target="target,t2", weight="weight",
+                                 features="w,u")
+        assert X.columns.tolist() == ["w", "u"]
+        np.testing.assert_array_equal(X.to_numpy(), table[["w", "u"]].to_numpy())
+        np.testing.assert_array_equal(y, table[["target", "t2"]].to_numpy())
+        np.testing.assert_array_equal(w, table["weight"].to_numpy())
+    save_site_data(tmp_path / "site.npz", np.float32(table[["u", "v"]]), ["x", "y"] * 10)
+    X, y, w = load_site_data(tmp_path / "site.npz")
+    assert X.dtype == np.float32 and y.tolist() == ["x", "y"] * 10 and w is None
+    with pytest.raises(ValueError, match=r"no column\(s\) \['nope'\]"):
+        load_site_data(tmp_path / "site.csv", target="nope")
+    with pytest.raises(ValueError, match="name the target"):
+        load_site_data(tmp_path / "site.csv")
+    with pytest.raises(ValueError, match="unsupported data file type"):
+        load_site_data(tmp_path / "site.xlsx", target="y")
+
+
+def test_model_file_loads_without_pickle_and_refuses_foreign_types(tmp_path):
+    X, y, clients = _digits()
+    model = FederatedRidge().fit(X, y, clients=clients)
+    save_model(model, tmp_path / "model.skops")
+    loaded = load_model(tmp_path / "model.skops")
+    _assert_same_model(loaded, model)
+    import skops.io
+
+    skops.io.dump({"model": model, "hook": functools.partial(print)}, tmp_path / "other.skops")
+    with pytest.raises(ValueError, match=r"not sklearn-fed's: \['builtins.print', "
+                                         r"'functools.partial'\]"):
+        load_model(tmp_path / "other.skops")
+
+
+# ----------------------------------------------------------------- the apps, in process
+class FakeGrid:
+    """A Grid whose SuperNodes are the ClientApp called in this process.
+
+    ``silent`` nodes never answer (a dead node the SuperLink still lists);
+    ``tamper(site, reply_bytes)`` alters replies on their way back.
+    """
+
+    def __init__(self, node_configs, run_config, *, silent=(), tamper=None):
+        self.node_configs = dict(enumerate(node_configs, start=101))
+        self.run_config = run_config
+        self.silent = {101 + i for i in silent}
+        self.tamper = tamper
+        self.app = make_client_app()
+        self.replies = {}
+        self.rounds = 0
+
+    def get_node_ids(self):
+        return list(self.node_configs)
+
+    def push_messages(self, messages):
+        ids = []
+        self.rounds += 1
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = message.object_id  # as the SuperLink does
+            ids.append(message.metadata.message_id)
+            node = message.metadata.dst_node_id
+            if node in self.silent:
+                continue
+            context = Context(run_id=1, node_id=node, node_config=self.node_configs[node],
+                              state=RecordDict(), run_config=self.run_config)
+            reply = self.app(message, context)
+            record = reply.content.config_records.get("sklearn_fed") if reply.has_content() else None
+            if self.tamper is not None and record is not None and "reply" in record:
+                site = self.node_configs[node]["site"]
+                record["reply"] = self.tamper(site, record["reply"])
+            self.replies[message.metadata.message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
+
+@pytest.fixture
+def task_identity():
+    """Flower sets these in its ServerApp process; Message() needs them."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def _node_configs(tmp_path, sites, keys=None, **extra):
+    configs = []
+    for site, (X, y) in sites.items():
+        path = tmp_path / f"{site}.npz"
+        save_site_data(path, X, y)
+        config = {"site": site, "data-path": str(path), **extra.get(site, {})}
+        if keys:
+            (tmp_path / f"{site}.key").write_text(keys[site])
+            config["key-file"] = str(tmp_path / f"{site}.key")
+        configs.append(config)
+    return configs
+
+
+def _run_config(estimator, tmp_path, keys=None, **overrides):
+    config = dict(RUN_CONFIG_DEFAULTS, **estimator_to_config(estimator))
+    config.update({"min-nodes": 1, "node-timeout": 0.5, "reply-timeout": 0.5,
+                   "poll-interval": 0.01})
+    if keys:
+        (tmp_path / "keys.json").write_text(json.dumps(keys))
+        config["keys-file"] = str(tmp_path / "keys.json")
+    config.update(overrides)
+    return config
+
+
+KEYS = {site: f"{site}-secret-key-of-32-characters!" for site in SITES}
+
+
+@pytest.mark.parametrize("estimator", FLOWER_CASES, ids=_case_id)
+def test_apps_give_the_in_process_fit(estimator, tmp_path, task_identity):
+    sites = _site_rows()
+    grid = FakeGrid(_node_configs(tmp_path, sites, KEYS),
+                    _run_config(estimator, tmp_path, KEYS, **{"model-path": str(tmp_path / "m")}))
+    fitted = run_server(grid, grid.run_config)
+    local = _in_process(estimator, sites)
+    _assert_same_model(fitted, local)
+    _assert_same_model(load_model(tmp_path / "m"), local)
+
+
+def test_silent_and_refusing_sites_are_dropout(tmp_path, task_identity):
+    sites = _site_rows()
+    configs = _node_configs(tmp_path, sites, KEYS, b={"min-rows": 500})  # b refuses: 200 rows
+    configs.append({"site": "dead", "data-path": "nowhere.npz"})  # listed, never answers
+    grid = FakeGrid(configs, _run_config(FederatedRidge(), tmp_path, KEYS), silent=[3])
+    fitted = run_server(grid, grid.run_config)
+    X = np.vstack([sites["a"][0], sites["c"][0]])
+    y = np.concatenate([sites["a"][1], sites["c"][1]])
+    np.testing.assert_allclose(fitted.coef_, Ridge().fit(X, y).coef_, rtol=1e-10, atol=1e-12)
+    assert fitted.clients_.tolist() == ["a", "c"]
+
+
+def test_too_few_sites_stop_the_run(tmp_path, task_identity):
+    sites = _site_rows()
+    configs = _node_configs(tmp_path, sites, KEYS, b={"min-rows": 500})
+    config = _run_config(FederatedRidge(), tmp_path, KEYS, **{"min-nodes": 3})
+    with pytest.raises(RuntimeError, match=r"round 0: 2 site\(s\) replied, min-nodes=3"):
+        run_server(FakeGrid(configs, config), config)
+    with pytest.raises(RuntimeError, match=r"2 site\(s\) answered the roll call"):
+        run_server(FakeGrid(configs, config, silent=[0]), config)
+    with pytest.raises(RuntimeError, match=r"3 SuperNode\(s\) connected .* min-nodes=4"):
+        run_server(FakeGrid(configs, config), dict(config, **{"min-nodes": 4}))
+    configs[1]["site"] = "a"
+    with pytest.raises(RuntimeError, match="say they are site 'a'"):
+        run_server(FakeGrid(configs, config), dict(config, **{"min-nodes": 1}))
+
+
+def test_tampered_reply_is_rejected_naming_the_site(tmp_path, task_identity):
+    def flip(site, reply):
+        if site != "b":
+            return reply
+        data = bytearray(reply)
+        data[len(data) // 2] ^= 1
+        return bytes(data)
+
+    sites = _site_rows()
+    configs = _node_configs(tmp_path, sites, KEYS)
+    config = _run_config(FederatedRidge(), tmp_path, KEYS)
+    with pytest.raises(InvalidClientMessage, match="client 'b': authentication failed"):
+        run_server(FakeGrid(configs, config, tamper=flip), config)
+    dropped = run_server(FakeGrid(configs, config, tamper=flip),
+                         dict(config, **{"on-invalid": "drop"}))
+    assert dropped.clients_.tolist() == ["a", "c"]
+
+
+def test_a_node_without_the_sites_key_is_refused(tmp_path, task_identity):
+    sites = _site_rows()
+    configs = _node_configs(tmp_path, sites, KEYS)
+    (tmp_path / "c.key").write_text("an-impostor-key-that-is-long-enough")
+    config = _run_config(FederatedRidge(), tmp_path, KEYS)
+    fitted = run_server(FakeGrid(configs, config), config)  # c cannot read its task: dropout
+    assert fitted.clients_.tolist() == ["a", "b"]
+
+
+# ----------------------------------------------------------------- a real federation
+@pytest.mark.slow
+def test_every_estimator_through_real_supernodes_equals_in_process_fit():
+    """SuperLink + 3 SuperNodes on 127.0.0.1; each estimator is one `flwr run`."""
+    sites = _site_rows()
+    failures, times = [], []
+    with LocalFederation(sites) as federation:
+        for estimator in FLOWER_CASES:
+            start = time.perf_counter()
+            flower = federation.fit(estimator, timeout=120)
+            middle = time.perf_counter()
+            local = _in_process(estimator, sites)
+            times.append((_case_id(estimator), middle - start, time.perf_counter() - middle))
+            try:
+                _assert_same_model(flower, local)
+            except AssertionError as exc:
+                failures.append(f"{_case_id(estimator)}: {exc}")
+    for name, flower_s, local_s in times:
+        print(f"{name}: Flower {flower_s:.1f} s, in process {local_s:.3f} s")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.slow
+def test_killed_supernode_is_dropout_and_ridge_equals_ridge_on_survivors():
+    sites = _site_rows()
+    with LocalFederation(sites) as federation:
+        federation.kill_site("c")  # dies before it answers anything; the SuperLink still lists it
+        fitted = federation.fit(FederatedRidge(alpha=1.0), timeout=120,
+                                run_config={"node-timeout": 10.0})
+    X = np.vstack([sites["a"][0], sites["b"][0]])
+    y = np.concatenate([sites["a"][1], sites["b"][1]])
+    reference = Ridge(alpha=1.0).fit(X, y)
+    np.testing.assert_allclose(fitted.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fitted.intercept_, reference.intercept_, rtol=1e-10)
+    assert fitted.clients_.tolist() == ["a", "b"]
