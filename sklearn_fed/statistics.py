@@ -28,6 +28,7 @@ import scipy.sparse as sp
 from scipy import linalg
 
 from .protocol._errors import InvalidClientMessage, who as _who
+from .protocol._schema import check_site_data
 from .protocol._wire import Frame, SymmetricMatrix, decode, encode
 
 __all__ = ["ClientStatistics", "InvalidClientMessage", "merge_statistics"]
@@ -121,15 +122,16 @@ class ClientStatistics:
 
     # ------------------------------------------------------------------ compute
     @classmethod
-    def from_data(cls, X, y, sample_weight=None, *, centered=True, rows=None):
+    def from_data(cls, X, y, sample_weight=None, *, centered=True, rows=None,
+                  check_input=True):
         """Compute the statistics of one client's rows.
 
         Parameters
         ----------
-        X : {ndarray, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features)
             Features; float32 is accepted, statistics are accumulated in
             float64. Sparse input is never densified.
-        y : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets.
         sample_weight : ndarray of shape (n_samples,), default=None
             Non-negative row weights; ``None`` means all ones.
@@ -139,11 +141,18 @@ class ClientStatistics:
             Use only these rows of ``X``, ``y`` and ``sample_weight``. Dense rows
             are then gathered block by block, so a client's rows are never
             copied out of a shared ``X`` as a whole.
+        check_input : bool, default=True
+            Validate the inputs like scikit-learn does (lists, DataFrames and
+            Series are converted; 1-D ``X``, NaN or infinity, mismatched
+            lengths and negative weights raise ``ValueError``). Set to False
+            only for rows already validated (as ``fit`` does once for all).
 
         Returns
         -------
         stats : ClientStatistics
         """
+        if check_input:
+            X, y, sample_weight, _ = check_site_data(X, y, sample_weight)
         y = np.asarray(y)
         single_target = y.ndim == 1
         y2 = y.reshape(y.shape[0], -1)

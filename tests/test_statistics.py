@@ -225,5 +225,5 @@ def test_validation_of_expected_shape():
 
 
 def test_negative_sample_weight_is_rejected():
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="Negative values"):
         ClientStatistics.from_data(np.ones((2, 2)), np.ones(2), np.array([1.0, -1.0]))

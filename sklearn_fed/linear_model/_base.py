@@ -106,7 +106,9 @@ class StatisticsClient(Client):
 
     def _compute(self, task, X, y, sample_weight, rows):
         centered = task_field(task, "centered", bool)
-        stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered, rows=rows)
+        stats = ClientStatistics.from_data(
+            X, y, sample_weight, centered=centered, rows=rows, check_input=False
+        )
         return stats.to_payload()
 
 
@@ -262,7 +264,8 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         """Compute each client's statistics from its own rows (one at a time)."""
         for label, client_rows in zip(labels, rows):
             yield label, ClientStatistics.from_data(
-                X, y, sample_weight, centered=self.fit_intercept, rows=client_rows
+                X, y, sample_weight, centered=self.fit_intercept, rows=client_rows,
+                check_input=False,
             )
 
     def _checked_alpha(self, n_targets, name="alpha"):

@@ -211,7 +211,8 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
         def stats(index):
             return ClientStatistics.from_data(
-                X, y, sample_weight, centered=self.fit_intercept, rows=index
+                X, y, sample_weight, centered=self.fit_intercept, rows=index,
+                check_input=False,
             )
 
         sse = np.stack([_held_out_sse(stats(test), stats(train), alphas) for train, test in splits])
@@ -224,7 +225,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
     def _fit_leave_one_sample_out(self, X, y, sample_weight, alphas):
         """Closed-form LOO: e_i = r_i / (1 - h_ii) for every alpha at once."""
-        stats = ClientStatistics.from_data(X, y, sample_weight, centered=self.fit_intercept)
+        stats = ClientStatistics.from_data(
+            X, y, sample_weight, centered=self.fit_intercept, check_input=False
+        )
         eigenvalues, Q = _eigh_psd(stats.gram)
         w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
         Z = safe_sparse_dot(X, Q, dense_output=True) - stats.x_mean @ Q  # (X - mean) Q

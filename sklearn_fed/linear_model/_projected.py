@@ -75,7 +75,9 @@ class ProjectedClient(StatisticsClient):
             raise InvalidClientMessage("server: malformed projection task.", "server")
         if m < X.shape[1]:
             X = shared_projection(seed, X.shape[1], m, kind).transform(X)
-        stats = ClientStatistics.from_data(X, y, sample_weight, centered=centered)
+        stats = ClientStatistics.from_data(
+            X, y, sample_weight, centered=centered, check_input=False
+        )
         return stats.to_payload()
 
 

@@ -365,6 +365,7 @@ def _read_arrays(table, body, offset, fail):
             isinstance(shape, list)
             and len(shape) <= _MAX_NDIM
             and all(type(s) is int and 0 <= s < 2**40 for s in shape)
+            and math.prod(s for s in shape if s) < 2**40  # numpy must be able to shape it
         ):
             fail(f"array {name!r} has a malformed shape {shape!r}.")
         if layout == "sym":
