@@ -157,7 +157,7 @@ def main():
     print(f"Ridge(alpha={args.alpha}) coefficients from per-site normalized statistics; "
           f"relative error vs Ridge on all rows, median (max) of {args.repeats} seeds\n")
     print("| data | sites | SecAgg+, max_weight=1000 (default) | SecAgg+, max_weight=max n_k | "
-          "SecureAggregator, 64-bit fixed point | exact sums (sklearn-fed's protocol) |")
+          "SecureAggregator, 64-bit fixed point | exact sums, same formula |")
     print("|---|---|---|---|---|---|")
     for name, X, y in datasets + standardized:
         measure(name, X, y, args.sites, args.alpha, args.repeats)
