@@ -8,6 +8,7 @@ estimators: each Flower message starts a ClientApp process).
 
 import functools
 import json
+import shutil
 import time
 
 import numpy as np
@@ -41,6 +42,7 @@ from sklearn_fed.flower import (  # noqa: E402
     run_server,
     save_model,
 )
+from sklearn_fed.flower._local import _descendants, _proc_identity  # noqa: E402
 from sklearn_fed.utils.estimator_checks import _ledger, _model_state  # noqa: E402
 
 # Every protocol estimator runs through Flower; add one line per estimator.
@@ -157,6 +159,16 @@ def test_site_data_files_read_back_exactly(tmp_path):
     save_site_data(tmp_path / "site.npz", np.float32(table[["u", "v"]]), ["x", "y"] * 10)
     X, y, w = load_site_data(tmp_path / "site.npz")
     assert X.dtype == np.float32 and y.tolist() == ["x", "y"] * 10 and w is None
+    # streaming: one round's rows, and the round column is never a feature
+    table["round"] = np.arange(20) % 3
+    table.to_csv(tmp_path / "stream.csv", index=False)
+    X, y, _ = load_site_data(tmp_path / "stream.csv", target="target", round_column="round",
+                             in_round=1)
+    assert "round" not in X.columns and y.tolist() == table["target"][1::3].tolist()
+    save_site_data(tmp_path / "stream.npz", table[["u"]].to_numpy(), table["target"],
+                   rounds=table["round"])
+    X, y, _ = load_site_data(tmp_path / "stream.npz", round_column="round", in_round=2)
+    assert X[:, 0].tolist() == table["u"][2::3].tolist()
     with pytest.raises(ValueError, match=r"no column\(s\) \['nope'\]"):
         load_site_data(tmp_path / "site.csv", target="nope")
     with pytest.raises(ValueError, match="name the target"):
@@ -193,6 +205,10 @@ class FakeGrid:
         self.silent = {101 + i for i in silent}
         self.tamper = tamper
         self.app = make_client_app()
+        # one Context per node for the whole run, as a SuperNode keeps it
+        self.contexts = {node: Context(run_id=1, node_id=node, node_config=config,
+                                       state=RecordDict(), run_config=run_config)
+                         for node, config in self.node_configs.items()}
         self.replies = {}
         self.rounds = 0
 
@@ -208,9 +224,7 @@ class FakeGrid:
             node = message.metadata.dst_node_id
             if node in self.silent:
                 continue
-            context = Context(run_id=1, node_id=node, node_config=self.node_configs[node],
-                              state=RecordDict(), run_config=self.run_config)
-            reply = self.app(message, context)
+            reply = self.app(message, self.contexts[node])
             record = reply.content.config_records.get("sklearn_fed") if reply.has_content() else None
             if self.tamper is not None and record is not None and "reply" in record:
                 site = self.node_configs[node]["site"]
@@ -287,13 +301,26 @@ def test_too_few_sites_stop_the_run(tmp_path, task_identity):
     config = _run_config(FederatedRidge(), tmp_path, KEYS, **{"min-nodes": 3})
     with pytest.raises(RuntimeError, match=r"round 0: 2 site\(s\) replied, min-nodes=3"):
         run_server(FakeGrid(configs, config), config)
-    with pytest.raises(RuntimeError, match=r"2 site\(s\) answered the roll call"):
+    with pytest.raises(RuntimeError, match=r"2 site\(s\) known after the roll call"):
         run_server(FakeGrid(configs, config, silent=[0]), config)
     with pytest.raises(RuntimeError, match=r"3 SuperNode\(s\) connected .* min-nodes=4"):
         run_server(FakeGrid(configs, config), dict(config, **{"min-nodes": 4}))
     configs[1]["site"] = "a"
     with pytest.raises(RuntimeError, match="say they are site 'a'"):
         run_server(FakeGrid(configs, config), dict(config, **{"min-nodes": 1}))
+
+
+def test_node_sites_skip_the_roll_call_and_a_wrong_one_is_dropout(tmp_path, task_identity):
+    sites = _site_rows()
+    configs = _node_configs(tmp_path, sites, KEYS)
+    config = _run_config(FederatedRidge(), tmp_path, KEYS,
+                         **{"node-sites": json.dumps({"101": "a", "102": "b", "103": "c"})})
+    grid = FakeGrid(configs, config)
+    _assert_same_model(run_server(grid, config), _in_process(FederatedRidge(), sites))
+    assert grid.rounds == 1  # the task round only
+    swapped = dict(config, **{"node-sites": json.dumps({"101": "b", "102": "a", "103": "c"})})
+    fitted = run_server(FakeGrid(configs, swapped), swapped)  # a and b cannot verify their tasks
+    assert fitted.clients_.tolist() == ["c"]
 
 
 def test_tampered_reply_is_rejected_naming_the_site(tmp_path, task_identity):
@@ -346,12 +373,21 @@ def test_every_estimator_through_real_supernodes_equals_in_process_fit():
 
 
 @pytest.mark.slow
-def test_killed_supernode_is_dropout_and_ridge_equals_ridge_on_survivors():
+def test_killed_supernode_is_dropout_and_every_process_ends():
     sites = _site_rows()
-    with LocalFederation(sites) as federation:
-        federation.kill_site("c")  # dies before it answers anything; the SuperLink still lists it
+    federation = LocalFederation(sites)
+    with federation:
+        started = [federation._superlink, *federation._supernodes.values()]
+        pids = [p.pid for p in started] + [c for p in started for c, _ in _descendants(p.pid)]
+        with pytest.raises(RuntimeError, match=r"(?s)no model was saved.*Logs are kept in.*"
+                                               r"min-nodes=4"):
+            federation.fit(FederatedRidge(), run_config={"min-nodes": 4, "node-timeout": 1.0})
+        federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
         fitted = federation.fit(FederatedRidge(alpha=1.0), timeout=120,
-                                run_config={"node-timeout": 10.0})
+                                run_config={"reply-timeout": 15.0})
+    assert [pid for pid in pids if _proc_identity(pid) is not None] == []
+    assert (federation.logs / "run-1.log").is_file()  # a run failed: its logs are kept
+    shutil.rmtree(federation.workdir)
     X = np.vstack([sites["a"][0], sites["b"][0]])
     y = np.concatenate([sites["a"][1], sites["b"][1]])
     reference = Ridge(alpha=1.0).fit(X, y)

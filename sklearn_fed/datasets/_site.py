@@ -23,7 +23,8 @@ def _as_list(value):
     return [str(part) for part in value]
 
 
-def load_site_data(path, *, target=None, features=None, weight=None):
+def load_site_data(path, *, target=None, features=None, weight=None, round_column=None,
+                   in_round=None):
     """Read one site's rows: features ``X``, targets ``y`` and optional weights.
 
     Parameters
@@ -40,6 +41,11 @@ def load_site_data(path, *, target=None, features=None, weight=None):
         column except the target and weight columns.
     weight : str, default=None
         Column of non-negative row weights (tables only).
+    round_column : str, default=None
+        Column (or ``.npz`` array) saying in which round of a streaming
+        protocol each row arrives; it is never a feature.
+    in_round : int, default=None
+        With ``round_column``: return only the rows of this round.
 
     Returns
     -------
@@ -66,7 +72,11 @@ def load_site_data(path, *, target=None, features=None, weight=None):
                 f"{path}: an .npz file names its arrays (X, y, sample_weight); "
                 "target= and weight= apply to CSV and Parquet tables only."
             )
-        return _load_npz(path, features)
+        X, y, sample_weight, arrays = _load_npz(path, features)
+        rounds = None if round_column is None else arrays.get(round_column)
+        if round_column is not None and rounds is None:
+            raise ValueError(f"{path}: no array {round_column!r}; has {sorted(arrays)}.")
+        return _rows_of_round(X, y, sample_weight, rounds, in_round)
     kind = _TABLE_SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise ValueError(
@@ -85,7 +95,7 @@ def load_site_data(path, *, target=None, features=None, weight=None):
     else:
         table = pd.read_parquet(path)
     table.columns = [str(column) for column in table.columns]
-    others = targets + ([] if weight is None else [weight])
+    others = targets + [c for c in (weight, round_column) if c is not None]
     wanted = features if features is not None else [c for c in table.columns if c not in others]
     missing = [c for c in others + wanted if c not in table.columns]
     if missing:
@@ -93,7 +103,16 @@ def load_site_data(path, *, target=None, features=None, weight=None):
     y = table[targets].to_numpy()
     y = y[:, 0] if len(targets) == 1 else y
     sample_weight = None if weight is None else table[weight].to_numpy(dtype=np.float64)
-    return table[wanted], y, sample_weight
+    rounds = None if round_column is None else table[round_column].to_numpy()
+    return _rows_of_round(table[wanted], y, sample_weight, rounds, in_round)
+
+
+def _rows_of_round(X, y, sample_weight, rounds, in_round):
+    if rounds is None or in_round is None:
+        return X, y, sample_weight
+    mask = rounds == in_round
+    X = X[mask] if not hasattr(X, "iloc") else X.iloc[np.flatnonzero(mask)]
+    return X, y[mask], None if sample_weight is None else sample_weight[mask]
 
 
 def _load_npz(path, features):
@@ -114,10 +133,10 @@ def _load_npz(path, features):
             X = X[features]
     elif features is not None:
         raise ValueError(f"{path}: features= needs an .npz with 'feature_names'.")
-    return X, y, arrays.get("sample_weight")
+    return X, y, arrays.get("sample_weight"), arrays
 
 
-def save_site_data(path, X, y, sample_weight=None, *, feature_names=None):
+def save_site_data(path, X, y, sample_weight=None, *, feature_names=None, rounds=None):
     """Write one site's rows as an ``.npz`` that :func:`load_site_data` reads back exactly.
 
     Parameters
@@ -132,6 +151,9 @@ def save_site_data(path, X, y, sample_weight=None, *, feature_names=None):
     sample_weight : array-like of shape (n_samples,), default=None
     feature_names : list of str, default=None
         Overrides the column names of a DataFrame ``X``.
+    rounds : array-like of shape (n_samples,), default=None
+        The round of a streaming protocol in which each row arrives; stored
+        as the array ``round`` (read with ``round_column="round"``).
     """
     path = Path(path)
     if path.suffix != ".npz":
@@ -149,4 +171,6 @@ def save_site_data(path, X, y, sample_weight=None, *, feature_names=None):
         arrays["sample_weight"] = np.asarray(sample_weight, dtype=np.float64)
     if feature_names is not None:
         arrays["feature_names"] = np.asarray([str(n) for n in feature_names])
+    if rounds is not None:
+        arrays["round"] = np.asarray(rounds, dtype=np.int64)
     np.savez(path, **arrays)

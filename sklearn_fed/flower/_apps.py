@@ -32,9 +32,9 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import ServerApp
 
-from ..protocol import InvalidClientMessage, TaskRefused, plain_label, sorted_labels
+from ..protocol import InvalidClientMessage, TaskRefused, decode, plain_label, sorted_labels
 from ._config import NodeSettings, ServerSettings, estimator_from_config, site_text
-from ._persist import save_model
+from ._persist import dumps, loads, save_model
 
 __all__ = ["make_client_app", "make_server_app", "run_server"]
 
@@ -45,6 +45,9 @@ RECORD = "sklearn_fed"
 #: Flower message types: "<category>.<action>"; the ClientApp routes on them.
 ROLL_CALL_ACTION = "sklearn_fed_site"
 TASK_ACTION = "sklearn_fed"
+#: Where a node keeps its client role's state between the messages of one run.
+STATE_RECORD = "sklearn_fed_client"
+_CONFIGURED = frozenset({"estimator", "key", "policy", "site"})  # rebuilt for every message
 
 
 # ---------------------------------------------------------------- client side
@@ -65,6 +68,12 @@ def roll_call(message, context):
 def answer_task(message, context):
     """A node's answer to one task: ``make_client(...).respond`` on its own rows.
 
+    Flower starts a new process for every message, so what a client role
+    keeps between rounds (rows held back, a round's secret key) is saved in
+    the node's ``context.state`` (it never leaves the node) and restored for
+    the next message of the run. With ``round-column``, the rows are those
+    of the task's round.
+
     A task the site refuses (its policy), one that is not authentic, or rows
     it cannot use are answered with an error reply that says why; the server
     treats the site as dropout.
@@ -75,13 +84,22 @@ def answer_task(message, context):
         task = None if record is None else record.get("task")
         if not isinstance(task, bytes):
             raise InvalidClientMessage("server: the message carries no sklearn-fed task.", "server")
+        key = node.read_key()
         estimator = estimator_from_config(context.run_config)
-        client = estimator.make_client(key=node.read_key(), policy=node.policy, site=node.site)
-        X, y, sample_weight = node.read_data()
+        client = estimator.make_client(key=key, policy=node.policy, site=node.site)
+        saved = context.state.config_records.get(STATE_RECORD)
+        if saved is not None:
+            client.__dict__.update(loads(saved["state"]))
+        # the round is read from the authenticated task, not from Flower's metadata
+        in_round = decode(task, key=key, client="server").round if node.round_column else None
+        X, y, sample_weight = node.read_data(in_round)
         reply = client.respond(task, X, y, sample_weight)
     except (TaskRefused, InvalidClientMessage, ValueError) as exc:
         _log.warning("sklearn-fed: not answering: %s", exc)
         return _error_reply(message, exc)
+    state = {name: value for name, value in vars(client).items() if name not in _CONFIGURED}
+    if state:
+        context.state[STATE_RECORD] = ConfigRecord({"state": dumps(state)})
     return Message(RecordDict({RECORD: ConfigRecord({"reply": reply})}), reply_to=message)
 
 
@@ -157,7 +175,12 @@ def _message(content, node_id, action, settings, group):
 
 
 def _roll_call(grid, settings):
-    """``{site label: node id}`` of the nodes that answer; waits for ``min-nodes``."""
+    """``{site label: node id}``: from ``node-sites``, else the nodes' answers; waits for ``min-nodes``.
+
+    A node listed in ``node-sites`` is not asked (that saves one ClientApp
+    process per node and run); if the mapping is wrong, the node refuses the
+    task addressed to another site, or fails its key, and is dropout.
+    """
     deadline = time.monotonic() + settings.node_timeout
     while True:
         node_ids = sorted(grid.get_node_ids())
@@ -171,21 +194,24 @@ def _roll_call(grid, settings):
         )
     outgoing = {
         node: _message(RecordDict(), node, f"query.{ROLL_CALL_ACTION}", settings, "roll-call")
-        for node in node_ids
+        for node in node_ids if node not in settings.node_sites
     }
-    replies, failed = _exchange(
-        grid, outgoing, timeout=settings.node_timeout, poll_interval=settings.poll_interval
-    )
+    replies, failed = {}, {}
+    if outgoing:
+        replies, failed = _exchange(
+            grid, outgoing, timeout=settings.node_timeout, poll_interval=settings.poll_interval
+        )
     for node, reason in sorted(failed.items()):
         _log.warning("sklearn-fed: SuperNode %s left out: %s", node, reason)
-    nodes, by_text = {}, {}
+    labels = {node: settings.node_sites[node] for node in node_ids if node in settings.node_sites}
     for node, reply in sorted(replies.items()):
         record = reply.content.config_records.get(RECORD)
         try:
-            label = json.loads(record["site"])
+            labels[node] = json.loads(record["site"])
         except (TypeError, KeyError, ValueError):
             _log.warning("sklearn-fed: SuperNode %s left out: malformed roll-call reply.", node)
-            continue
+    nodes, by_text = {}, {}
+    for node, label in sorted(labels.items()):
         if not isinstance(label, (str, int)) or isinstance(label, bool):
             _log.warning("sklearn-fed: SuperNode %s left out: bad site label %r.", node, label)
             continue
@@ -198,7 +224,7 @@ def _roll_call(grid, settings):
         nodes[label] = node
     if len(nodes) < settings.min_nodes:
         raise RuntimeError(
-            f"{len(nodes)} site(s) answered the roll call ({sorted_labels(nodes)}); "
+            f"{len(nodes)} site(s) known after the roll call ({sorted_labels(nodes)}); "
             f"min-nodes={settings.min_nodes}."
         )
     return nodes

@@ -48,11 +48,12 @@ RUN_CONFIG_DEFAULTS = {
     "on-invalid": "raise",
     "max-rounds": 0,
     "feature-names": "",
+    "node-sites": "",
 }
 
 #: Node-config keys a SuperNode may set (``--node-config 'site="a" data-path="..."'``).
 NODE_CONFIG_KEYS = (
-    "site", "data-path", "target", "features", "weight-column", "key-file",
+    "site", "data-path", "target", "features", "weight-column", "round-column", "key-file",
     "min-rows", "max-epsilon", "allowed-features", "allowed-kinds",
 )
 
@@ -252,6 +253,7 @@ class ServerSettings:
     on_invalid: str
     max_rounds: int
     feature_names: tuple
+    node_sites: dict
 
     @classmethod
     def from_run_config(cls, config):
@@ -264,6 +266,11 @@ class ServerSettings:
             if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
                 raise ValueError("feature-names must be a JSON list of strings.")
             names = tuple(names)
+        node_sites = json.loads(config.get("node-sites", "") or "{}")
+        if not (isinstance(node_sites, dict) and all(
+                key.isdigit() and isinstance(v, (str, int)) and not isinstance(v, bool)
+                for key, v in node_sites.items())):
+            raise ValueError("node-sites must be a JSON object {\"<node id>\": <site label>}.")
         return cls(
             model_path=str(config.get("model-path", "")),
             min_nodes=_number(config, "min-nodes", 1, int, 1),
@@ -274,6 +281,7 @@ class ServerSettings:
             on_invalid=on_invalid,
             max_rounds=_number(config, "max-rounds", 0, int, 0),
             feature_names=names,
+            node_sites={int(key): label for key, label in node_sites.items()},
         )
 
     def server_kwargs(self):
@@ -305,6 +313,7 @@ class NodeSettings:
     target: str
     features: str
     weight_column: str
+    round_column: str
     key_file: str
     policy: SitePolicy
 
@@ -337,6 +346,7 @@ class NodeSettings:
             target=str(config.get("target", "")),
             features=str(config.get("features", "")),
             weight_column=str(config.get("weight-column", "")),
+            round_column=str(config.get("round-column", "")),
             key_file=str(config.get("key-file", "")),
             policy=policy,
         )
@@ -350,8 +360,8 @@ class NodeSettings:
         except OSError as exc:
             raise ValueError(f"site {self.site!r}: cannot read key-file: {exc}") from exc
 
-    def read_data(self):
-        """``(X, y, sample_weight)`` from ``data-path``."""
+    def read_data(self, in_round=None):
+        """``(X, y, sample_weight)`` from ``data-path`` (with ``round-column``: one round's rows)."""
         from ..datasets import load_site_data
 
         try:
@@ -360,6 +370,8 @@ class NodeSettings:
                 target=self.target or None,
                 features=self.features or None,
                 weight=self.weight_column or None,
+                round_column=self.round_column or None,
+                in_round=in_round,
             )
         except (OSError, ValueError) as exc:
             raise ValueError(f"site {self.site!r}: {exc}") from exc

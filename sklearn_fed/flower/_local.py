@@ -104,13 +104,17 @@ def _descendants(pid):
     return found
 
 
-def _kill_tree(process, grace):
-    """End ``process`` (SIGTERM, then SIGKILL after ``grace`` s) and what it spawned."""
-    spawned = _descendants(process.pid)
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM if grace > 0 else signal.SIGKILL)
+def _end_all(processes, grace):
+    """End ``processes`` and what they spawned: SIGTERM (SIGKILL when ``grace`` is 0),
+    SIGKILL after ``grace`` s, then SIGKILL any descendant still alive, by PID."""
+    spawned = [child for process in processes for child in _descendants(process.pid)]
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM if grace > 0 else signal.SIGKILL)
+    deadline = time.monotonic() + grace
+    for process in processes:
         try:
-            process.wait(timeout=grace if grace > 0 else 10)
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
@@ -191,6 +195,7 @@ class LocalFederation:
         self._superlink = None
         self._supernodes = {}
         self._dead = set()
+        self._node_sites = {}
         self._runs = 0
         self._failed = False
         self._closed = True
@@ -215,6 +220,7 @@ class LocalFederation:
             for index, label in enumerate(self.sites):
                 self._start_supernode(index, label)
             self._wait_online(len(self.sites))
+            self._node_sites = self._read_node_ids()
         except BaseException:
             self.close(failed=True)
             raise
@@ -226,9 +232,8 @@ class LocalFederation:
             return
         self._closed = True
         self._failed = self._failed or failed
-        for process in list(self._supernodes.values()) + [self._superlink]:
-            if process is not None:
-                _kill_tree(process, grace=5.0)
+        _end_all([p for p in [*self._supernodes.values(), self._superlink] if p is not None],
+                 grace=5.0)
         for handle in getattr(self, "_log_files", []):
             handle.close()
         if self._own_workdir and not self._failed:
@@ -370,6 +375,19 @@ class LocalFederation:
             f"{online} of {n_nodes} SuperNodes were online after {self.startup_timeout:g} s.",
             "superlink"))
 
+    def _read_node_ids(self):
+        """``{node id: site}`` from the SuperNodes' logs, so runs skip the roll call.
+
+        Empty when a log does not say (then every run asks the nodes).
+        """
+        node_sites = {}
+        for index, label in enumerate(self.sites):
+            match = re.search(r"SuperNode ID: (\d+)", _tail(self.logs / f"supernode-{index}.log"))
+            if match is None:
+                return {}
+            node_sites[match.group(1)] = label
+        return node_sites
+
     def _check_alive(self, process, name):
         if process.poll() is not None:
             raise RuntimeError(self._explain(
@@ -387,7 +405,7 @@ class LocalFederation:
         The SuperLink still lists the node until its heartbeat expires, so a
         run started next sends it tasks that are never answered: dropout.
         """
-        _kill_tree(self._supernodes[label], grace=0)
+        _end_all([self._supernodes[label]], grace=0)
         self._dead.add(site_text(label))
 
     def fit(self, estimator, *, timeout=300.0, run_config=None):
@@ -408,7 +426,9 @@ class LocalFederation:
         run_config : dict, default=None
             Overrides of :data:`~sklearn_fed.flower.RUN_CONFIG_DEFAULTS`.
             By default ``min-nodes`` is the number of sites not killed,
-            ``node-timeout`` 20 s and ``reply-timeout`` the run's timeout.
+            ``node-timeout`` 20 s, ``reply-timeout`` the run's timeout, and
+            ``node-sites`` the SuperNodes' ids (read from their logs), so
+            no roll call is needed.
 
         Returns
         -------
@@ -427,6 +447,7 @@ class LocalFederation:
             "keys-file": self._keys_file,
             "node-timeout": 20.0,
             "reply-timeout": float(timeout),
+            "node-sites": json.dumps(self._node_sites) if self._node_sites else "",
         })
         config.update(run_config or {})
         unknown = sorted(set(config) - set(RUN_CONFIG_DEFAULTS))
@@ -443,7 +464,7 @@ class LocalFederation:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self._stop_run(log_name)
-            _kill_tree(process, grace=5.0)
+            _end_all([process], grace=5.0)
             raise TimeoutError(self._explain(
                 f"the Flower run of {type(estimator).__name__} took longer than {timeout:g} s "
                 "and was stopped.", log_name)) from None
@@ -478,7 +499,7 @@ def run_local_federation(estimator, sites, *, timeout=300.0, **kwargs):
     sites : dict
         Site label -> ``(X, y)``, ``(X, y, sample_weight)`` or a data path.
     timeout : float, default=300
-        Seconds for the run, and for startup.
+        Seconds for everything: starting the federation and the run.
     **kwargs
         ``target``, ``features``, ``weight``, ``keys``, ``workdir``: see
         :class:`LocalFederation`; ``run_config``: see :meth:`LocalFederation.fit`.
@@ -489,5 +510,7 @@ def run_local_federation(estimator, sites, *, timeout=300.0, **kwargs):
         Fitted (loaded from the skops file the server app saved).
     """
     run_config = kwargs.pop("run_config", None)
+    deadline = time.monotonic() + timeout
     with LocalFederation(sites, startup_timeout=timeout, **kwargs) as federation:
-        return federation.fit(estimator, timeout=timeout, run_config=run_config)
+        return federation.fit(estimator, timeout=max(deadline - time.monotonic(), 1.0),
+                              run_config=run_config)

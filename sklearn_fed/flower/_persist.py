@@ -62,6 +62,30 @@ def _is_our_class(name):
         return False
 
 
+def _trusted_types(untrusted, where):
+    """The types skops must be told to trust: sklearn-fed's classes, nothing else."""
+    ours = [name for name in untrusted if _is_our_class(name)]
+    others = sorted(set(untrusted) - set(ours))
+    if others:
+        raise ValueError(
+            f"{where}: refusing to load types that are not sklearn-fed's: {others}. Inspect "
+            "them with skops.io.get_untrusted_types and pass the ones you trust to "
+            "skops.io.load(path, trusted=...)."
+        )
+    return ours
+
+
+def dumps(obj):
+    """``obj`` as skops bytes (see :func:`loads`)."""
+    return _skops().dumps(obj)
+
+
+def loads(data):
+    """An object from :func:`dumps` bytes, trusting only sklearn-fed's classes."""
+    sio = _skops()
+    return sio.loads(data, trusted=_trusted_types(sio.get_untrusted_types(data=data), "state"))
+
+
 def load_model(path):
     """Load a model written by :func:`save_model`, trusting only sklearn-fed's classes.
 
@@ -81,13 +105,4 @@ def load_model(path):
         and load with ``skops.io.load(path, trusted=[...])`` if you trust them.
     """
     sio = _skops()
-    untrusted = sio.get_untrusted_types(file=path)
-    ours = [name for name in untrusted if _is_our_class(name)]
-    others = sorted(set(untrusted) - set(ours))
-    if others:
-        raise ValueError(
-            f"{path}: refusing to load types that are not sklearn-fed's: {others}. Inspect "
-            "them with skops.io.get_untrusted_types and pass the ones you trust to "
-            "skops.io.load(path, trusted=...)."
-        )
-    return sio.load(path, trusted=ours)
+    return sio.load(path, trusted=_trusted_types(sio.get_untrusted_types(file=path), path))
