@@ -378,14 +378,16 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
     federation = LocalFederation(sites)
     with federation:
         started = [federation._superlink, *federation._supernodes.values()]
-        pids = [p.pid for p in started] + [c for p in started for c, _ in _descendants(p.pid)]
+        processes = [(p.pid, _proc_identity(p.pid)[1]) for p in started]
+        processes += [child for p in started for child in _descendants(p.pid)]
         with pytest.raises(RuntimeError, match=r"(?s)no model was saved.*Logs are kept in.*"
                                                r"min-nodes=4"):
             federation.fit(FederatedRidge(), run_config={"min-nodes": 4, "node-timeout": 1.0})
         federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
         fitted = federation.fit(FederatedRidge(alpha=1.0), timeout=120,
                                 run_config={"reply-timeout": 15.0})
-    assert [pid for pid in pids if _proc_identity(pid) is not None] == []
+    alive = [pid for pid, start in processes if (_proc_identity(pid) or (0, None))[1] == start]
+    assert alive == []
     assert (federation.logs / "run-1.log").is_file()  # a run failed: its logs are kept
     shutil.rmtree(federation.workdir)
     X = np.vstack([sites["a"][0], sites["b"][0]])

@@ -118,13 +118,19 @@ def _end_all(processes, grace):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
-    for pid, started in spawned:  # Flower detaches some children into new sessions
+    def still_running(pid, started):  # the same process, not a reuse of its PID
         identity = _proc_identity(pid)
-        if identity is not None and identity[1] == started:  # the same process, not a reuse
+        return identity is not None and identity[1] == started
+
+    for pid, started in spawned:  # Flower detaches some children into new sessions
+        if still_running(pid, started):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously
+    while any(still_running(*child) for child in spawned) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _tail(path, n_chars=6000):
