@@ -138,6 +138,25 @@ def test_settings_are_checked():
         NodeSettings.from_node_config({"site": "a"})
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:pathspec")  # inside Flower 1.41
+def test_example_app_lists_every_run_config_key_and_ships_no_secrets():
+    import tomllib
+    from pathlib import Path
+
+    from flwr.cli.build import get_filtered_fab_paths
+
+    example = Path(__file__).parents[1] / "examples" / "flower"
+    project = tomllib.loads((example / "pyproject.toml").read_text())
+    app = project["tool"]["flwr"]["app"]
+    assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)
+    assert app["components"] == {"serverapp": "sklearn_fed.flower.app:serverapp",
+                                 "clientapp": "sklearn_fed.flower.app:clientapp"}
+    estimator_from_config(app["config"])  # the example's estimator and parameters are valid
+    files = {name: b"" for name in ("README.md", "prepare_sites.py", "sites/server-keys.json",
+                                    "sites/north.key", "sites/north.csv", "model.skops")}
+    assert get_filtered_fab_paths(files, project) == ["README.md"]
+
+
 # ----------------------------------------------------------------- data and model files
 def test_site_data_files_read_back_exactly(tmp_path):
     import pandas as pd
