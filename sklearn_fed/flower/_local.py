@@ -262,6 +262,9 @@ class LocalFederation:
             [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         )
         env["FLWR_TELEMETRY_ENABLED"] = "0"  # nothing leaves this machine
+        # SuperExecs look for new ClientApp/ServerApp work every second by default; every
+        # message waits for that poll, so a shorter one shortens every round
+        env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
         env["PYTHONUNBUFFERED"] = "1"
         self._env = env
         keys = self._site_keys()
