@@ -42,7 +42,7 @@ from sklearn_fed.flower import (  # noqa: E402
     run_server,
     save_model,
 )
-from sklearn_fed.flower._local import _descendants, _proc_identity  # noqa: E402
+from sklearn_fed.flower._local import _descendants, _proc_identity, _still_running  # noqa: E402,E501
 from sklearn_fed.utils.estimator_checks import _ledger, _model_state  # noqa: E402
 
 # Every protocol estimator runs through Flower; add one line per estimator.
@@ -244,8 +244,8 @@ class FakeGrid:
             if node in self.silent:
                 continue
             reply = self.app(message, self.contexts[node])
-            record = reply.content.config_records.get("sklearn_fed") if reply.has_content() else None
-            if self.tamper is not None and record is not None and "reply" in record:
+            record = reply.content.config_records.get("sklearn_fed") if reply.has_content() else {}
+            if self.tamper is not None and "reply" in record:
                 site = self.node_configs[node]["site"]
                 record["reply"] = self.tamper(site, record["reply"])
             self.replies[message.metadata.message_id] = reply
@@ -405,8 +405,7 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
         federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
         fitted = federation.fit(FederatedRidge(alpha=1.0), timeout=120,
                                 run_config={"reply-timeout": 15.0})
-    alive = [pid for pid, start in processes if (_proc_identity(pid) or (0, None))[1] == start]
-    assert alive == []
+    assert [pid for pid, started in processes if _still_running(pid, started)] == []
     assert (federation.logs / "run-1.log").is_file()  # a run failed: its logs are kept
     shutil.rmtree(federation.workdir)
     X = np.vstack([sites["a"][0], sites["b"][0]])

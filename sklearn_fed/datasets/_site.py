@@ -119,7 +119,9 @@ def _load_npz(path, features):
     with np.load(path, allow_pickle=False) as data:
         arrays = {name: data[name] for name in data.files}
     if "X" not in arrays or "y" not in arrays:
-        raise ValueError(f"{path}: an .npz site file needs arrays 'X' and 'y'; has {sorted(arrays)}.")
+        raise ValueError(
+            f"{path}: an .npz site file needs arrays 'X' and 'y'; has {sorted(arrays)}."
+        )
     X, y = arrays["X"], arrays["y"]
     names = arrays.get("feature_names")
     if names is not None:

@@ -11,7 +11,8 @@ One run:
 
 1. Wait until ``min-nodes`` SuperNodes are connected, then ask every listed
    node for its site label (a *roll call*: a restarted SuperLink may still
-   list dead nodes; those do not answer and are left out).
+   list dead nodes; those do not answer and are left out). Nodes whose label
+   the run config gives (``node-sites``) are not asked.
 2. ``tasks = server.next_tasks(sites)``; push one message per site, pull the
    replies until all are in or ``reply-timeout`` passes. A site that answers
    with an error (a refusal, unreadable data, a crashed ClientApp) or not at
@@ -167,15 +168,15 @@ def _exchange(grid, outgoing, *, timeout, poll_interval):
     return replies, failed
 
 
-def _message(content, node_id, action, settings, group):
+def _message(content, node_id, message_type, settings, group):
     return Message(
-        content, dst_node_id=node_id, message_type=f"{action}",
+        content, dst_node_id=node_id, message_type=message_type,
         ttl=settings.reply_timeout + settings.node_timeout + 60.0, group_id=group,
     )
 
 
 def _roll_call(grid, settings):
-    """``{site label: node id}``: from ``node-sites``, else the nodes' answers; waits for ``min-nodes``.
+    """``{site label: node id}`` from ``node-sites`` or the nodes' answers; waits for ``min-nodes``.
 
     A node listed in ``node-sites`` is not asked (that saves one ClientApp
     process per node and run); if the mapping is wrong, the node refuses the

@@ -321,7 +321,9 @@ class NodeSettings:
     def from_node_config(cls, config):
         unknown = sorted(set(config) - set(NODE_CONFIG_KEYS))
         if unknown:
-            raise ValueError(f"unknown node-config keys {unknown}; known: {list(NODE_CONFIG_KEYS)}.")
+            raise ValueError(
+                f"unknown node-config keys {unknown}; known: {list(NODE_CONFIG_KEYS)}."
+            )
         site = config.get("site")
         if not isinstance(site, (str, int)) or isinstance(site, bool) or site == "":
             raise ValueError(f"node config needs site= (a string or an integer); got {site!r}.")
@@ -361,7 +363,7 @@ class NodeSettings:
             raise ValueError(f"site {self.site!r}: cannot read key-file: {exc}") from exc
 
     def read_data(self, in_round=None):
-        """``(X, y, sample_weight)`` from ``data-path`` (with ``round-column``: one round's rows)."""
+        """``(X, y, sample_weight)`` from ``data-path`` (``round-column``: one round's rows)."""
         from ..datasets import load_site_data
 
         try:

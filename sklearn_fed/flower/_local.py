@@ -104,6 +104,12 @@ def _descendants(pid):
     return found
 
 
+def _still_running(pid, started):
+    """Whether the process ``pid`` that started at ``started`` runs (not a reuse of its PID)."""
+    identity = _proc_identity(pid)
+    return identity is not None and identity[1] == started
+
+
 def _end_all(processes, grace):
     """End ``processes`` and what they spawned: SIGTERM (SIGKILL when ``grace`` is 0),
     SIGKILL after ``grace`` s, then SIGKILL any descendant still alive, by PID."""
@@ -118,18 +124,14 @@ def _end_all(processes, grace):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
-    def still_running(pid, started):  # the same process, not a reuse of its PID
-        identity = _proc_identity(pid)
-        return identity is not None and identity[1] == started
-
     for pid, started in spawned:  # Flower detaches some children into new sessions
-        if still_running(pid, started):
+        if _still_running(pid, started):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously
-    while any(still_running(*child) for child in spawned) and time.monotonic() < deadline:
+    while any(_still_running(*child) for child in spawned) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -190,7 +192,9 @@ class LocalFederation:
             raise ValueError("a federation needs at least one site.")
         for label in self.sites:
             if isinstance(label, bool) or not isinstance(label, (str, int)) or label == "":
-                raise ValueError(f"site labels must be non-empty strings or integers; got {label!r}.")
+                raise ValueError(
+                    f"site labels must be non-empty strings or integers; got {label!r}."
+                )
         if len({site_text(label) for label in self.sites}) != len(self.sites):
             raise ValueError("site labels must be distinct (as text: 1 and '1' collide).")
         self.target, self.features, self.weight = target, features, weight
@@ -461,7 +465,9 @@ class LocalFederation:
         config.update(run_config or {})
         unknown = sorted(set(config) - set(RUN_CONFIG_DEFAULTS))
         if unknown:
-            raise ValueError(f"unknown run-config keys {unknown}; known: {list(RUN_CONFIG_DEFAULTS)}.")
+            raise ValueError(
+                f"unknown run-config keys {unknown}; known: {list(RUN_CONFIG_DEFAULTS)}."
+            )
         overrides = run_dir / "run-config.toml"
         overrides.write_text(tomli_w.dumps(config))
         log_name = f"run-{self._runs}"
