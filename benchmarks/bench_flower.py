@@ -13,6 +13,7 @@ Usage::
     python benchmarks/bench_flower.py
 """
 
+import os
 import statistics
 import time
 
@@ -40,7 +41,8 @@ def main():
     start = time.perf_counter()
     with LocalFederation(sites) as federation:
         print(f"federation started in {time.perf_counter() - start:.1f} s "
-              "(SuperLink + 3 SuperNodes online)\n")
+              f"(SuperLink + 3 SuperNodes online); {os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f}\n")
         print("| estimator | rounds | Flower run (s) | in process (ms) | identical |")
         print("|---|---|---|---|---|")
         for estimator in ESTIMATORS:
@@ -56,6 +58,7 @@ def main():
                        for a, b in zip(_model_state(flower), _model_state(local)))
             print(f"| {type(estimator).__name__} | {flower.communication_.rounds} | "
                   f"{flower_s:.1f} | {1000 * statistics.median(local_times):.1f} | {same} |")
+        print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
