@@ -100,7 +100,15 @@ def answer_task(message, context):
         return _error_reply(message, exc)
     state = {name: value for name, value in vars(client).items() if name not in _CONFIGURED}
     if state:
-        context.state[STATE_RECORD] = ConfigRecord({"state": dumps(state)})
+        try:
+            context.state[STATE_RECORD] = ConfigRecord({"state": dumps(state)})
+        except Exception as exc:  # skops names what it cannot write; say why it matters
+            raise TypeError(
+                f"site {node.site!r}: the {type(client).__name__} role's state between rounds "
+                f"({sorted(state)}) cannot be saved for the next message (skops: {exc}); "
+                "Flower starts a new process for every message, so a client role's state "
+                "must be writable by skops (define __getstate__/__setstate__ where needed)."
+            ) from exc
     return Message(RecordDict({RECORD: ConfigRecord({"reply": reply})}), reply_to=message)
 
 
