@@ -6,13 +6,24 @@ refused before anything is constructed. :func:`load_model` trusts exactly
 sklearn-fed's own classes (plus skops' defaults: numpy, scipy, scikit-learn
 and builtins), so a model file from a server can be opened without running
 code from it.
+
+A torch network (an estimator with ``module_``, e.g. FedMPDDClassifier) is
+not written as itself: skorch's own state is a pickle of the module. It is
+written as its class name, its parameters (JSON, as in a run config), its
+module's ``state_dict`` as arrays and its other fitted attributes that skops
+writes with trusted types only; loading rebuilds the estimator, initializes
+its module and loads the arrays into it.
 """
 
 import importlib
 import os
 from pathlib import Path
 
-__all__ = ["load_model", "save_model"]
+from ._config import estimator_from_config, estimator_to_config
+
+__all__ = ["dumps", "load_model", "loads", "save_model"]
+
+_NETWORK = "sklearn_fed_network"  # marks the dict a torch network is saved as
 
 
 def _skops():
@@ -24,32 +35,6 @@ def _skops():
             "`pip install sklearn-fed[flower]`."
         ) from exc
     return skops.io
-
-
-def save_model(estimator, path):
-    """Write a fitted estimator to ``path`` in the skops format (atomically).
-
-    Parameters
-    ----------
-    estimator : estimator
-    path : str or path-like
-        Conventionally ends in ``.skops``.
-
-    Examples
-    --------
-    >>> import numpy as np, os, tempfile
-    >>> from sklearn_fed import FederatedRidge
-    >>> model = FederatedRidge().fit(np.eye(3), [1.0, 2.0, 3.0])
-    >>> path = os.path.join(tempfile.mkdtemp(), "model.skops")
-    >>> save_model(model, path)
-    >>> load_model(path).coef_.tolist() == model.coef_.tolist()
-    True
-    """
-    sio = _skops()
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    sio.dump(estimator, partial)
-    os.replace(partial, path)  # a reader never sees half a file
 
 
 def _is_our_class(name):
@@ -86,6 +71,67 @@ def loads(data):
     return sio.loads(data, trusted=_trusted_types(sio.get_untrusted_types(data=data), "state"))
 
 
+def _writable(value):
+    """Whether skops writes ``value`` with sklearn-fed's and its default types only."""
+    sio = _skops()
+    try:
+        return all(_is_our_class(t) for t in sio.get_untrusted_types(data=sio.dumps(value)))
+    except Exception:  # skops cannot write it at all (a torch object, a lock, ...)
+        return False
+
+
+def _network_payload(estimator):
+    state = estimator.module_.state_dict()
+    return {
+        _NETWORK: type(estimator).__name__,
+        "params": estimator_to_config(estimator)["estimator-params"],
+        "module": {name: tensor.detach().cpu().numpy() for name, tensor in state.items()},
+        "attributes": {
+            name: value for name, value in vars(estimator).items()
+            if name.endswith("_") and name != "module_" and _writable(value)
+        },
+    }
+
+
+def _network_from_payload(payload):
+    import torch
+
+    estimator = estimator_from_config(
+        {"estimator": payload[_NETWORK], "estimator-params": payload["params"]})
+    estimator.__dict__.update(payload["attributes"])  # what initialize_module reads
+    estimator.initialize()
+    estimator.__dict__.update(payload["attributes"])  # initialize() resets some of them
+    estimator.module_.load_state_dict(
+        {name: torch.as_tensor(array) for name, array in payload["module"].items()})
+    return estimator
+
+
+def save_model(estimator, path):
+    """Write a fitted estimator to ``path`` in the skops format (atomically).
+
+    Parameters
+    ----------
+    estimator : estimator
+    path : str or path-like
+        Conventionally ends in ``.skops``.
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile
+    >>> from sklearn_fed import FederatedRidge
+    >>> model = FederatedRidge().fit(np.eye(3), [1.0, 2.0, 3.0])
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.skops")
+    >>> save_model(model, path)
+    >>> load_model(path).coef_.tolist() == model.coef_.tolist()
+    True
+    """
+    sio = _skops()
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    sio.dump(_network_payload(estimator) if hasattr(estimator, "module_") else estimator, partial)
+    os.replace(partial, path)  # a reader never sees half a file
+
+
 def load_model(path):
     """Load a model written by :func:`save_model`, trusting only sklearn-fed's classes.
 
@@ -105,4 +151,7 @@ def load_model(path):
         and load with ``skops.io.load(path, trusted=[...])`` if you trust them.
     """
     sio = _skops()
-    return sio.load(path, trusted=_trusted_types(sio.get_untrusted_types(file=path), path))
+    loaded = sio.load(path, trusted=_trusted_types(sio.get_untrusted_types(file=path), path))
+    if isinstance(loaded, dict) and _NETWORK in loaded:
+        return _network_from_payload(loaded)
+    return loaded
