@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench flower-demo clean venv
+.PHONY: demo test docs bench flower-demo clean venv fuzz
 
 venv: $(STAMP)
 
@@ -38,3 +38,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated
+
+# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples).
+fuzz: $(STAMP)
+	$(PY) tests/fuzz_statistics.py 200000

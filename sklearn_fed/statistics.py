@@ -31,7 +31,13 @@ from .protocol._errors import InvalidClientMessage, who as _who
 from .protocol._schema import check_site_data
 from .protocol._wire import Frame, SymmetricMatrix, decode, encode
 
-__all__ = ["ClientStatistics", "InvalidClientMessage", "merge_statistics"]
+__all__ = [
+    "ClientStatistics",
+    "InvalidClientMessage",
+    "check_aggregate",
+    "merge_statistics",
+    "most_extreme_client",
+]
 
 #: Message kind of a statistics reply (the payload of :class:`ClientStatistics`).
 STATISTICS_KIND = "ridge.statistics/reply"
@@ -53,6 +59,20 @@ _V1_FLAG_SINGLE_TARGET = 2
 _V1_FLAGS = _V1_FLAG_CENTERED | _V1_FLAG_SINGLE_TARGET
 _MAX_FEATURES = 2**20  # refuse to even size a message that claims more
 _workspace = threading.local()
+
+# Magnitude caps of a message. No real data comes near them, and they make the
+# server safe: merging up to 2**32 messages (Chan terms <= W * (2 * mean)^2 <=
+# 4.3e84 * 4e150) and solving cannot overflow float64 (max ~1.8e308).
+_MAX_MEAN = 1e75
+_MAX_WEIGHT = 1e75
+_MAX_SECOND = 1e200
+# Relative round-off allowed in a computed Gram entry (far above what a
+# blocked float64 computation loses, far below any real inconsistency).
+_RELATIVE_SLACK = 1e-6
+_TINY = 1e-300
+# A Gram is accepted as PSD when its Jacobi-scaled form (unit diagonal) plus
+# this times the identity has a Cholesky factor.
+_PSD_TOLERANCE = 1e-7
 
 
 @dataclass(eq=False)
@@ -227,7 +247,7 @@ class ClientStatistics:
         return fields, arrays
 
     @classmethod
-    def from_payload(cls, fields, arrays, *, client=None, validate=True):
+    def from_payload(cls, fields, arrays, *, client=None, validate=True, psd=True):
         """Statistics from a message's fields and arrays; untrusted, so checked.
 
         Raises
@@ -278,7 +298,7 @@ class ClientStatistics:
             single_target=fields["single_target"],
         )
         if validate:
-            stats.validate(client=client)
+            stats.validate(client=client, psd=psd)
         return stats
 
     @property
@@ -400,14 +420,25 @@ class ClientStatistics:
         return stats
 
     # --------------------------------------------------------------- validate
-    def validate(self, *, client=None, n_features=None, n_targets=None):
+    def validate(self, *, client=None, n_features=None, n_targets=None, psd=True):
         """Check that the statistics could have come from real rows.
 
-        Checks shapes (and, if given, that they match ``n_features`` and
-        ``n_targets``), finiteness, a positive row count and a non-negative
-        weight sum, symmetry and positive semi-definiteness of ``gram`` (within
-        a tolerance for round-off), non-negative ``target_ss`` and the
-        Cauchy-Schwarz bound ``moment_ij^2 <= gram_ii * target_ss_j``.
+        Messages are untrusted, so every check a server relies on is here:
+        types (real float64 arrays, integer count), shapes (and, if given,
+        ``n_features`` and ``n_targets``), a positive row count and a
+        non-negative weight sum, finite values within the magnitude caps that
+        make merging and solving overflow-free, symmetry, non-negative
+        diagonals and target sums of squares, the Cauchy-Schwarz bounds
+        ``gram_ij^2 <= gram_ii gram_jj`` and ``moment_ij^2 <= gram_ii
+        target_ss_j``, zero second moments when the weight is zero (or, for
+        centered statistics, when there is one row), and with ``psd`` positive
+        semi-definiteness of ``gram``.
+
+        Everything but ``psd`` costs O(d^2). The PSD test is made on the
+        Jacobi-scaled Gram (unit diagonal), so its tolerance is relative to
+        each pair of features and cannot be loosened by one large entry;
+        servers run it once on the merged statistics instead of per message
+        (see :func:`check_aggregate`).
 
         Returns
         -------
@@ -423,7 +454,30 @@ class ClientStatistics:
         def fail(reason):
             raise InvalidClientMessage(f"{who}: {reason}", client)
 
+        n = self.n_samples
+        if isinstance(n, np.integer):
+            n = int(n)
+        if not (type(n) is int and 0 < n < 2**63):
+            fail(f"n_samples must be a positive integer below 2**63, got {self.n_samples!r}.")
+        weight = self.weight_sum
+        if not (isinstance(weight, (int, float, np.floating, np.integer))
+                and not isinstance(weight, bool)
+                and math.isfinite(weight) and 0 <= weight <= _MAX_WEIGHT):
+            fail(f"weight_sum must be a finite number in [0, {_MAX_WEIGHT:g}], got {weight!r}.")
+        if not (type(self.centered) is bool and type(self.single_target) is bool):
+            fail("centered and single_target must be booleans.")
+        for name in _ARRAYS:
+            value = getattr(self, name)
+            if not (isinstance(value, np.ndarray) and value.dtype == np.float64):
+                fail(f"{name} must be a float64 ndarray, got "
+                     f"{getattr(value, 'dtype', type(value).__name__)}.")
+        if self.x_mean.ndim != 1 or self.y_mean.ndim != 1:
+            fail("x_mean and y_mean must be vectors.")
         d, t = self.n_features, self.n_targets
+        if d == 0 or t == 0:
+            fail("has no features or no targets.")
+        if self.single_target and t != 1:
+            fail(f"declares a single target but has {t}.")
         if n_features is not None and d != n_features:
             fail(f"has {d} features, expected {n_features}.")
         if n_targets is not None and t != n_targets:
@@ -436,28 +490,39 @@ class ClientStatistics:
         for name, (got, want) in shapes.items():
             if got != want:
                 fail(f"{name} has shape {got}, expected {want}.")
-        if int(self.n_samples) <= 0:
-            fail("has zero rows; a client must contribute at least one row.")
-        if not (np.isfinite(self.weight_sum) and self.weight_sum >= 0):
-            fail(f"weight_sum must be finite and non-negative, got {self.weight_sum}.")
-        for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
-            if not np.all(np.isfinite(getattr(self, name))):
+        for name, cap in (("x_mean", _MAX_MEAN), ("y_mean", _MAX_MEAN), ("gram", _MAX_SECOND),
+                          ("moment", _MAX_SECOND), ("target_ss", _MAX_SECOND)):
+            value = getattr(self, name)
+            if not np.all(np.isfinite(value)):
                 fail(f"{name} contains NaN or infinity.")
-        scale = max(float(np.max(np.abs(np.diag(self.gram)), initial=0.0)), 1e-300)
-        tol = 1e-8 * scale
-        if np.max(np.abs(self.gram - self.gram.T), initial=0.0) > tol:
-            fail("gram is not symmetric.")
-        if np.any(self.target_ss < -1e-8 * max(np.max(np.abs(self.target_ss)), 1e-300)):
-            fail("target_ss is negative.")
+            if np.max(np.abs(value), initial=0.0) > cap:
+                fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
+                     "such values could overflow the merge).")
         diag = np.diag(self.gram)
-        if np.any(diag < -tol):
+        root = np.sqrt(np.maximum(diag, 0.0))
+        # Round-off allowance of a computed Gram entry, relative to its own pair.
+        slack = _RELATIVE_SLACK * np.outer(root, root)
+        if np.any(np.abs(self.gram - self.gram.T) > slack + _TINY):
+            fail("gram is not symmetric.")
+        if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
             fail("gram has a negative diagonal entry.")
-        bound = np.outer(np.maximum(diag, 0), np.maximum(self.target_ss, 0))
-        if np.any(self.moment**2 > bound * (1 + 1e-6) + 1e-12 * scale):
+        target_ss = self.target_ss
+        if np.any(target_ss < -_RELATIVE_SLACK * np.max(target_ss, initial=0.0) - _TINY):
+            fail("target_ss is negative.")
+        if np.any(np.abs(self.gram) > np.outer(root, root) + slack + _TINY):
+            fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
+        target_root = np.sqrt(np.maximum(target_ss, 0.0))
+        bound = np.outer(root, target_root)
+        if np.any(np.abs(self.moment) > bound * (1 + _RELATIVE_SLACK) + _TINY):
             fail("moment violates the Cauchy-Schwarz bound of gram and target_ss.")
-        try:  # PSD test: a Cholesky factorization of gram + tol * I must exist
-            linalg.cholesky(self.gram + tol * np.eye(d), lower=False, check_finite=False)
-        except linalg.LinAlgError:
+        if weight == 0 or (self.centered and n == 1):
+            # One row minus its own mean is zero up to the round-off of that mean.
+            why = "a zero weight sum" if weight == 0 else "one centered row"
+            x_room = weight * (_RELATIVE_SLACK * self.x_mean) ** 2 + _TINY
+            y_room = weight * (_RELATIVE_SLACK * self.y_mean) ** 2 + _TINY
+            if np.any(diag > x_room) or np.any(target_ss > y_room):
+                fail(f"has {why} but non-zero second moments.")
+        if psd and not _is_psd(self.gram):
             fail("gram is not positive semi-definite.")
         return self
 
@@ -492,6 +557,69 @@ def merge_statistics(statistics):
         paired = [a.merge(b) for a, b in zip(items[::2], items[1::2])]
         items = paired + ([items[-1]] if len(items) % 2 else [])
     return items[0]
+
+
+def _is_psd(gram):
+    """PSD test on the Jacobi-scaled Gram: a tolerance relative to every pair of features.
+
+    Features with a zero variance are scaled by 1, so a non-zero entry in
+    their row fails unless it is negligible against the other feature.
+    """
+    diag = np.diag(gram)
+    scale = np.sqrt(np.where(diag > 0, diag, 1.0))
+    scaled = gram / scale[:, None] / scale[None, :]
+    scaled = (scaled + scaled.T) / 2
+    scaled[np.diag_indices_from(scaled)] += _PSD_TOLERANCE
+    try:
+        linalg.cholesky(scaled, lower=False, check_finite=False)
+    except linalg.LinAlgError:
+        return False
+    return True
+
+
+def check_aggregate(aggregate, messages):
+    """Check merged statistics once before solving; blame the message that broke them.
+
+    The server validates each message in O(d^2) (:meth:`ClientStatistics.validate`
+    with ``psd=False``) and the merge once here: finite and positive
+    semi-definite. When the merge is not PSD, the messages are tested one by
+    one so the error names the client responsible.
+
+    Parameters
+    ----------
+    aggregate : ClientStatistics
+    messages : dict
+        Client label -> ClientStatistics that were merged.
+
+    Raises
+    ------
+    InvalidClientMessage
+    """
+    arrays = (aggregate.gram, aggregate.moment, aggregate.x_mean, aggregate.y_mean,
+              aggregate.target_ss)
+    finite = all(np.all(np.isfinite(a)) for a in arrays) and math.isfinite(aggregate.weight_sum)
+    if finite and _is_psd(aggregate.gram):
+        return
+    for label, stats in messages.items():
+        if not _is_psd(stats.gram):
+            raise InvalidClientMessage(
+                f"{_who(label)}: gram is not positive semi-definite.", label
+            )
+    label = most_extreme_client(messages)
+    raise InvalidClientMessage(
+        f"{_who(label)}: the merged statistics are not finite and positive semi-definite "
+        "(this client's message has the largest entries).",
+        label,
+    )
+
+
+def most_extreme_client(messages):
+    """The label whose statistics hold the largest magnitude (whom to blame for overflow)."""
+
+    def magnitude(stats):
+        return max(float(np.max(np.abs(getattr(stats, name)), initial=0.0)) for name in _ARRAYS)
+
+    return max(messages, key=lambda label: magnitude(messages[label]))
 
 
 def _check_compatible(a, b):

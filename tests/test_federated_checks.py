@@ -1,6 +1,11 @@
 """Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
 
-from sklearn_fed import FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge
+from sklearn_fed import (
+    FederatedRidge,
+    FederatedRidgeCV,
+    PrivateFederatedRidge,
+    ProjectedFederatedRidge,
+)
 from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
 
 ESTIMATORS = [
@@ -8,6 +13,11 @@ ESTIMATORS = [
     FederatedRidge(fit_intercept=False),
     FederatedRidgeCV(),
     ProjectedFederatedRidge(n_components=2, random_state=0),
+    PrivateFederatedRidge(epsilon=2.0, feature_bound=5.0, target_bound=10.0, random_state=0),
+    PrivateFederatedRidge(
+        epsilon=2.0, feature_bound=5.0, target_bound=10.0, noise="distributed",
+        fit_intercept=False, random_state=0,
+    ),
 ]
 
 

@@ -257,7 +257,7 @@ def test_bad_message_rejects_whole_round():
         assert pickle.dumps(fed) == before
     zero = ClientStatistics.from_bytes(good)
     zero.n_samples = 0
-    with pytest.raises(InvalidClientMessage, match="client 1: has zero rows"):
+    with pytest.raises(InvalidClientMessage, match="client 1: n_samples must be a positive integer"):
         fed.fit_statistics([good, zero])
 
 

@@ -4,6 +4,7 @@ Calibration, clipping, noise, secure aggregation, accounting.
 """
 
 import math
+import pickle
 import warnings
 
 import dp_accounting
@@ -12,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn import config_context
+from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MaxAbsScaler
@@ -21,18 +23,34 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklearn_fed import FederatedRidge, PrivateFederatedRidge
 from sklearn_fed.linear_model._private import (
     clip_rows,
+    clipped_sums,
     joint_sensitivity,
     project_psd,
     released_sums,
 )
 from sklearn_fed.privacy import (
+    ClippingWarning,
+    MaskingKey,
     PrivacyLedger,
+    RangeScaler,
     SecureAggregator,
     analytic_gaussian_std,
     classic_gaussian_std,
+    composed_noise_multiplier,
     gaussian_noise_std,
 )
+from sklearn_fed.privacy._secure_aggregation import (
+    fixed_point_encode,
+    mask_vector,
+    max_abs_encoded,
+    unmask_sum,
+)
+from sklearn_fed.protocol import InvalidClientMessage, SitePolicy, TaskRefused, decode, encode
 from sklearn_fed.statistics import ClientStatistics
+
+
+# Most tests here clip on purpose; the tests of the warning itself still see it.
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn_fed.privacy.ClippingWarning")
 
 
 def _data(n=300, d=4, t=None, seed=0, scale=0.6):
@@ -44,7 +62,20 @@ def _data(n=300, d=4, t=None, seed=0, scale=0.6):
     return X, y, clients
 
 
-@parametrize_with_checks([PrivateFederatedRidge()])
+# Both checks fit one estimator twice and want the same model. Each fit is a
+# new private release, and a release never reuses the noise of an earlier one
+# (otherwise subtracting two releases would cancel it), so they cannot pass.
+NOISE_IS_NEVER_REUSED = "each fit is a new release with fresh noise, so two fits differ"
+EXPECTED_FAILED_CHECKS = {
+    "check_fit_idempotent": NOISE_IS_NEVER_REUSED,
+    "check_supervised_y_2d": NOISE_IS_NEVER_REUSED,
+}
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fed.privacy.ClippingWarning")
+@parametrize_with_checks(
+    [PrivateFederatedRidge()], expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS
+)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
@@ -62,8 +93,8 @@ def test_infinite_epsilon_equals_federated_ridge_on_clipped_rows(noise, fit_inte
         fit_intercept=fit_intercept,
     ).fit(X, y, clients=clients)
     exact = FederatedRidge(alpha=0.3, fit_intercept=fit_intercept).fit(Xc, yc, clients=clients)
-    # Distributed goes through 24-bit fixed point: resolution 6e-8 per value.
-    tol = 1e-10 if noise == "local" else 1e-6
+    # The sums travel on a grid of 2^-30 of the sensitivity (64-bit fixed point).
+    tol = 1e-8
     assert_allclose(private.coef_, exact.coef_, rtol=tol, atol=tol)
     assert_allclose(private.intercept_, exact.intercept_, rtol=tol, atol=tol)
     assert private.noise_std_ == 0.0
@@ -125,9 +156,10 @@ def test_analytic_sigma_matches_dp_accounting(epsilon):
     X, y, clients = _data()
     model.fit(X, y, clients=clients)
     expected_delta = math.sqrt(1 + 4 + 0.25 + 16 + 4 * 0.25)
-    assert_allclose(model.sensitivity_, expected_delta)
+    # Plus the rounding of the sums to the grid: at most 2^-10 of Delta.
+    assert expected_delta < model.sensitivity_ <= expected_delta * (1 + 2**-10)
     assert_allclose(
-        model.noise_std_, expected_delta * dp_accounting.get_sigma_gaussian(epsilon, 1e-5)
+        model.noise_std_, model.sensitivity_ * dp_accounting.get_sigma_gaussian(epsilon, 1e-5)
     )
     # And the Gaussian mechanism with that noise multiplier spends exactly epsilon.
     spent = dp_accounting.get_epsilon_gaussian(model.noise_std_ / model.sensitivity_, 1e-5)
@@ -230,10 +262,10 @@ def test_secure_aggregation_masks_cancel_exactly_and_hide_each_message():
 
 def test_secure_aggregation_refuses_overflow_and_missing_clients():
     agg = SecureAggregator(4, seed=0)
-    with pytest.raises(OverflowError, match="client 2"):
+    with pytest.raises(OverflowError, match="party 2"):
         agg.mask(2, np.array([agg.max_abs_value]))
     messages = [agg.mask(k, np.ones(3)) for k in range(3)]
-    with pytest.raises(ValueError, match="all 4"):
+    with pytest.raises(ValueError, match=r"site\(s\) \[3\] dropped"):
         agg.aggregate(messages)
     with pytest.raises(ValueError, match="non-finite"):
         agg.encode(np.array([np.nan]))
@@ -255,8 +287,12 @@ def test_two_releases_cost_more_than_one():
     model.partial_fit(X, y, clients=clients)
     assert model.n_releases_ == 2
     assert model.privacy_spent_[0] > first * 1.3
-    expected = two_releases(model.noise_std_ / model.sensitivity_)
-    assert_allclose(model.privacy_spent_[0], expected, rtol=1e-5)
+    # Exact: two Gaussian releases are one with multiplier m / sqrt(2); the
+    # PLD accountant's discretized answer is an upper bound, just above it.
+    multiplier = model.noise_std_ / model.sensitivity_
+    exact = dp_accounting.get_epsilon_gaussian(multiplier / math.sqrt(2), 1e-5)
+    assert_allclose(model.privacy_spent_[0], exact, rtol=1e-12)
+    assert exact <= two_releases(multiplier) <= exact * 1.01
 
 
 def two_releases(multiplier):
@@ -271,7 +307,7 @@ def test_partial_fit_sums_releases():
     part = PrivateFederatedRidge(epsilon=np.inf)
     part.partial_fit(X[:150], y[:150], clients=clients[:150])
     part.partial_fit(X[150:], y[150:], clients=clients[150:])
-    assert_allclose(part.coef_, full.coef_, rtol=1e-10)
+    assert_allclose(part.coef_, full.coef_, rtol=1e-8)
     assert part.n_clients_ == full.n_clients_
 
 
@@ -340,3 +376,291 @@ def test_missing_dp_accounting_names_the_extra(monkeypatch):
     X, y, clients = _data(n=60)
     model = PrivateFederatedRidge(epsilon=np.inf).fit(X, y, clients=clients)
     assert model.privacy_spent_[0] == math.inf
+
+
+# ------------------------------------------------- secure aggregation (issue 14)
+def test_masks_cancel_exactly_over_1000_random_trials():
+    rng = np.random.default_rng(10)
+    for trial in range(1000):
+        K = int(rng.integers(1, 6))
+        size = int(rng.integers(1, 20))
+        limit = max_abs_encoded(K)
+        encoded = [rng.integers(-limit, limit, size=size, endpoint=True) for _ in range(K)]
+        keys = [MaskingKey() for _ in range(K)]
+        table = np.array([np.frombuffer(k.public_bytes, dtype=np.uint8) for k in keys])
+        context = b"trial %d" % trial
+        masked = {k: mask_vector(encoded[k], keys[k], k, table, context) for k in range(K)}
+        total = unmask_sum(masked, size, parties=range(K))
+        assert total.tolist() == [sum(int(e[i]) for e in encoded) for i in range(size)]
+        if K > 1:  # each masked vector hides its values
+            assert not np.array_equal(masked[0].view(np.int64), encoded[0])
+
+
+@pytest.mark.parametrize("K", [2048, 10_000])
+def test_fixed_point_overflow_bound_is_exact(K):
+    limit = max_abs_encoded(K)
+    assert K * limit <= 2**63 - 1 < K * (limit + 1)
+    # The largest allowed values, K times, sum without wrapping (mod 2^64 arithmetic).
+    for sign in (1, -1):
+        top = fixed_point_encode([sign * float(limit)], 0, K)
+        assert top[0] == sign * limit
+        total = np.zeros(1, dtype=np.uint64)
+        for _ in range(K):
+            total += top.view(np.uint64)
+        assert int(total.view(np.int64)[0]) == sign * K * limit
+    # One grid step more is refused: the check is done on integers, not rounded floats.
+    with pytest.raises(OverflowError):
+        fixed_point_encode([float(limit + 1)], 0, K)
+    with pytest.raises(OverflowError):
+        fixed_point_encode([math.ldexp(limit + 1, -24)], -24, K)
+    agg = SecureAggregator(K, seed=0)
+    with pytest.raises(OverflowError):
+        agg.encode([agg.max_abs_value + 2.0**-24])
+
+
+def test_unmask_refuses_short_float_and_replayed_vectors():
+    agg = SecureAggregator(3, seed=1)
+    good = [agg.mask(k, np.ones(4)) for k in range(3)]
+    for bad, match in [
+        (good[1][:1], "length 4"),
+        (good[1].astype(np.float64), "uint64"),
+        (good[0], "same masked vector"),
+    ]:
+        with pytest.raises(InvalidClientMessage, match=match):
+            unmask_sum({0: good[0], 1: bad, 2: good[2]}, 4, parties=range(3))
+    assert_allclose(agg.aggregate(good), 3 * np.ones(4))
+
+
+def _distributed_run(model, X, y, clients, *, drop=None):
+    """Drive a distributed-noise model by hand; ``drop`` never answers the masked round."""
+    labels = np.unique(clients).tolist()
+    server = model.make_server()
+    sites = {label: model.make_client(site=label) for label in labels}
+    tasks = server.next_tasks(labels)
+    while tasks:
+        replies = {
+            site: sites[site].respond(task, X[clients == site], y[clients == site])
+            for site, task in tasks.items()
+            if not (site == drop and server._stage == "release")
+        }
+        server.receive(replies)
+        tasks = server.next_tasks(labels)
+    return server
+
+
+def test_site_dropping_after_masking_fails_the_round_cleanly_then_recovers():
+    X, y, clients = _data(n=400)
+    model = PrivateFederatedRidge(epsilon=2.0, noise="distributed", random_state=0)
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match=r"site\(s\) \[2\] dropped after receiving the keys"):
+        _distributed_run(model, X, y, clients, drop=2)
+    assert pickle.dumps(model) == before  # nothing applied
+    # Recovery: the server starts a new key round among the sites still reachable.
+    server = model.make_server()
+    labels = [0, 1, 3]
+    sites = {label: model.make_client() for label in range(4)}
+    keys_round = server.next_tasks([0, 1, 2, 3])
+    server.receive({s: sites[s].respond(t, X[clients == s], y[clients == s])
+                    for s, t in keys_round.items()})
+    masked_round = server.next_tasks(labels)  # site 2 is gone before masking: re-key
+    assert server._stage == "keys"
+    tasks = masked_round
+    while tasks:
+        server.receive({s: sites[s].respond(t, X[clients == s], y[clients == s])
+                        for s, t in tasks.items()})
+        tasks = server.next_tasks(labels)
+    assert server.estimator.clients_.tolist() == labels
+
+
+def test_server_rejects_a_forged_masked_reply_naming_the_site():
+    X, y, clients = _data(n=200)
+    model = PrivateFederatedRidge(epsilon=2.0, noise="distributed", random_state=0)
+    server = model.make_server()
+    sites = {s: model.make_client() for s in range(4)}
+    tasks = server.next_tasks(range(4))
+    server.receive({s: sites[s].respond(t, X[clients == s], y[clients == s])
+                    for s, t in tasks.items()})
+    tasks = server.next_tasks(range(4))
+    replies = {s: sites[s].respond(t, X[clients == s], y[clients == s])
+               for s, t in tasks.items()}
+    frame = decode(replies[1])
+    frame.arrays = {"masked": frame.arrays["masked"].astype(np.float64)}
+    replies[1] = encode(frame)
+    with pytest.raises(InvalidClientMessage, match="client 1: a distributed release"):
+        server.receive(replies)
+    assert not hasattr(model, "coef_")
+
+
+# ------------------------------------------------------------- noise (issue 14)
+def test_two_releases_with_a_fixed_seed_get_different_noise():
+    X, y, clients = _data()
+    truth = PrivateFederatedRidge(epsilon=np.inf).fit(X, y, clients=clients)._noisy_sums
+    model = PrivateFederatedRidge(epsilon=1.0, random_state=0)
+    first = model.fit(X, y, clients=clients)._noisy_sums - truth
+    second = model.fit(X, y, clients=clients)._noisy_sums - truth  # a refit: new release
+    model.partial_fit(X, y, clients=clients)
+    third = model._noisy_sums - truth - second - truth
+    assert model.n_releases_ == 3
+    for a, b in [(first, second), (first, third), (second, third)]:
+        assert np.corrcoef(a, b)[0, 1] < 0.5  # independent draws, not the same noise
+    # ...and a fresh estimator with the same seed reproduces the first release.
+    again = PrivateFederatedRidge(epsilon=1.0, random_state=0).fit(X, y, clients=clients)
+    assert_array_equal(again._noisy_sums - truth, first)
+
+
+def test_global_numpy_seed_does_not_reproduce_the_noise():
+    X, y, clients = _data()
+    fits = []
+    for _ in range(2):
+        np.random.seed(0)
+        fits.append(PrivateFederatedRidge(epsilon=1.0).fit(X, y, clients=clients)._noisy_sums)
+    assert not np.any(fits[0] == fits[1])
+
+
+def test_refits_are_counted_by_the_accountant():
+    X, y, clients = _data()
+    model = PrivateFederatedRidge(epsilon=1.0).fit(X, y, clients=clients)
+    assert_allclose(model.privacy_spent_[0], 1.0, rtol=1e-9)
+    model.fit(X, y, clients=clients)
+    assert model.n_releases_ == 2
+    assert_allclose(model.privacy_spent_[0], 1.4651, rtol=1e-3)
+
+
+def test_site_releases_integers_on_a_grid():
+    """No float side channel: every released value is an int64 count of grid steps."""
+    X, y, clients = _data(n=90)
+    model = PrivateFederatedRidge(epsilon=1.0)
+    server = model.make_server()
+    task = server.next_tasks([0])[0]
+    reply = decode(model.make_client().respond(task, X, y))
+    assert reply.arrays["sums"].dtype == np.int64
+
+
+def test_site_policy_refuses_a_larger_epsilon():
+    X, y, _ = _data(n=90)
+    model = PrivateFederatedRidge(epsilon=2.0)
+    task = model.make_server().next_tasks(["a"])["a"]
+    with pytest.raises(TaskRefused, match="epsilon=2.0 exceeds"):
+        model.make_client(policy=SitePolicy(max_epsilon=1.0)).respond(task, X, y)
+
+
+# ------------------------------------------------------- accounting (issue 15)
+def test_equal_releases_compose_to_one_gaussian_in_closed_form():
+    ledger = PrivacyLedger()
+    ledger.record(3.0, count=10_000)
+    for _ in range(1000):
+        ledger.record(3.0)
+    assert len(ledger) == 11_000
+    assert_allclose(ledger.noise_multiplier, 3.0 / math.sqrt(11_000))
+    assert_allclose(composed_noise_multiplier([3.0] * 4), 1.5)
+    expected = dp_accounting.get_epsilon_gaussian(3.0 / math.sqrt(11_000), 1e-5)
+    assert_allclose(ledger.epsilon(1e-5), expected, rtol=1e-12)
+
+
+def test_huge_epsilon_neither_allocates_nor_crashes():
+    import tracemalloc
+
+    X, y, clients = _data()
+    tracemalloc.start()
+    model = PrivateFederatedRidge(epsilon=1e9).fit(X, y, clients=clients)
+    for _ in range(20):
+        model.partial_fit(X[:20], y[:20], clients=clients[:20])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50 * 2**20
+    assert model.n_releases_ == 21 and math.isfinite(model.privacy_spent_[0])
+    ledger = PrivacyLedger()  # a subsampled release goes through a bounded PLD
+    ledger.record(1e-6, count=50, sampling_probability=0.1)
+    assert math.isfinite(ledger.epsilon(1e-5))
+
+
+# ------------------------------------------------------ clipping (issues 15, 19)
+def test_default_bounds_warn_and_report_the_clipped_share():
+    X, y, clients = _data(scale=10.0)
+    with pytest.warns(ClippingWarning, match="RangeScaler"):
+        model = PrivateFederatedRidge(epsilon=np.inf).fit(X, y, clients=clients)
+    assert model.clipped_share_ > 0.9
+    ranges = [(-20, 20)] * X.shape[1]
+    pipe = make_pipeline(RangeScaler(ranges), PrivateFederatedRidge(
+        epsilon=np.inf, target_bound=float(np.abs(y).max() + 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClippingWarning)
+        pipe.fit(X, y, privatefederatedridge__clients=clients)
+    assert pipe[-1].clipped_share_ == 0.0
+    # epsilon = inf on rows of norm <= 1: Ridge on the scaled rows.
+    Xs = RangeScaler(ranges).fit_transform(X)
+    assert_allclose(pipe[-1].coef_, Ridge().fit(Xs, y).coef_, rtol=1e-7, atol=1e-9)
+
+
+def test_a_deployed_site_warns_about_its_own_clipping():
+    X, y, _ = _data(scale=10.0)
+    model = PrivateFederatedRidge(epsilon=1.0)
+    task = model.make_server().next_tasks(["a"])["a"]
+    with pytest.warns(ClippingWarning, match="site 'a'"):
+        model.make_client().respond(task, X, y)
+
+
+def test_range_scaler_uses_stated_ranges_only():
+    import pandas as pd
+
+    frame = pd.DataFrame({"age": [20.0, 200.0, 50.0], "bmi": [10.0, 30.0, 60.0]})
+    scaler = RangeScaler({"bmi": (10, 50), "age": (0, 100)}).fit(frame)
+    out = scaler.transform(frame)
+    assert np.all(np.linalg.norm(out, axis=1) <= 1 + 1e-15)
+    assert_allclose(out[0] * math.sqrt(2), [-0.6, -1.0])
+    # The data never sets the scale: other rows, same transform.
+    assert_allclose(RangeScaler({"bmi": (10, 50), "age": (0, 100)}).fit(frame[:1])
+                    .transform(frame), out)
+    with pytest.raises(ValueError, match=r"missing \['bmi'\]"):
+        RangeScaler({"age": (0, 100)}).fit(frame)
+    with pytest.raises(ValueError, match="low < high"):
+        RangeScaler([(1, 0), (0, 1)]).fit(frame.to_numpy())
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "shuffled"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_blockwise_clipped_sums_equal_the_reference(monkeypatch, layout, weighted, dtype):
+    from sklearn_fed.linear_model import _private
+
+    monkeypatch.setattr(_private, "_BLOCK_BYTES", 8 * 7 * 13)  # 13 rows per block
+    rng = np.random.default_rng(3)
+    X = (rng.normal(size=(200, 5)) * rng.uniform(0.1, 3, size=(200, 1))).astype(dtype)
+    y = rng.normal(size=(200, 1)) * 2
+    w = rng.uniform(0, 2, size=200) if weighted else None
+    rows = slice(20, 170) if layout == "contiguous" else np.sort(rng.permutation(200)[:150])
+    got, n_clipped = clipped_sums(X, y, w, rows, 1.0, 1.5, True)
+    Xc, yc = clip_rows(X[rows], y[rows], 1.0, 1.5)
+    stats = ClientStatistics.from_data(Xc, yc, None if w is None else w[rows], centered=False)
+    assert_allclose(got, released_sums(stats, True), rtol=1e-10, atol=1e-10)
+    expected = np.count_nonzero((np.linalg.norm(X[rows].astype(float), axis=1) > 1.0)
+                                | (np.abs(y[rows, 0]) > 1.5))
+    assert n_clipped == expected
+    sparse, _ = clipped_sums(sp.csr_matrix(X), y, w, rows, 1.0, 1.5, True)
+    assert_allclose(sparse, got, rtol=1e-10, atol=1e-10)
+
+
+def test_missing_cryptography_names_the_extra(monkeypatch):
+    import sys
+
+    from sklearn_fed.privacy import _secure_aggregation
+
+    _secure_aggregation._crypto.cache_clear()
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    try:
+        with pytest.raises(ImportError, match=r"sklearn-fed\[secure\]"):
+            MaskingKey()
+    finally:
+        _secure_aggregation._crypto.cache_clear()
+
+
+def test_the_same_release_under_two_sites_is_refused():
+    X, y, clients = _data(n=200)
+    model = PrivateFederatedRidge(epsilon=2.0)
+    server = model.make_server()
+    tasks = server.next_tasks(["a", "b"])
+    reply = model.make_client().respond(tasks["a"], X, y)
+    frame = decode(reply)
+    frame.site = "b"
+    with pytest.raises(InvalidClientMessage, match="client 'b': sent the same release"):
+        server.receive({"a": reply, "b": encode(frame)})

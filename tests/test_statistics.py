@@ -193,7 +193,7 @@ def _with(stats, **changes):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda s: {"n_samples": 0}, "zero rows"),
+        (lambda s: {"n_samples": 0}, "n_samples must be a positive integer"),
         (lambda s: {"weight_sum": -1.0}, "weight_sum"),
         (lambda s: {"x_mean": s.x_mean * np.nan}, "x_mean contains NaN"),
         (lambda s: {"gram": s.gram - 10 * np.abs(s.gram).max() * np.eye(4)}, "negative diagonal"),
@@ -215,8 +215,15 @@ def test_validation_rejects_indefinite_gram():
     gram = stats.gram.copy()
     gram[0, 1] = gram[1, 0] = 2 * np.sqrt(gram[0, 0] * gram[1, 1])
     bad = _with(stats, gram=gram)
+    with pytest.raises(InvalidClientMessage, match="Cauchy-Schwarz bound gram_ij"):
+        bad.validate()
+    # Every 2x2 minor fine, yet indefinite: caught by the PSD test.
+    corr = np.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
+    assert np.linalg.eigvalsh(corr).min() < -0.5
+    bad = _with(stats, gram=corr, moment=np.zeros((3, 1)), x_mean=np.zeros(3))
     with pytest.raises(InvalidClientMessage, match="positive semi-definite"):
         bad.validate()
+    bad.validate(psd=False)  # the O(d^2) checks alone cannot see it
 
 
 def test_validation_of_expected_shape():

@@ -7,6 +7,7 @@ from ._federated_ridge_cv import FederatedRidgeCV
 from ._incremental import IncrementalFederatedRidge
 from ._private import PrivateFederatedRidge
 from ._projected import ProjectedFederatedRidge
+from ._robust import RobustAggregation
 
 __all__ = [
     "BaseFederatedRidge",
@@ -17,5 +18,6 @@ __all__ = [
     "fesc_weights",
     "PrivateFederatedRidge",
     "ProjectedFederatedRidge",
+    "RobustAggregation",
     "solve_ridge",
 ]

@@ -21,7 +21,13 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..statistics import ClientStatistics, merge_statistics
+from ._robust import RobustAggregation, check_rows_within_bounds
+from ..statistics import (
+    ClientStatistics,
+    check_aggregate,
+    merge_statistics,
+    most_extreme_client,
+)
 
 __all__ = ["StatisticsClient", "StatisticsServer", "solve_ridge", "task_field"]
 
@@ -106,6 +112,9 @@ class StatisticsClient(Client):
 
     def _compute(self, task, X, y, sample_weight, rows):
         centered = task_field(task, "centered", bool)
+        if "feature_bound" in task.fields or "target_bound" in task.fields:
+            site_rows = slice(None) if rows is None else rows
+            check_rows_within_bounds(task.fields, X[site_rows], y[site_rows], task.site)
         stats = ClientStatistics.from_data(
             X, y, sample_weight, centered=centered, rows=rows, check_input=False
         )
@@ -121,17 +130,30 @@ class StatisticsServer(Server):
 
     protocol = "ridge.statistics"
 
+    def __init__(self, estimator, *, robust=None, **kwargs):
+        super().__init__(estimator, **kwargs)
+        if robust is not None and not isinstance(robust, RobustAggregation):
+            raise TypeError(f"robust must be a RobustAggregation; got {robust!r}.")
+        self.robust = robust
+
     def _plan(self, sites):
         if self.round > 0:
             return {}
-        return {site: ({"centered": bool(self.estimator.fit_intercept)}, {}) for site in sites}
+        fields = {"centered": bool(self.estimator.fit_intercept)}
+        if self.robust is not None:
+            fields.update(self.robust.task_fields())
+        return {site: (dict(fields), {}) for site in sites}
+
+    def _cross_check(self, replies):
+        return {} if self.robust is None else self.robust.cross_check(replies)
 
     def _previous(self):
         """The aggregate this round adds to (warm start), or None."""
         return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
 
     def _read_reply(self, site, frame):
-        stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site)
+        # O(d^2) checks per message; the PSD test runs once on the merge (_merged).
+        stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site, psd=False)
         expected = self._expected_features(frame)
         if stats.n_features != expected:
             raise InvalidClientMessage(
@@ -146,6 +168,8 @@ class StatisticsServer(Server):
                 f"for fit_intercept={self.estimator.fit_intercept}.",
                 site,
             )
+        if self.robust is not None:
+            self.robust.check(site, stats)
         previous = self._previous()
         if previous is not None and stats.n_targets != previous.n_targets:
             raise InvalidClientMessage(
@@ -155,13 +179,29 @@ class StatisticsServer(Server):
             )
         return stats
 
+    @staticmethod
+    def _check_model(coef, aggregate, replies):
+        """Refuse a non-finite model: statistics within every cap can still overflow it."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            intercept = aggregate.y_mean - coef @ aggregate.x_mean if aggregate.centered else 0
+        if np.all(np.isfinite(coef)) and np.all(np.isfinite(intercept)):
+            return
+        label = most_extreme_client(replies)
+        raise InvalidClientMessage(
+            f"client {label!r}: the statistics give a non-finite model (this client's "
+            "message holds the most extreme values); nothing was applied.",
+            label,
+        )
+
     def _expected_features(self, frame):
         """Number of features the statistics of a reply must have."""
         return frame.schema["n_features"]
 
     def _merged(self, replies):
-        """Statistics of all replies of the round (exact tree merge, label order)."""
-        return merge_statistics(replies[site] for site in sorted_labels(replies))
+        """Statistics of all replies of the round (exact tree merge, label order), checked."""
+        merged = merge_statistics(replies[site] for site in sorted_labels(replies))
+        check_aggregate(merged, replies)
+        return merged
 
     def _dtype_of_round(self):
         return np.float32 if self._dtype == "float32" else np.float64
@@ -283,7 +323,8 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         """Parse and validate untrusted client messages, all before using any.
 
         ``messages`` is a list (client labels 0..K-1) or a dict label ->
-        message; a message is a ClientStatistics or its bytes.
+        message; a message is a ClientStatistics or its bytes. Each is
+        validated once, in O(d^2); the PSD test runs on their merge.
         """
         if isinstance(messages, dict):
             items = list(messages.items())
@@ -295,18 +336,19 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
         first = None
         for label, message in items:
             if isinstance(message, ClientStatistics):
-                stats = message.validate(client=label)
+                stats = message
             elif isinstance(message, (bytes, bytearray, memoryview)):
-                stats = ClientStatistics.from_bytes(message, client=label)
+                stats = ClientStatistics.from_bytes(message, client=label, validate=False)
             else:
                 raise InvalidClientMessage(
                     f"client {label!r}: expected ClientStatistics or bytes, got "
                     f"{type(message).__name__}.",
                     label,
                 )
-            if first is None:
-                first = stats
-            stats.validate(client=label, n_features=first.n_features, n_targets=first.n_targets)
+            expected = (None, None) if first is None else (first.n_features, first.n_targets)
+            stats.validate(client=label, n_features=expected[0], n_targets=expected[1],
+                           psd=False)
+            first = stats if first is None else first
             if stats.centered != self.fit_intercept:
                 raise InvalidClientMessage(
                     f"client {label!r}: statistics are "

@@ -19,6 +19,7 @@ class FederatedRidgeServer(StatisticsServer):
         aggregate = batch if previous is None else previous.merge(batch)
         alpha = estimator._checked_alpha(aggregate.n_targets)
         coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
+        self._check_model(coef, aggregate, replies)
         ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
         labels = estimator._known_labels(
             estimator.clients_ if previous is not None else [], replies
@@ -89,8 +90,8 @@ class FederatedRidge(BaseFederatedRidge):
     >>> fed = FederatedRidge(alpha=1.0).fit(X, y, clients=clients)
     >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
     True
-    >>> fed.n_clients_, fed.communication_.uplink_bytes
-    (3, 540)
+    >>> fed.n_clients_, fed.communication_.uplink_bytes_per_client["a"]
+    (3, 553)
     """
 
     _server_role = FederatedRidgeServer

@@ -9,8 +9,8 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from .._clients import label_array
 from .._compat import Interval, _fit_context
-from ..protocol import CommunicationLedger, atomic, sorted_labels
-from ..statistics import ClientStatistics, merge_statistics
+from ..protocol import CommunicationLedger, InvalidClientMessage, atomic, sorted_labels
+from ..statistics import ClientStatistics, merge_statistics, most_extreme_client
 from ._base import BaseFederatedRidge, StatisticsClient, StatisticsServer, solve_ridge
 
 __all__ = ["FederatedRidgeCV"]
@@ -25,6 +25,7 @@ class FederatedRidgeCVServer(StatisticsServer):
                 "leave-one-client-out CV needs at least 2 clients; got "
                 f"{len(replies)}. Pass clients=None for leave-one-sample-out CV."
             )
+        self._merged(replies)  # checks the merge once (finite, PSD) before any solve
         labels = sorted_labels(replies)
         statistics = [replies[label] for label in labels]
         self.estimator._fit_leave_one_client_out(
@@ -225,6 +226,11 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
     def _fit_leave_one_sample_out(self, X, y, sample_weight, alphas):
         """Closed-form LOO: e_i = r_i / (1 - h_ii) for every alpha at once."""
+        if X.shape[0] < 2:
+            raise ValueError(
+                f"leave-one-out cross-validation needs at least 2 samples; got "
+                f"{X.shape[0]} sample."
+            )
         stats = ClientStatistics.from_data(
             X, y, sample_weight, centered=self.fit_intercept, check_input=False
         )
@@ -249,8 +255,17 @@ class FederatedRidgeCV(BaseFederatedRidge):
         """Pick alpha from held-out errors, refit on all statistics, set attributes."""
         aggregate = merge_statistics(statistics)
         criterion = errors.sum(axis=(0, 1)) / (denominator * aggregate.n_targets)
+        messages = dict(zip(labels, statistics))
+        if not np.all(np.isfinite(criterion)):
+            label = most_extreme_client(messages)
+            raise InvalidClientMessage(
+                f"client {label!r}: the held-out errors are not finite (this client's "
+                "message holds the most extreme values); nothing was applied.",
+                label,
+            )
         best = int(np.argmin(criterion))
         coef = solve_ridge(aggregate.gram, aggregate.moment, alphas[best])
+        StatisticsServer._check_model(coef, aggregate, messages)
         ledger.n_parameters = self._n_parameters(aggregate.n_features, aggregate.n_targets)
         self.alpha_ = float(alphas[best])
         self.best_score_ = float(-criterion[best])

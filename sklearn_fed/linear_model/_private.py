@@ -1,6 +1,6 @@
 """PrivateFederatedRidge: one-shot ridge from Gaussian-noised client statistics.
 
-What each client releases (per row ``x`` clipped to ``||x|| <= B_x`` and target
+What each site releases (per row ``x`` clipped to ``||x|| <= B_x`` and target
 ``y`` clipped to ``||y|| <= B_y``, summed with sample weights):
 
 * with an intercept, the raw sums of the augmented vector ``(1, x, y)``:
@@ -19,47 +19,91 @@ the bound is attained). That square root is the single joint L2 sensitivity of
 everything released; one Gaussian mechanism calibrated to it covers Gram,
 moment, counts and sums together (the paper's Algorithm 2 instead spends the
 full epsilon on the Gram and again on the moment).
+
+The protocol (``"ridge.private"``): with ``noise="local"`` one round, in which
+each site sends its sums on a grid plus integer noise
+(:mod:`sklearn_fed.privacy._noise`); with ``noise="distributed"`` a first
+round collects each site's X25519 public key and a second one has every site
+send its sums masked for secure aggregation
+(:mod:`sklearn_fed.privacy._secure_aggregation`). A site derives its noise
+from the task's epsilon, delta and bounds itself, so a server cannot ask for
+less noise than the epsilon it announces.
 """
 
-import copy
 import math
 import types
+import warnings
 from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_random_state
+from scipy import linalg
+from scipy.linalg.blas import dsyrk
 
 from .._compat import Interval, Options, StrOptions, _fit_context
-from ..privacy import PrivacyLedger, SecureAggregator, gaussian_noise_std
-from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, solve_ridge
+from ..privacy import PrivacyLedger, gaussian_noise_std
+from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
+from ..privacy._noise import (
+    discretized_sensitivity,
+    grid_exponent,
+    release_generator,
+    rounded_gaussian,
+)
+from ..privacy._secure_aggregation import (
+    MaskingKey,
+    check_public_keys,
+    fixed_point_decode,
+    fixed_point_encode,
+    mask_vector,
+    max_abs_encoded,
+    unmask_sum,
+)
+from ..protocol import (
+    Client,
+    InvalidClientMessage,
+    Server,
+    atomic,
+    label_key,
+    run_simulation,
+    sorted_labels,
+)
+from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["PrivateFederatedRidge"]
+
+# Rows per block of the clipped products: one float64 work block of about
+# this size (the rows are scaled into it, never copied as a whole).
+_BLOCK_BYTES = 4 * 2**20
 
 
 def clip_rows(X, y, feature_bound, target_bound):
     """Scale each row so ``||x||_2 <= feature_bound`` and ``||y_row||_2 <= target_bound``.
 
     Rows already inside the bounds are unchanged; ``y`` of one target is
-    clipped to ``[-target_bound, target_bound]``. Returns new arrays.
+    clipped to ``[-target_bound, target_bound]``. Returns new arrays (a
+    reference for tests: sites clip block by block without a copy).
     """
-    if sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float64)
-        norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    else:
-        X = np.asarray(X, dtype=np.float64)
-        norms = np.linalg.norm(X, axis=1)
-    with np.errstate(divide="ignore"):
-        scale = np.minimum(1.0, feature_bound / norms)
-    X = sp.diags(scale) @ X if sp.issparse(X) else X * scale[:, None]
+    cx = _clip_factors(X, feature_bound)
     y = np.asarray(y, dtype=np.float64)
-    if y.ndim == 1:
-        y = np.clip(y, -target_bound, target_bound)
+    cy = _clip_factors(y.reshape(y.shape[0], -1), target_bound)
+    if sp.issparse(X):
+        X = sp.csr_matrix(sp.diags(cx) @ sp.csr_matrix(X, dtype=np.float64))
     else:
-        with np.errstate(divide="ignore"):
-            y = y * np.minimum(1.0, target_bound / np.linalg.norm(y, axis=1))[:, None]
-    return (sp.csr_matrix(X) if sp.issparse(X) else X), y
+        X = np.asarray(X, dtype=np.float64) * cx[:, None]
+    return X, (y * cy if y.ndim == 1 else y * cy[:, None])
+
+
+def _clip_factors(A, bound):
+    """Per-row factors ``min(1, bound / ||row||)`` (1 for a zero row)."""
+    if sp.issparse(A):
+        squares = np.asarray(A.multiply(A).sum(axis=1), dtype=np.float64).ravel()
+    else:
+        squares = np.einsum("ij,ij->i", A, A, dtype=np.float64)
+    norms = np.sqrt(squares)
+    factors = np.ones_like(norms)
+    outside = norms > bound
+    factors[outside] = bound / norms[outside]
+    return factors
 
 
 def joint_sensitivity(feature_bound, target_bound, fit_intercept=True):
@@ -75,14 +119,106 @@ def joint_sensitivity(feature_bound, target_bound, fit_intercept=True):
     return math.sqrt(squared)
 
 
+def n_released(n_features, n_targets, fit_intercept):
+    """Length ``p`` of the released vector."""
+    d, t = n_features, n_targets
+    return (1 + d + t if fit_intercept else 0) + d * (d + 1) // 2 + d * t
+
+
 def released_sums(stats, fit_intercept):
-    """Pack one client's raw statistics into the vector it releases."""
+    """Pack uncentered :class:`~sklearn_fed.statistics.ClientStatistics` into the released vector."""
     upper = np.triu_indices(stats.n_features)
     parts = [stats.gram[upper], stats.moment.ravel()]
     if fit_intercept:
         w = stats.weight_sum
         parts = [[w], w * stats.x_mean, w * stats.y_mean] + parts
     return np.concatenate(parts)
+
+
+def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_intercept):
+    """A site's released vector from its clipped rows, and how many rows were clipped.
+
+    Dense rows are read block by block, and ``X`` is never copied. BLAS
+    ``syrk`` adds each block's ``sum c_x^2 w x x^T`` to one ``d x d``
+    accumulator and one product with ``[c_y y, 1] c_x w`` gives the other
+    sums. An unweighted float64 block is read in place (a view) and only its
+    clipped rows are corrected (``(c_x^2 - 1) x x^T``); other blocks are
+    scaled into one small work array first.
+
+    Returns
+    -------
+    vector : ndarray of shape (p,)
+        As :func:`released_sums` lays it out.
+    n_clipped : int
+        Rows whose features or targets were scaled onto the bounds.
+    """
+    y = np.asarray(y)
+    y2 = y.reshape(y.shape[0], -1)
+    rows = slice(0, X.shape[0]) if rows is None else rows
+    d, t = X.shape[1], y2.shape[1]
+    if sp.issparse(X):
+        return _sparse_sums(X, y2, sample_weight, rows, feature_bound, target_bound,
+                            fit_intercept)
+    gram = np.zeros((d, d), order="F")  # upper triangle of sum c_x^2 w x x^T
+    cross = np.zeros((d, t + 1))  # [sum c_x c_y w x y^T, sum c_x w x]
+    target_sums = np.zeros(t + 1)  # [sum c_y w y, sum w]
+    n_clipped = 0
+    positions = range(X.shape[0])[rows] if isinstance(rows, slice) else rows
+    block = max(1, _BLOCK_BYTES // (8 * (d + t + 1)))
+    work_memory = None
+    for start in range(0, len(positions), block):
+        take = positions[start : start + block]
+        if isinstance(take, range):
+            take = slice(take.start, take.stop)  # a view, not a gather
+        Xb, yb = X[take], y2[take]
+        cx = _clip_factors(Xb, feature_bound)
+        cy = _clip_factors(yb, target_bound)
+        n_clipped += int(np.count_nonzero((cx < 1) | (cy < 1)))
+        root = None if sample_weight is None else np.sqrt(sample_weight[take])
+        targets = np.empty((Xb.shape[0], t + 1))  # [c_y y, 1] (times sqrt(w))
+        np.multiply(yb, cy[:, None], out=targets[:, :t])
+        targets[:, t] = 1.0
+        if root is not None:
+            targets *= root[:, None]
+        target_sums += targets.sum(axis=0) if root is None else root @ targets
+        if root is None and Xb.dtype == np.float64 and Xb.flags.c_contiguous:
+            # Read in place; the few clipped rows are corrected afterwards.
+            gram = dsyrk(1.0, Xb.T, beta=1.0, c=gram, trans=0, lower=0, overwrite_c=1)
+            clipped = np.flatnonzero(cx < 1)
+            if clipped.size:
+                Xc = Xb[clipped]
+                gram += (Xc * (cx[clipped] ** 2 - 1)[:, None]).T @ Xc
+            cross += Xb.T @ (targets * cx[:, None])
+            continue
+        if work_memory is None:
+            work_memory = np.empty(min(block, len(positions)) * d)
+        scaled = work_memory[: Xb.shape[0] * d].reshape(Xb.shape[0], d)
+        np.multiply(Xb, (cx if root is None else cx * root)[:, None], out=scaled)
+        # scaled.T is Fortran-ordered: syrk adds scaled^T scaled to the upper triangle.
+        gram = dsyrk(1.0, scaled.T, beta=1.0, c=gram, trans=0, lower=0, overwrite_c=1)
+        cross += scaled.T @ targets
+    upper = np.triu_indices(d)
+    parts = [gram[upper], cross[:, :t].ravel()]
+    if fit_intercept:
+        parts = [[target_sums[t]], cross[:, t], target_sums[:t]] + parts
+    return np.concatenate(parts), n_clipped
+
+
+def _sparse_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_intercept):
+    """:func:`clipped_sums` of sparse rows (the site's rows, scaled, stay sparse)."""
+    Xs, ys = sp.csr_matrix(X[rows], dtype=np.float64), y[rows]
+    cx = _clip_factors(Xs, feature_bound)
+    cy = _clip_factors(ys, target_bound)
+    n_clipped = int(np.count_nonzero((cx < 1) | (cy < 1)))
+    w = np.ones(Xs.shape[0]) if sample_weight is None else sample_weight[rows]
+    Xc = sp.csr_matrix(sp.diags(cx) @ Xs)
+    Xw = sp.csr_matrix(sp.diags(w) @ Xc)
+    yc = ys * cy[:, None]
+    gram = (Xw.T @ Xc).toarray()
+    parts = [gram[np.triu_indices(Xs.shape[1])], np.asarray(Xw.T @ yc).ravel()]
+    if fit_intercept:
+        parts = [[w.sum()], np.asarray(Xw.sum(axis=0)).ravel(), w @ yc] + parts
+    return np.concatenate(parts), n_clipped
 
 
 def _unpack(vector, d, t, fit_intercept):
@@ -102,14 +238,352 @@ def _unpack(vector, d, t, fit_intercept):
 
 def project_psd(gram):
     """Nearest (Frobenius) positive semi-definite matrix: clip negative eigenvalues."""
-    values, vectors = np.linalg.eigh((gram + gram.T) / 2)
+    gram = (gram + gram.T) / 2
+    try:  # positive definite already (the usual case with enough rows): nothing to clip
+        linalg.cholesky(gram, check_finite=False)
+        return gram
+    except linalg.LinAlgError:
+        pass
+    values, vectors = np.linalg.eigh(gram)
     return (vectors * np.maximum(values, 0.0)) @ vectors.T
+
+
+class ReleasePlan:
+    """What one release adds, as both the site and the server compute it from a task.
+
+    Everything follows from public parameters (bounds, epsilon, delta,
+    calibration, the number of released values ``p`` and of sites sharing the
+    noise), so the site does not need to trust a noise level sent by the server.
+    """
+
+    def __init__(self, *, epsilon, delta, calibration, feature_bound, target_bound,
+                 fit_intercept, n_values, n_sharing):
+        sensitivity = joint_sensitivity(feature_bound, target_bound, fit_intercept)
+        noisy = epsilon != math.inf
+        self.exponent = grid_exponent(sensitivity, n_values, noisy)
+        self.sensitivity = (
+            discretized_sensitivity(sensitivity, n_values, self.exponent) if noisy
+            else sensitivity
+        )
+        #: Noise std on the aggregate (distributed) or on each message (local).
+        self.noise_std = gaussian_noise_std(epsilon, delta, self.sensitivity,
+                                            calibration=calibration)
+        self.site_std = self.noise_std / math.sqrt(n_sharing)
+        self.noise_multiplier = self.noise_std / self.sensitivity
+
+
+def _privacy_fields(estimator, release, n_sites):
+    return {
+        "release": int(release),
+        "n_sites": int(n_sites),
+        "fit_intercept": bool(estimator.fit_intercept),
+        "feature_bound": float(estimator.feature_bound),
+        "target_bound": float(estimator.target_bound),
+        "epsilon": float(estimator.epsilon),
+        "delta": float(estimator.delta),
+        "calibration": str(estimator.calibration),
+        "noise": str(estimator.noise),
+    }
+
+
+def _context(task):
+    """What a round's masks are bound to: the federation and the round."""
+    return f"{task.federation}|{task.round}".encode("ascii")
+
+
+class PrivateClient(Client):
+    """A site of :class:`PrivateFederatedRidge`.
+
+    A ``"keys"`` task (distributed noise) asks for a fresh X25519 public key;
+    a ``"release"`` task has the site clip its rows, compute its sums, round
+    them to the grid, add integer Gaussian noise from a fresh stream, mask
+    them when the task lists the other sites' public keys, and reply. The
+    site warns (:class:`~sklearn_fed.privacy.ClippingWarning`) when clipping
+    changes more than 10% of its rows.
+
+    Attributes
+    ----------
+    clipped_ : dict
+        ``label_key(site) -> (site, rows clipped, rows)`` of its last release
+        (a site-local diagnostic; it is never sent).
+    """
+
+    protocol = "ridge.private"
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        self.clipped_ = {}
+        self._masking_keys = {}  # (federation, site) -> MaskingKey, until it masks
+        self._pair_keys = {}  # pair keys shared by the sites this process runs
+
+    def respond(self, task, X, y=None, sample_weight=None):
+        self.clipped_.clear()
+        reply = super().respond(task, X, y, sample_weight)
+        for site, n_clipped, n_rows in self.clipped_.values():
+            if n_rows and n_clipped / n_rows > CLIPPED_SHARE_WARNING:
+                warnings.warn(_clipping_message(n_clipped / n_rows, f"site {site!r}"),
+                              ClippingWarning, stacklevel=2)
+        return reply
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        step = task_field(task, "step", str)
+        if step == "keys":
+            key = MaskingKey()  # always fresh OS randomness: the server must never know it
+            self._masking_keys[(task.federation, label_key(task.site))] = key
+            return {}, {"public_key": np.frombuffer(key.public_bytes, dtype=np.uint8)}
+        if step != "release":
+            raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+        fields = _read_privacy_fields(task)
+        t = 1 if y.ndim == 1 else y.shape[1]
+        p = n_released(X.shape[1], t, fields["fit_intercept"])
+        public_keys, index = None, None
+        if fields["noise"] == "distributed":
+            public_keys = check_public_keys(task.arrays.get("public_keys"), fields["n_sites"])
+            index = task_field(task, "index", int)
+            if not 0 <= index < fields["n_sites"]:
+                raise InvalidClientMessage("server: site index out of range.", "server")
+        plan = ReleasePlan(
+            epsilon=fields["epsilon"], delta=fields["delta"], calibration=fields["calibration"],
+            feature_bound=fields["feature_bound"], target_bound=fields["target_bound"],
+            fit_intercept=fields["fit_intercept"], n_values=p,
+            n_sharing=1 if public_keys is None else fields["n_sites"],
+        )
+        sums, n_clipped = clipped_sums(
+            X, y, sample_weight, rows, fields["feature_bound"], fields["target_bound"],
+            fields["fit_intercept"],
+        )
+        n_rows = _count(X.shape[0], rows)
+        self.clipped_[label_key(task.site)] = (task.site, n_clipped, n_rows)
+        generator = release_generator(self.estimator.random_state, fields["release"], task.site)
+        noise = rounded_gaussian(generator, math.ldexp(plan.site_std, -plan.exponent), p)
+        # Each site's |sums + noise| <= floor((2^63-1)/K) grid steps: K of them cannot overflow.
+        encoded = fixed_point_encode(sums, plan.exponent, fields["n_sites"], party=task.site)
+        encoded = _bounded(encoded + noise, fields["n_sites"], task.site)
+        reply_fields = {"single_target": bool(y.ndim == 1)}
+        if public_keys is None:
+            return reply_fields, {"sums": encoded}
+        key = self._masking_keys.pop((task.federation, label_key(task.site)), None)
+        if key is None:
+            raise InvalidClientMessage(
+                "server: a masked release without this site's key round.", "server")
+        local = {other.public_bytes for (federation, _), other in self._masking_keys.items()
+                 if federation == task.federation}
+        masked = mask_vector(encoded, key, index, public_keys, _context(task),
+                             pair_keys=self._pair_keys, local_publics=local)
+        if not local:
+            self._pair_keys.clear()  # the last site of this process has masked
+        return reply_fields, {"masked": masked}
+
+
+def _count(n_samples, rows):
+    if rows is None:
+        return n_samples
+    return len(range(n_samples)[rows]) if isinstance(rows, slice) else len(rows)
+
+
+def _bounded(encoded, n_sites, site):
+    limit = max_abs_encoded(n_sites)
+    if np.any(np.abs(encoded) > limit):
+        raise OverflowError(
+            f"site {site!r}: its noisy sums exceed the {limit} grid steps that {n_sites} "
+            "sites can add without overflow in 64-bit fixed point."
+        )
+    return encoded
+
+
+def _read_privacy_fields(task):
+    """The release's parameters, checked at the site (tasks are untrusted)."""
+    fields = {
+        "release": task_field(task, "release", int),
+        "fit_intercept": task_field(task, "fit_intercept", bool),
+        "feature_bound": task_field(task, "feature_bound", float),
+        "target_bound": task_field(task, "target_bound", float),
+        "epsilon": task_field(task, "epsilon", float),
+        "delta": task_field(task, "delta", float),
+        "calibration": task_field(task, "calibration", str),
+        "noise": task_field(task, "noise", str),
+        "n_sites": task_field(task, "n_sites", int),
+    }
+    valid = (
+        fields["release"] >= 0
+        and 1 <= fields["n_sites"] <= 2**31
+        and all(0 < fields[k] < math.inf for k in ("feature_bound", "target_bound"))
+        and fields["epsilon"] > 0
+        and 0 < fields["delta"] < 1
+        and fields["calibration"] in ("analytic", "classic")
+        and fields["noise"] in ("local", "distributed")
+    )
+    if not valid:
+        raise InvalidClientMessage(f"server: malformed private release task {fields}.", "server")
+    return fields
+
+
+def _clipping_message(share, where):
+    return (
+        f"Clipping to feature_bound/target_bound changed {share:.0%} of the rows of "
+        f"{where}: the model is fitted to clipped values. State bounds that contain the "
+        "data, e.g. scale features from known ranges with "
+        "sklearn_fed.privacy.RangeScaler (then feature_bound=1) and set target_bound "
+        "to the known range of y."
+    )
+
+
+class PrivateServer(Server):
+    """Server of :class:`PrivateFederatedRidge`.
+
+    Local noise: one round of noisy sums. Distributed noise: a key round,
+    then a round of masked sums that must include every site that received
+    the keys (a site lost in between fails the round cleanly; the next call
+    to :meth:`next_tasks` starts again with new keys among the reachable sites).
+    """
+
+    protocol = "ridge.private"
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        privacy = getattr(estimator, "_privacy", None)
+        # Every release of this estimator is counted, refits by fit included.
+        self.release = 0 if privacy is None else len(privacy)
+        self._public_keys = None  # site key -> (site, public key), distributed mode
+        self._masked_sites = None  # the sites of the open masked round
+        self._stage = None  # "keys" or "release": what the open round asks for
+        self._done = False
+
+    def _plan(self, sites):
+        if self._done:
+            return {}
+        estimator = self.estimator
+        fields = _privacy_fields(estimator, self.release, len(sites))
+        self._stage = "release"
+        if estimator.noise == "local":
+            return {site: ({"step": "release", **fields}, {}) for site in sites}
+        reachable = {label_key(site) for site in sites}
+        if self._public_keys is None or not set(self._public_keys) <= reachable:
+            # (re)start: new keys among the reachable sites
+            self._public_keys, self._masked_sites, self._stage = None, None, "keys"
+            return {site: ({"step": "keys", **fields}, {}) for site in sites}
+        order = sorted_labels(site for site, _ in self._public_keys.values())
+        table = np.array([self._public_keys[label_key(site)][1] for site in order])
+        self._masked_sites = order
+        fields = _privacy_fields(estimator, self.release, len(order))
+        return {
+            site: ({"step": "release", "index": index, **fields}, {"public_keys": table})
+            for index, site in enumerate(order)
+        }
+
+    def _read_reply(self, site, frame):
+        def fail(reason):
+            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
+
+        if self._stage == "keys":
+            key = frame.arrays.get("public_key")
+            if frame.fields or set(frame.arrays) != {"public_key"} or not (
+                isinstance(key, np.ndarray) and key.dtype == np.uint8 and key.shape == (32,)
+            ):
+                fail("a key reply must be one 32-byte uint8 public key.")
+            return key.copy()
+        if set(frame.fields) != {"single_target"} or type(
+                frame.fields["single_target"]) is not bool:
+            fail("a release must say (only) whether y was one-dimensional.")
+        n_targets = frame.schema.get("n_targets")
+        if not (type(n_targets) is int and n_targets > 0) or (
+                frame.fields["single_target"] and n_targets != 1):
+            fail(f"the reply's number of targets {n_targets!r} is not valid.")
+        local = self.estimator.noise == "local"
+        name, dtype = ("sums", np.int64) if local else ("masked", np.uint64)
+        p = n_released(frame.schema["n_features"], n_targets, self.estimator.fit_intercept)
+        vector = frame.arrays.get(name)
+        if set(frame.arrays) != {name} or not (
+            isinstance(vector, np.ndarray) and vector.dtype == dtype and vector.shape == (p,)
+        ):
+            fail(f"a {self.estimator.noise} release must be one {np.dtype(dtype).name} vector "
+                 f"{name!r} of length {p}.")
+        if local and np.any(np.abs(vector) > max_abs_encoded(len(self._open))):
+            fail(f"its sums exceed the fixed-point range of {len(self._open)} sites.")
+        return frame.fields["single_target"], n_targets, vector
+
+    def _cross_check(self, replies):
+        """The same vector (or public key) under two sites is a replay: refuse the second."""
+        refused, seen = {}, {}
+        for site in sorted_labels(replies):
+            reply = replies[site]
+            data = (reply if self._stage == "keys" else reply[2]).tobytes()
+            if data in seen:
+                refused[site] = InvalidClientMessage(
+                    f"client {site!r}: sent the same {self._stage} as site {seen[data]!r} "
+                    "(replayed).", site)
+            else:
+                seen[data] = site
+        return refused
+
+    def _apply(self, replies, ledger):
+        if self._stage == "keys":
+            self._public_keys = {
+                label_key(site): (site, replies[site]) for site in sorted_labels(replies)
+            }
+            return
+        estimator = self.estimator
+        schema = self.schema
+        d = schema.n_features
+        order = sorted_labels(replies)
+        single_target, t, first = replies[order[0]]
+        if any(replies[site][0] != single_target for site in order):
+            raise InvalidClientMessage(
+                "the sites disagree on whether y is one-dimensional.", order[-1])
+        p = first.shape[0]
+        n_sharing = 1 if self._masked_sites is None else len(self._masked_sites)
+        plan = ReleasePlan(
+            epsilon=float(estimator.epsilon), delta=float(estimator.delta),
+            calibration=estimator.calibration, feature_bound=float(estimator.feature_bound),
+            target_bound=float(estimator.target_bound), fit_intercept=estimator.fit_intercept,
+            n_values=p, n_sharing=n_sharing,
+        )
+        vectors = {site: replies[site][2] for site in order}
+        if self._masked_sites is None:
+            total = np.sum([vectors[site] for site in order], axis=0, dtype=np.int64)
+        else:
+            masked, self._masked_sites = self._masked_sites, None
+            self._public_keys = None  # keys are used for one masked round only
+            total = unmask_sum(vectors, p, parties=masked)
+        released = fixed_point_decode(total, plan.exponent)
+        previous = getattr(estimator, "_noisy_sums", None) if self.warm_start else None
+        if previous is not None:
+            released = released + previous
+        alpha = estimator._checked_alpha(t)
+        if self.warm_start and previous is not None:
+            single_target = estimator._single_target
+        coef, summary = estimator._solve(released, d, t, alpha, single_target, plan)
+        privacy = PrivacyLedger() if getattr(estimator, "_privacy", None) is None else (
+            estimator._privacy.copy())
+        privacy.record(plan.noise_multiplier)
+        ledger.n_parameters = estimator._n_parameters(d, t)
+        labels = estimator._known_labels(
+            estimator.clients_ if previous is not None else [], replies
+        )
+        # commit: nothing above touched the estimator
+        estimator._noisy_sums = released
+        estimator._n_targets = t
+        estimator._fit_intercept = estimator.fit_intercept
+        estimator._single_target = single_target
+        estimator._privacy = privacy
+        estimator.epsilon_ = float(estimator.epsilon)
+        estimator.delta_ = float(estimator.delta)
+        estimator.sensitivity_ = plan.sensitivity
+        estimator.noise_std_ = plan.noise_std
+        estimator.n_releases_ = len(privacy)
+        estimator.communication_ = ledger
+        estimator.clients_ = labels
+        estimator.n_clients_ = len(labels)
+        estimator._set_schema(schema, d)
+        estimator._set_coef(summary, coef, np.float32 if self._dtype == "float32"
+                            else np.float64)
+        self._done = True
 
 
 class PrivateFederatedRidge(BaseFederatedRidge):
     """Federated ridge with (epsilon, delta)-differential privacy for every row.
 
-    Each client clips its rows to ``||x||_2 <= feature_bound`` and
+    Each site clips its rows to ``||x||_2 <= feature_bound`` and
     ``|y| <= target_bound`` (data-independent bounds, never read from the
     data), sums the statistics of the clipped rows, adds Gaussian noise once
     and sends the result (Algorithm 2 of the one-shot federated ridge paper,
@@ -135,20 +609,20 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         In (0, 1).
     feature_bound : float, default=1.0
         Rows are scaled to L2 norm at most this (> 0). Choose it from domain
-        knowledge (e.g. after scaling features to a known range), not from
-        the data: a bound read from the data leaks it.
+        knowledge, not from the data (a bound read from the data leaks it):
+        :class:`~sklearn_fed.privacy.RangeScaler` maps features from known
+        ranges to rows of norm at most 1, the default.
     target_bound : float, default=1.0
         Targets are clipped to ``[-target_bound, target_bound]`` (per-row L2
         norm for several targets), > 0.
     noise : {"local", "distributed"}, default="local"
-        ``"local"``: each client adds noise of std ``tau`` (the paper's
+        ``"local"``: each site adds noise of std ``tau`` (the paper's
         protocol; every message is private on its own). ``"distributed"``:
-        each of the K clients adds std ``tau / sqrt(K)`` and the messages go
-        through a simulated secure aggregation
-        (:class:`~sklearn_fed.privacy.SecureAggregator`), so only the sum,
-        whose noise has std ``tau``, is revealed. Valid only under that
-        protocol's trust model (honest-but-curious server, no collusion, no
-        dropout).
+        each of the K sites adds std ``tau / sqrt(K)`` and the messages are
+        masked for secure aggregation (X25519 key agreement between sites),
+        so only the sum, whose noise has std ``tau``, is revealed. Valid
+        under that protocol's trust model (the server relays keys faithfully
+        and does not collude with sites).
     calibration : {"analytic", "classic"}, default="analytic"
         ``"analytic"``: the analytic Gaussian mechanism (Balle & Wang 2018)
         through ``dp-accounting`` (extra ``dp``), valid for any epsilon.
@@ -157,10 +631,13 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     psd_projection : bool, default=True
         Project the noisy centered Gram onto the PSD cone before solving.
     fit_intercept : bool, default=True
-        Fit an unpenalized intercept (clients then also release counts and sums).
+        Fit an unpenalized intercept (sites then also release counts and sums).
     random_state : int, RandomState instance or None, default=None
-        Draws the noise (and, for ``"distributed"``, the simulated pairwise
-        mask keys). ``None`` gives fresh noise on every fit, as privacy requires.
+        ``None`` (use it for privacy): every release of every site draws
+        fresh noise from the operating system's entropy, which no seeding
+        elsewhere in the program can reproduce. An integer makes runs
+        reproducible (each release and site still gets its own stream), but
+        **anyone who knows it can subtract the noise**: for tests only.
 
     Attributes
     ----------
@@ -173,17 +650,21 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     delta_ : float
         Delta of the last release.
     sensitivity_ : float
-        Joint L2 sensitivity of the last release.
+        L2 sensitivity the last release was calibrated to: the joint
+        sensitivity plus the grid's rounding (at most 2^-10 more).
     noise_std_ : float
         ``tau``: std of the noise on each coordinate of the *sum* of one
-        release for ``"distributed"``, and of each client's message for
+        release for ``"distributed"``, and of each site's message for
         ``"local"`` (then the sum carries ``K tau^2``).
     privacy_spent_ : tuple of (float, float)
-        ``(epsilon, delta)`` of all releases so far (``fit`` then each
-        ``partial_fit``), composed by the PLD accountant of dp-accounting at
-        ``delta``.
+        ``(epsilon, delta)`` of every release of this estimator so far
+        (each ``fit``, refits included, and each ``partial_fit``), composed
+        exactly (Gaussian releases compose to one Gaussian) at ``delta``.
     n_releases_ : int
         Number of releases composed in ``privacy_spent_``.
+    clipped_share_ : float
+        Share of the rows of the last ``fit``/``partial_fit`` that clipping
+        changed (simulation only: in a deployment each site sees its own).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -193,12 +674,13 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     n_clients_ : int
         Number of clients.
     communication_ : CommunicationLedger
-        Uplink counts 8 bytes per released value.
+        Bytes of the tasks and replies.
 
     See Also
     --------
     FederatedRidge : The exact, non-private estimator.
-    sklearn_fed.privacy.SecureAggregator : The simulated secure sum.
+    sklearn_fed.privacy.RangeScaler : Rows of norm <= 1 from known feature ranges.
+    sklearn_fed.privacy.SecureAggregator : The secure sum, run in one process.
 
     Notes
     -----
@@ -216,10 +698,10 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     >>> clients = np.repeat(np.arange(4), 1000)
     >>> model = PrivateFederatedRidge(alpha=1.0, epsilon=2.0, random_state=0)
     >>> model = model.fit(X, y, clients=clients)
-    >>> model.coef_.round(1)
-    array([ 1. , -0.5,  0.2])
-    >>> round(model.privacy_spent_[0], 3), model.privacy_spent_[1]
-    (2.0, 1e-05)
+    >>> bool(np.abs(model.coef_ - [1.0, -0.5, 0.25]).max() < 0.1)
+    True
+    >>> round(model.privacy_spent_[0], 3), model.privacy_spent_[1], model.clipped_share_
+    (2.0, 1e-05, 0.0)
     """
 
     _parameter_constraints: dict = {
@@ -233,6 +715,9 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         "psd_projection": ["boolean"],
         "random_state": ["random_state"],
     }
+
+    _server_role = PrivateServer
+    _client_role = PrivateClient
 
     def __init__(
         self,
@@ -269,8 +754,12 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None):
         """Fit from one private release of every client's statistics.
+
+        A refit is a new release with fresh noise, and is counted in
+        ``privacy_spent_`` with every earlier release of this estimator.
 
         Parameters
         ----------
@@ -287,9 +776,10 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
-        return self._release(X, y, sample_weight, labels, rows, previous=None)
+        return self._run_protocol(X, y, sample_weight, labels, rows)
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add a further private release (new rows) and refit.
 
@@ -311,78 +801,37 @@ class PrivateFederatedRidge(BaseFederatedRidge):
             X, y, sample_weight, clients,
             seen=None if previous is None else (self._n_targets, self._fit_intercept),
         )
-        return self._release(X, y, sample_weight, labels, rows, previous=previous)
-
-    def _release(self, X, y, sample_weight, labels, rows, previous):
-        """Clip, compute, noise and aggregate one release; assign state at the end."""
-        d = X.shape[1]
-        n_targets = 1 if y.ndim == 1 else y.shape[1]
-        alpha = self._checked_alpha(n_targets)
-        sensitivity = joint_sensitivity(self.feature_bound, self.target_bound, self.fit_intercept)
-        tau = gaussian_noise_std(
-            self.epsilon, self.delta, sensitivity, calibration=self.calibration
+        return self._run_protocol(
+            X, y, sample_weight, labels, rows, warm_start=previous is not None
         )
-        rng = check_random_state(self.random_state)
-        K = len(labels)
-        client_std = tau if self.noise == "local" else tau / math.sqrt(K)
-        Xc, yc = clip_rows(X, y, self.feature_bound, self.target_bound)
 
-        messages = []
-        for label, client_rows in zip(labels, rows):
-            stats = ClientStatistics.from_data(
-                Xc, yc, sample_weight, centered=False, rows=client_rows
-            )
-            vector = released_sums(stats, self.fit_intercept)
-            if client_std > 0:
-                vector = vector + rng.normal(scale=client_std, size=vector.shape)
-            messages.append(vector)
-        if self.noise == "distributed":
-            aggregator = SecureAggregator(K, seed=rng.randint(np.iinfo(np.int32).max))
-            masked = [aggregator.mask(k, vector) for k, vector in enumerate(messages)]
-            total = aggregator.aggregate(masked)
-        else:
-            total = np.sum(messages, axis=0)
-        if previous is not None:
-            total = total + previous
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every release so far (computed when read)."""
+        privacy = self.__dict__.get("_privacy")
+        if privacy is None:
+            raise AttributeError("privacy_spent_ is set by fit or partial_fit.")
+        return privacy.epsilon(self.delta_), self.delta_
 
-        coef, summary = self._solve(total, d, n_targets, alpha, y.ndim == 1, tau > 0)
-
-        if previous is None:
-            ledger = self._new_ledger(d, n_targets)
-            privacy = PrivacyLedger()
-            known = []
-        else:
-            ledger = copy.deepcopy(self.communication_)
-            privacy = PrivacyLedger()
-            privacy.noise_multipliers = list(self._privacy.noise_multipliers)
-            known = list(self.clients_)
-        for label, vector in zip(labels, messages):
-            ledger.record_upload(label, 8 * vector.shape[0])
-        ledger.record_broadcast(K, ledger.n_parameters)
-        privacy.record(tau / sensitivity)
-        spent = privacy.epsilon(self.delta)
-        seen = set(known)
-        known += [label for label in labels if label not in seen]
-
-        self._noisy_sums = total
-        self._n_targets = n_targets
-        self._fit_intercept = self.fit_intercept
-        self._privacy = privacy
-        self.epsilon_ = float(self.epsilon)
-        self.delta_ = float(self.delta)
-        self.sensitivity_ = sensitivity
-        self.noise_std_ = tau
-        self.privacy_spent_ = (spent, float(self.delta))
-        self.n_releases_ = len(privacy)
-        self.communication_ = ledger
-        self.clients_ = np.asarray(known)
-        self.n_clients_ = len(known)
-        self._set_coef(summary, coef, X.dtype)
+    def _run_protocol(self, X, y, sample_weight, labels, rows, *, warm_start=False):
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else [str(name) for name in names]
+        server = self.make_server(feature_names=names, warm_start=warm_start)
+        client = self.make_client()
+        run_simulation(server, client, X, y, sample_weight, labels, rows, names)
+        n_clipped = sum(count for _, count, _ in client.clipped_.values())
+        n_rows = sum(total for _, _, total in client.clipped_.values())
+        self.clipped_share_ = n_clipped / n_rows if n_rows else 0.0
+        if self.clipped_share_ > CLIPPED_SHARE_WARNING:
+            # stacklevel: the caller of fit, above _fit_context and atomic
+            warnings.warn(_clipping_message(self.clipped_share_, "the sites"),
+                          ClippingWarning, stacklevel=5)
         return self
 
-    def _solve(self, total, d, t, alpha, single_target, noisy):
+    def _solve(self, total, d, t, alpha, single_target, plan):
         """Server side: derive centered statistics from the noisy sums and solve."""
         w, sx, sy, gram, moment = _unpack(total, d, t, self.fit_intercept)
+        noisy = plan.noise_std > 0
         if self.fit_intercept:
             if noisy:
                 # Post-processing: a noisy count below one row would blow up the means.

@@ -45,8 +45,37 @@ def shared_projection(seed, n_features, n_components, kind="gaussian"):
     return projection.fit(np.zeros((1, n_features)))
 
 
+# Rows per block: one block of X (and its projection) of about this size.
+_BLOCK_BYTES = 8 * 2**20
+
+
 def _take(array, rows):
     return array if rows is None or array is None else array[rows]
+
+
+def projected_statistics(X, y, sample_weight, rows, projection, centered):
+    """Statistics of ``X[rows] R`` computed block by block (never a copy of X).
+
+    Each block of rows is projected (``n_b x m``) and reduced to
+    :class:`~sklearn_fed.statistics.ClientStatistics`; blocks are merged
+    exactly (Chan et al.), so the result does not depend on the block size
+    beyond round-off, and neither a site's rows nor ``X R`` exist whole.
+    """
+    n_samples = X.shape[0]
+    positions = range(n_samples) if rows is None else (
+        range(n_samples)[rows] if isinstance(rows, slice) else rows)
+    block = max(1, _BLOCK_BYTES // (8 * X.shape[1]))
+    statistics = None
+    for start in range(0, len(positions), block):
+        take = positions[start : start + block]
+        if isinstance(take, range):
+            take = slice(take.start, take.stop)  # a view of X, not a gather
+        part = ClientStatistics.from_data(
+            projection.transform(X[take]), y[take], _take(sample_weight, take),
+            centered=centered, check_input=False,
+        )
+        statistics = part if statistics is None else statistics.merge(part)
+    return statistics
 
 
 class ProjectedClient(StatisticsClient):
@@ -62,9 +91,10 @@ class ProjectedClient(StatisticsClient):
 
     def _compute(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
-        X, y, sample_weight = _take(X, rows), _take(y, rows), _take(sample_weight, rows)
         if step == "count":
-            return {"n_samples": int(X.shape[0])}, {}
+            n_rows = X.shape[0] if rows is None else len(range(X.shape[0])[rows]) if isinstance(
+                rows, slice) else len(rows)
+            return {"n_samples": int(n_rows)}, {}
         if step != "statistics":
             raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
         centered = task_field(task, "centered", bool)
@@ -74,10 +104,12 @@ class ProjectedClient(StatisticsClient):
         if not (0 <= seed < 2**32 and m > 0 and kind in ("gaussian", "sparse")):
             raise InvalidClientMessage("server: malformed projection task.", "server")
         if m < X.shape[1]:
-            X = shared_projection(seed, X.shape[1], m, kind).transform(X)
-        stats = ClientStatistics.from_data(
-            X, y, sample_weight, centered=centered, check_input=False
-        )
+            projection = shared_projection(seed, X.shape[1], m, kind)
+            stats = projected_statistics(X, y, sample_weight, rows, projection, centered)
+        else:
+            stats = ClientStatistics.from_data(
+                X, y, sample_weight, centered=centered, rows=rows, check_input=False
+            )
         return stats.to_payload()
 
 
@@ -92,6 +124,11 @@ class ProjectedServer(StatisticsServer):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        if self.robust is not None and (self.robust.feature_bound or self.robust.target_bound):
+            raise ValueError(
+                "ProjectedFederatedRidge cannot enforce feature_bound or target_bound: "
+                "sites send statistics of projected rows."
+            )
         previous = self._previous()
         if previous is not None:  # partial_fit: the same projection
             self.seed, self.m = estimator.projection_seed_, estimator.n_components_
@@ -143,6 +180,7 @@ class ProjectedServer(StatisticsServer):
         coef_projected = solve_ridge(
             aggregate.gram, aggregate.moment, estimator._checked_alpha(n_targets)
         )
+        self._check_model(coef_projected, aggregate, replies)
         m = min(self.m, d)
         projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
         ledger.n_parameters = estimator._n_parameters(d, n_targets)

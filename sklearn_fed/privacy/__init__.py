@@ -1,8 +1,10 @@
-"""Privacy: Gaussian calibration, simulated secure aggregation, accounting, audits."""
+"""Privacy: bounds, Gaussian calibration, noise streams, secure aggregation, accounting, audits."""
 
-from ._accounting import PrivacyLedger
+from ._accounting import PrivacyLedger, composed_noise_multiplier
+from ._bounds import ClippingWarning, RangeScaler
 from ._calibration import analytic_gaussian_std, classic_gaussian_std, gaussian_noise_std
-from ._secure_aggregation import SecureAggregator
+from ._noise import release_generator
+from ._secure_aggregation import MaskingKey, SecureAggregator
 
 # gradient-inversion audit (needs torch): loaded on first access
 _INVERSION = ("gradient_inversion", "inversion_audit", "reconstruction_ssim")
@@ -17,12 +19,17 @@ def __getattr__(name):
 
 
 __all__ = [
+    "ClippingWarning",
+    "MaskingKey",
     "PrivacyLedger",
+    "RangeScaler",
     "SecureAggregator",
     "analytic_gaussian_std",
     "classic_gaussian_std",
+    "composed_noise_multiplier",
     "gaussian_noise_std",
     "gradient_inversion",
     "inversion_audit",
     "reconstruction_ssim",
+    "release_generator",
 ]

@@ -1,13 +1,19 @@
-"""Lazy import of the optional ``dp-accounting`` dependency (extra ``dp``)."""
+"""Lazy imports of the optional dependencies of :mod:`sklearn_fed.privacy`."""
+
+import importlib
+
+
+def import_optional(module, package, extra):
+    """Import ``module`` or raise an ImportError naming the ``package`` and the ``extra``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            f"This feature needs the '{package}' package; install it with "
+            f"pip install 'sklearn-fed[{extra}]'."
+        ) from exc
 
 
 def import_dp_accounting():
-    """Return the ``dp_accounting`` module or raise an ImportError naming the extra."""
-    try:
-        import dp_accounting
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "This feature needs the 'dp-accounting' package; install it with "
-            "pip install 'sklearn-fed[dp]'."
-        ) from exc
-    return dp_accounting
+    """Return the ``dp_accounting`` module (extra ``dp``)."""
+    return import_optional("dp_accounting", "dp-accounting", "dp")

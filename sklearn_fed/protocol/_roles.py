@@ -373,6 +373,9 @@ class Server(ABC):
             except InvalidClientMessage as exc:
                 failures[site] = exc
         self._check_agreement(frames, parsed, failures)
+        for site, exc in self._cross_check(parsed).items():
+            failures[site] = exc
+            del parsed[site]
         if failures and self.on_invalid == "raise":
             raise next(iter(failures.values()))
         if not parsed:
@@ -420,6 +423,14 @@ class Server(ABC):
         return FeatureSchema(schema["n_features"], schema.get("feature_names"))
 
     # ------------------------------------------------------------ hooks
+    def _cross_check(self, replies):
+        """Checks that need every reply of the round (e.g. duplicates, outliers).
+
+        Returns ``{site: InvalidClientMessage}`` for the replies to refuse
+        (dropped or raised as ``on_invalid`` says); by default none.
+        """
+        return {}
+
     @abstractmethod
     def _plan(self, sites):
         """``{site: (fields, arrays)}`` of the next round's tasks, or ``{}`` when done."""

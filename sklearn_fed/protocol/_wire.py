@@ -199,7 +199,7 @@ def sorted_labels(labels):
     Examples
     --------
     >>> sorted_labels([10, 2, 1]), sorted_labels(["b", 1])
-    ([1, 2, 10], [1, 'b'])
+    ([1, 2, 10], ['b', 1])
     """
     labels = list(labels)
     try:
