@@ -19,9 +19,9 @@ error is measured against ``sklearn.linear_model.Ridge`` on all rows, for
 raw features and for features standardized with the pooled mean and
 standard deviation (the best case: it needs one extra round to learn them),
 next to the same statistics summed by sklearn-fed's
-:class:`~sklearn_fed.privacy.SecureAggregator` (64-bit fixed point, with as
-many fractional bits as the largest sum leaves room for) and to the exact
-sums of sklearn-fed's own protocol.
+:class:`~sklearn_fed.privacy.SecureAggregator` (X25519 pairwise masks over
+64-bit fixed point, with as many fractional bits as the largest sum leaves
+room for) and to the exact sums with the same formula.
 
 Usage::
 

@@ -27,6 +27,7 @@ from sklearn_fed import (  # noqa: E402
     FederatedRidge,
     FederatedRidgeCV,
     InvalidClientMessage,
+    PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
 from sklearn_fed.datasets import load_site_data, save_site_data  # noqa: E402
@@ -50,12 +51,17 @@ FLOWER_CASES = [
     FederatedRidge(alpha=1.0),
     FederatedRidgeCV(alphas=(0.1, 1.0, 10.0)),
     ProjectedFederatedRidge(n_components=16, random_state=0),
+    PrivateFederatedRidge(epsilon=2.0, feature_bound=80.0, target_bound=10.0, random_state=0),
+    # two rounds: X25519 public keys, then masked sums; the key pair waits in context.state
+    PrivateFederatedRidge(epsilon=2.0, feature_bound=80.0, target_bound=10.0,
+                          noise="distributed", random_state=0),
 ]
 SITES = ("a", "b", "c")
 
 
 def _case_id(estimator):
-    return type(estimator).__name__
+    noise = getattr(estimator, "noise", None)
+    return type(estimator).__name__ + (f"-{noise}" if noise else "")
 
 
 @functools.lru_cache(maxsize=None)

@@ -66,6 +66,26 @@ def roll_call(message, context):
     return Message(RecordDict({RECORD: record}), reply_to=message)
 
 
+_ITEMS = "sklearn_fed_items"  # a dict whose keys skops cannot write, as a list of pairs
+
+
+def _writable_state(value):
+    """``value`` with every dict that has non-string keys as ``{_ITEMS: [[key, value]]}``."""
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value) and _ITEMS not in value:
+            return {key: _writable_state(item) for key, item in value.items()}
+        return {_ITEMS: [[key, _writable_state(item)] for key, item in value.items()]}
+    return value
+
+
+def _read_state(value):
+    if isinstance(value, dict):
+        if set(value) == {_ITEMS}:
+            return {key: _read_state(item) for key, item in value[_ITEMS]}
+        return {key: _read_state(item) for key, item in value.items()}
+    return value
+
+
 def answer_task(message, context):
     """A node's answer to one task: ``make_client(...).respond`` on its own rows.
 
@@ -90,7 +110,7 @@ def answer_task(message, context):
         client = estimator.make_client(key=key, policy=node.policy, site=node.site)
         saved = context.state.config_records.get(STATE_RECORD)
         if saved is not None:
-            client.__dict__.update(loads(saved["state"]))
+            client.__dict__.update(_read_state(loads(saved["state"])))
         # the round is read from the authenticated task, not from Flower's metadata
         in_round = decode(task, key=key, client="server").round if node.round_column else None
         X, y, sample_weight = node.read_data(in_round)
@@ -101,7 +121,7 @@ def answer_task(message, context):
     state = {name: value for name, value in vars(client).items() if name not in _CONFIGURED}
     if state:
         try:
-            context.state[STATE_RECORD] = ConfigRecord({"state": dumps(state)})
+            context.state[STATE_RECORD] = ConfigRecord({"state": dumps(_writable_state(state))})
         except Exception as exc:  # skops names what it cannot write; say why it matters
             raise TypeError(
                 f"site {node.site!r}: the {type(client).__name__} role's state between rounds "

@@ -3,9 +3,9 @@
 skops writes a zip of JSON schemas and ``.npy`` arrays and, on load,
 rebuilds only the types the caller trusts; an untrusted type in a file is
 refused before anything is constructed. :func:`load_model` trusts exactly
-sklearn-fed's own classes (plus skops' defaults: numpy, scipy, scikit-learn
-and builtins), so a model file from a server can be opened without running
-code from it.
+sklearn-fed's own classes and ``Counter``/``OrderedDict`` (plus skops'
+defaults: numpy, scipy, scikit-learn and builtins), so a model file from a
+server can be opened without running code from it.
 
 A torch network (an estimator with ``module_``, e.g. FedMPDDClassifier) is
 not written as itself: skorch's own state is a pickle of the module. It is
@@ -24,6 +24,8 @@ from ._config import estimator_from_config, estimator_to_config
 __all__ = ["dumps", "load_model", "loads", "save_model"]
 
 _NETWORK = "sklearn_fed_network"  # marks the dict a torch network is saved as
+# containers skops does not trust by default that rebuild as plain dicts, running no code
+_PLAIN_CONTAINERS = frozenset({"collections.Counter", "collections.OrderedDict"})
 
 
 def _skops():
@@ -48,8 +50,8 @@ def _is_our_class(name):
 
 
 def _trusted_types(untrusted, where):
-    """The types skops must be told to trust: sklearn-fed's classes, nothing else."""
-    ours = [name for name in untrusted if _is_our_class(name)]
+    """The types skops must be told to trust: sklearn-fed's classes and plain containers."""
+    ours = [name for name in untrusted if _is_our_class(name) or name in _PLAIN_CONTAINERS]
     others = sorted(set(untrusted) - set(ours))
     if others:
         raise ValueError(
@@ -75,7 +77,8 @@ def _writable(value):
     """Whether skops writes ``value`` with sklearn-fed's and its default types only."""
     sio = _skops()
     try:
-        return all(_is_our_class(t) for t in sio.get_untrusted_types(data=sio.dumps(value)))
+        untrusted = sio.get_untrusted_types(data=sio.dumps(value))
+        return all(_is_our_class(t) or t in _PLAIN_CONTAINERS for t in untrusted)
     except Exception:  # skops cannot write it at all (a torch object, a lock, ...)
         return False
 
