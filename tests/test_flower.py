@@ -64,6 +64,9 @@ def _case_id(estimator):
     return type(estimator).__name__ + (f"-{noise}" if noise else "")
 
 
+N_ROUNDS = 3  # of a streaming protocol: its rows arrive in three rounds
+
+
 @functools.lru_cache(maxsize=None)
 def _digits():
     """600 digits rows, split into three sites (200 rows each)."""
@@ -74,16 +77,33 @@ def _digits():
 
 
 def _site_rows():
+    """Each site's rows, and the round in which each arrives (for streaming protocols)."""
     X, y, clients = _digits()
-    return {site: (X[clients == site], y[clients == site]) for site in SITES}
+    return {site: {"X": X[clients == site], "y": y[clients == site],
+                   "rounds": np.arange(200) % N_ROUNDS} for site in SITES}
+
+
+def _streaming(estimator):
+    return bool(getattr(estimator, "_protocol_rounds_in_fit", None))
 
 
 def _in_process(estimator, sites):
-    """``fit`` on the same per-site rows as the federation."""
-    X = np.vstack([sites[s][0] for s in sites])
-    y = np.concatenate([sites[s][1] for s in sites])
-    clients = np.concatenate([[s] * len(sites[s][1]) for s in sites])
-    return clone(estimator).fit(X, y, clients=clients)
+    """The same per-site rows fitted in process: ``fit``, or one call per round if streaming."""
+    rounds = range(N_ROUNDS) if _streaming(estimator) else [None]
+    model = clone(estimator)
+    for r in rounds:
+        rows = {s: slice(None) if r is None else sites[s]["rounds"] == r for s in sites}
+        X = np.vstack([sites[s]["X"][rows[s]] for s in sites])
+        y = np.concatenate([sites[s]["y"][rows[s]] for s in sites])
+        clients = np.concatenate([[s] * len(sites[s]["y"][rows[s]]) for s in sites])
+        fit = model.fit if r in (None, 0) else model.partial_fit
+        fit(X, y, clients=clients)
+    return model
+
+
+def _flower_config(estimator):
+    """Run-config overrides: a streaming protocol runs one round per batch of rows."""
+    return {"max-rounds": N_ROUNDS} if _streaming(estimator) else {}
 
 
 def _assert_same_model(flower, local):
@@ -272,10 +292,11 @@ def task_identity():
 
 def _node_configs(tmp_path, sites, keys=None, **extra):
     configs = []
-    for site, (X, y) in sites.items():
+    for site, data in sites.items():
         path = tmp_path / f"{site}.npz"
-        save_site_data(path, X, y)
-        config = {"site": site, "data-path": str(path), **extra.get(site, {})}
+        save_site_data(path, data["X"], data["y"], rounds=data["rounds"])
+        config = {"site": site, "data-path": str(path), "round-column": "round",
+                  **extra.get(site, {})}
         if keys:
             (tmp_path / f"{site}.key").write_text(keys[site])
             config["key-file"] = str(tmp_path / f"{site}.key")
@@ -301,7 +322,8 @@ KEYS = {site: f"{site}-secret-key-of-32-characters!" for site in SITES}
 def test_apps_give_the_in_process_fit(estimator, tmp_path, task_identity):
     sites = _site_rows()
     grid = FakeGrid(_node_configs(tmp_path, sites, KEYS),
-                    _run_config(estimator, tmp_path, KEYS, **{"model-path": str(tmp_path / "m")}))
+                    _run_config(estimator, tmp_path, KEYS, **{"model-path": str(tmp_path / "m")},
+                                **_flower_config(estimator)))
     fitted = run_server(grid, grid.run_config)
     local = _in_process(estimator, sites)
     _assert_same_model(fitted, local)
@@ -314,8 +336,8 @@ def test_silent_and_refusing_sites_are_dropout(tmp_path, task_identity):
     configs.append({"site": "dead", "data-path": "nowhere.npz"})  # listed, never answers
     grid = FakeGrid(configs, _run_config(FederatedRidge(), tmp_path, KEYS), silent=[3])
     fitted = run_server(grid, grid.run_config)
-    X = np.vstack([sites["a"][0], sites["c"][0]])
-    y = np.concatenate([sites["a"][1], sites["c"][1]])
+    X = np.vstack([sites["a"]["X"], sites["c"]["X"]])
+    y = np.concatenate([sites["a"]["y"], sites["c"]["y"]])
     np.testing.assert_allclose(fitted.coef_, Ridge().fit(X, y).coef_, rtol=1e-10, atol=1e-12)
     assert fitted.clients_.tolist() == ["a", "c"]
 
@@ -384,7 +406,7 @@ def test_every_estimator_through_real_supernodes_equals_in_process_fit():
     with LocalFederation(sites) as federation:
         for estimator in FLOWER_CASES:
             start = time.perf_counter()
-            flower = federation.fit(estimator, timeout=120)
+            flower = federation.fit(estimator, timeout=120, run_config=_flower_config(estimator))
             middle = time.perf_counter()
             local = _in_process(estimator, sites)
             times.append((_case_id(estimator), middle - start, time.perf_counter() - middle))
@@ -414,8 +436,8 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
     assert [pid for pid, started in processes if _still_running(pid, started)] == []
     assert (federation.logs / "run-1.log").is_file()  # a run failed: its logs are kept
     shutil.rmtree(federation.workdir)
-    X = np.vstack([sites["a"][0], sites["b"][0]])
-    y = np.concatenate([sites["a"][1], sites["b"][1]])
+    X = np.vstack([sites["a"]["X"], sites["b"]["X"]])
+    y = np.concatenate([sites["a"]["y"], sites["b"]["y"]])
     reference = Ridge(alpha=1.0).fit(X, y)
     np.testing.assert_allclose(fitted.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fitted.intercept_, reference.intercept_, rtol=1e-10)

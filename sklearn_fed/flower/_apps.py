@@ -92,8 +92,9 @@ def answer_task(message, context):
     Flower starts a new process for every message, so what a client role
     keeps between rounds (rows held back, a round's secret key) is saved in
     the node's ``context.state`` (it never leaves the node) and restored for
-    the next message of the run. With ``round-column``, the rows are those
-    of the task's round.
+    the next message of the run. With ``round-column``, a streaming protocol
+    (one whose ``fit`` is one of many rounds) gets the rows of the task's
+    round; every other protocol gets all rows.
 
     A task the site refuses (its policy), one that is not authentic, or rows
     it cannot use are answered with an error reply that says why; the server
@@ -111,8 +112,11 @@ def answer_task(message, context):
         saved = context.state.config_records.get(STATE_RECORD)
         if saved is not None:
             client.__dict__.update(_read_state(loads(saved["state"])))
-        # the round is read from the authenticated task, not from Flower's metadata
-        in_round = decode(task, key=key, client="server").round if node.round_column else None
+        in_round = None
+        if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
+            # a streaming protocol answers each round from that round's new rows; the
+            # round is read from the authenticated task, not from Flower's metadata
+            in_round = decode(task, key=key, client="server").round
         X, y, sample_weight = node.read_data(in_round)
         reply = client.respond(task, X, y, sample_weight)
     except (TaskRefused, InvalidClientMessage, ValueError) as exc:

@@ -152,11 +152,13 @@ class LocalFederation:
     Parameters
     ----------
     sites : dict
-        Site label (str or int) -> ``(X, y)``, ``(X, y, sample_weight)``
-        or the path of a data file on this machine (CSV, Parquet, ``.npz``;
-        see :func:`~sklearn_fed.datasets.load_site_data`). Arrays are
-        written to ``.npz`` files in ``workdir``, where the site's SuperNode
-        reads them.
+        Site label (str or int) -> ``(X, y)``, ``(X, y, sample_weight)``,
+        a dict with ``X``, ``y`` and optionally ``sample_weight`` and
+        ``rounds`` (the round of a streaming protocol in which each row
+        arrives), or the path of a data file on this machine (CSV, Parquet,
+        ``.npz``; see :func:`~sklearn_fed.datasets.load_site_data`). Arrays
+        are written to ``.npz`` files in ``workdir``, where the site's
+        SuperNode reads them.
     target, features, weight : str, default=None
         The node-config ``target``, ``features`` and ``weight-column`` of
         sites given as a CSV or Parquet path.
@@ -282,6 +284,8 @@ class LocalFederation:
         self._node_configs = {}
         for index, (label, data) in enumerate(self.sites.items()):
             config = {"site": label, "data-path": self._write_data(index, label, data)}
+            if isinstance(data, dict) and data.get("rounds") is not None:
+                config["round-column"] = "round"  # where save_site_data puts the rounds
             if isinstance(data, (str, os.PathLike)):
                 for key, value in (("target", self.target), ("features", self.features),
                                    ("weight-column", self.weight)):
@@ -314,13 +318,19 @@ class LocalFederation:
             if not path.is_file():
                 raise FileNotFoundError(f"site {label!r}: no data file {path}.")
             return str(path)
-        if not isinstance(data, tuple) or len(data) not in (2, 3):
+        if isinstance(data, dict) and {"X", "y"} <= set(data) <= {"X", "y", "sample_weight",
+                                                                 "rounds"}:
+            data = dict(data)
+        elif isinstance(data, tuple) and len(data) in (2, 3):
+            data = dict(zip(("X", "y", "sample_weight"), data))
+        else:
             raise TypeError(
-                f"site {label!r}: expected (X, y), (X, y, sample_weight) or a data path; "
-                f"got {type(data).__name__}."
+                f"site {label!r}: expected (X, y), (X, y, sample_weight), a dict with X, y "
+                f"and optionally sample_weight and rounds, or a data path; got "
+                f"{type(data).__name__}."
             )
         path = self.workdir / "data" / f"site-{index}.npz"
-        save_site_data(path, *data)
+        save_site_data(path, data.pop("X"), data.pop("y"), **data)
         return str(path)
 
     def _popen(self, name, command, home):
