@@ -189,7 +189,9 @@ class LocalFederation:
 
     def __init__(self, sites, *, target=None, features=None, weight=None, keys=True,
                  workdir=None, startup_timeout=120.0):
-        self.sites = dict(sites)
+        # numpy scalars (e.g. from np.unique) are plain labels
+        self.sites = {getattr(label, "item", lambda: label)(): data
+                      for label, data in dict(sites).items()}
         if not self.sites:
             raise ValueError("a federation needs at least one site.")
         for label in self.sites:
@@ -306,6 +308,9 @@ class LocalFederation:
             return {}
         if self.keys is True:
             return {label: secrets.token_hex(32) for label in self.sites}
+        missing = [label for label in self.sites if label not in self.keys]
+        if missing:
+            raise ValueError(f"keys has no key for site(s) {missing}.")
         # key files and the server's keys file hold text
         return {
             label: key.decode("utf-8") if isinstance(key, bytes) else str(key)
