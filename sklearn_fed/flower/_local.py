@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import tomli_w
 
 from ..datasets import save_site_data
@@ -189,9 +190,10 @@ class LocalFederation:
 
     def __init__(self, sites, *, target=None, features=None, weight=None, keys=True,
                  workdir=None, startup_timeout=120.0):
-        # numpy scalars (e.g. from np.unique) are plain labels
-        self.sites = {getattr(label, "item", lambda: label)(): data
-                      for label, data in dict(sites).items()}
+        self.sites = {  # numpy scalars (e.g. from np.unique) become plain labels
+            label.item() if isinstance(label, np.generic) else label: data
+            for label, data in dict(sites).items()
+        }
         if not self.sites:
             raise ValueError("a federation needs at least one site.")
         for label in self.sites:
