@@ -406,7 +406,7 @@ def test_every_estimator_through_real_supernodes_equals_in_process_fit():
     with LocalFederation(sites) as federation:
         for estimator in FLOWER_CASES:
             start = time.perf_counter()
-            flower = federation.fit(estimator, timeout=120, run_config=_flower_config(estimator))
+            flower = federation.fit(estimator, timeout=300, run_config=_flower_config(estimator))
             middle = time.perf_counter()
             local = _in_process(estimator, sites)
             times.append((_case_id(estimator), middle - start, time.perf_counter() - middle))
