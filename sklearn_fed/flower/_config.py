@@ -12,7 +12,6 @@ SuperNode: where its rows are, its label, its key and its policy. It never
 leaves the node.
 """
 
-import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -146,11 +145,11 @@ def estimator_to_config(estimator):
     name = type(estimator).__name__
     if _registry_class(name) is not type(estimator):
         raise ValueError(f"{name} is not sklearn-fed's own {name}; a run config names classes.")
-    signature = inspect.signature(type(estimator).__init__)
+    # a new instance's parameters are the defaults (also those a skorch net takes as kwargs)
+    defaults = type(estimator)().get_params(deep=False)
     params = {}
     for key, value in estimator.get_params(deep=False).items():
-        parameter = signature.parameters.get(key)
-        if parameter is not None and _is_default(value, parameter.default):
+        if key in defaults and _is_default(value, defaults[key]):
             continue
         params[key] = _encode_value(value, f"parameter {key!r} of {name}")
     return {"estimator": name, "estimator-params": json.dumps(params, sort_keys=True)}
