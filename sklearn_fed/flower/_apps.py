@@ -86,6 +86,28 @@ def _read_state(value):
     return value
 
 
+def _kept_state(client):
+    """The client role's attributes for the next message, each as skops bytes.
+
+    What skops cannot write (a torch module a role caches, say) is not kept:
+    the role rebuilds it. State a role needs (rows held back, a round's
+    X25519 key) must be writable: plain values, arrays, sklearn-fed classes
+    (with ``__getstate__``/``__setstate__`` where an attribute is not).
+    """
+    kept, skipped = {}, []
+    for name, value in vars(client).items():
+        if name in _CONFIGURED:
+            continue
+        try:
+            kept[name] = dumps(_writable_state(value))
+        except Exception:  # skops raises many kinds of errors for what it cannot write
+            skipped.append(name)
+    if skipped:
+        _log.info("sklearn-fed: %s attributes rebuilt on the next message, not kept: %s",
+                  type(client).__name__, skipped)
+    return ConfigRecord(kept)
+
+
 def answer_task(message, context):
     """A node's answer to one task: ``make_client(...).respond`` on its own rows.
 
@@ -109,9 +131,9 @@ def answer_task(message, context):
         key = node.read_key()
         estimator = estimator_from_config(context.run_config)
         client = estimator.make_client(key=key, policy=node.policy, site=node.site)
-        saved = context.state.config_records.get(STATE_RECORD)
-        if saved is not None:
-            client.__dict__.update(_read_state(loads(saved["state"])))
+        saved = context.state.config_records.get(STATE_RECORD, {})
+        for name, data in saved.items():
+            setattr(client, name, _read_state(loads(data)))
         in_round = None
         if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
             # a streaming protocol answers each round from that round's new rows; the
@@ -122,17 +144,7 @@ def answer_task(message, context):
     except (TaskRefused, InvalidClientMessage, ValueError) as exc:
         _log.warning("sklearn-fed: not answering: %s", exc)
         return _error_reply(message, exc)
-    state = {name: value for name, value in vars(client).items() if name not in _CONFIGURED}
-    if state:
-        try:
-            context.state[STATE_RECORD] = ConfigRecord({"state": dumps(_writable_state(state))})
-        except Exception as exc:  # skops names what it cannot write; say why it matters
-            raise TypeError(
-                f"site {node.site!r}: the {type(client).__name__} role's state between rounds "
-                f"({sorted(state)}) cannot be saved for the next message (skops: {exc}); "
-                "Flower starts a new process for every message, so a client role's state "
-                "must be writable by skops (define __getstate__/__setstate__ where needed)."
-            ) from exc
+    context.state[STATE_RECORD] = _kept_state(client)
     return Message(RecordDict({RECORD: ConfigRecord({"reply": reply})}), reply_to=message)
 
 
