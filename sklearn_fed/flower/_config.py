@@ -149,7 +149,8 @@ def estimator_to_config(estimator):
     defaults = type(estimator)().get_params(deep=False)
     params = {}
     for key, value in estimator.get_params(deep=False).items():
-        if key in defaults and _is_default(value, defaults[key]):
+        # skorch lists every attribute not ending in "_", private ones too: not parameters
+        if key.startswith("_") or (key in defaults and _is_default(value, defaults[key])):
             continue
         params[key] = _encode_value(value, f"parameter {key!r} of {name}")
     return {"estimator": name, "estimator-params": json.dumps(params, sort_keys=True)}
