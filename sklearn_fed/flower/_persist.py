@@ -24,6 +24,11 @@ from ._config import estimator_from_config, estimator_to_config
 __all__ = ["dumps", "load_model", "loads", "save_model"]
 
 _NETWORK = "sklearn_fed_network"  # marks the dict a torch network is saved as
+# what skorch's initialize() builds or records itself; restored by initializing
+_SKORCH_OWN = frozenset({
+    "module_", "criterion_", "optimizer_", "callbacks_", "history_", "initialized_",
+    "init_context_", "prefixes_", "cuda_dependent_attributes_", "virtual_params_",
+})
 # containers skops does not trust by default that rebuild as plain dicts, running no code
 _PLAIN_CONTAINERS = frozenset({"collections.Counter", "collections.OrderedDict"})
 
@@ -91,7 +96,7 @@ def _network_payload(estimator):
         "module": {name: tensor.detach().cpu().numpy() for name, tensor in state.items()},
         "attributes": {
             name: value for name, value in vars(estimator).items()
-            if name.endswith("_") and name != "module_" and _writable(value)
+            if name.endswith("_") and name not in _SKORCH_OWN and _writable(value)
         },
     }
 
@@ -101,9 +106,8 @@ def _network_from_payload(payload):
 
     estimator = estimator_from_config(
         {"estimator": payload[_NETWORK], "estimator-params": payload["params"]})
-    estimator.__dict__.update(payload["attributes"])  # what initialize_module reads
+    estimator.__dict__.update(payload["attributes"])  # the fitted shape initialize() reads
     estimator.initialize()
-    estimator.__dict__.update(payload["attributes"])  # initialize() resets some of them
     estimator.module_.load_state_dict(
         {name: torch.as_tensor(array) for name, array in payload["module"].items()})
     return estimator
