@@ -431,7 +431,9 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
                                                r"min-nodes=4"):
             federation.fit(FederatedRidge(), run_config={"min-nodes": 4, "node-timeout": 1.0})
         federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
-        fitted = federation.fit(FederatedRidge(alpha=1.0), timeout=120,
+        with pytest.raises(TimeoutError, match="took longer than 10 s and was stopped"):
+            federation.fit(FederatedRidge(), timeout=10, run_config={"reply-timeout": 600.0})
+        fitted = federation.fit(FederatedRidge(alpha=1.0), timeout=300,
                                 run_config={"reply-timeout": 15.0})
     assert [pid for pid, started in processes if _still_running(pid, started)] == []
     assert (federation.logs / "run-1.log").is_file()  # a run failed: its logs are kept
