@@ -13,7 +13,7 @@ clients are small.
 
 This is the FESC paper's demo: 100 clients, 10 features, log-normal sizes,
 averaged here over 8 Monte-Carlo repetitions (``python -m
-sklearn_fed.experiments fesc`` runs 20 and writes the figures and tables).
+reproductions fesc`` runs 20 and writes the figures and tables).
 """
 
 import matplotlib.pyplot as plt
@@ -21,7 +21,7 @@ import numpy as np
 
 from sklearn_fed import FESCRidge
 from sklearn_fed.datasets import make_fesc_regression
-from sklearn_fed.experiments.fesc import (
+from reproductions.fesc import (
     markdown_table,
     plot_histogram,
     plot_mse,

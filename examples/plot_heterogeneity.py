@@ -6,14 +6,14 @@ Table III of the one-shot federated ridge paper: test MSE of the one-shot
 sigma-fusion (:class:`~sklearn_fed.FederatedRidge`) and of centralized ridge as
 client feature distributions drift apart (heterogeneity gamma from 0 to 1). The
 two curves coincide because the merged statistics are those of the pooled rows
-(Theorem 5). ``python -m sklearn_fed.experiments oneshot-table3`` prints the full table
+(Theorem 5). ``python -m reproductions oneshot-table3`` prints the full table
 beside the paper's numbers.
 """
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from sklearn_fed.experiments.oneshot import PAPER_TABLE3, one_shot_vs_centralized
+from reproductions.oneshot import PAPER_TABLE3, one_shot_vs_centralized
 
 gammas = np.array(sorted(PAPER_TABLE3))
 results = [one_shot_vs_centralized(heterogeneity=g, n_trials=2) for g in gammas]

@@ -5,6 +5,7 @@ The ridge family (exact, from client sufficient statistics) lives in
 Importing :mod:`sklearn_fed` never imports torch.
 """
 
+from ._clients import MissingClientsWarning
 from .baselines import (
     DPFedAvgRegressor,
     FedAvgRegressor,
@@ -49,6 +50,7 @@ __all__ = [
     "IncrementalFederatedRidge",
     "InvalidClientMessage",
     "merge_statistics",
+    "MissingClientsWarning",
     "PrivateFederatedRidge",
     "ProjectedFederatedRidge",
 ]

@@ -1,8 +1,192 @@
-"""Turning a per-row ``clients`` array into groups of rows, one per client."""
+"""The ``clients`` argument of every ``fit``: checked, grouped into rows, kept as labels.
+
+Every estimator calls :func:`take_clients` on the raw ``X`` and ``clients``
+before validating ``X`` (it warns when ``clients`` is missing and the answer
+depends on it, and reads pandas labels by index), then
+:func:`group_rows_by_client` on the validated rows.
+"""
+
+import sys
+import warnings
 
 import numpy as np
 
-__all__ = ["group_rows_by_client", "label_array"]
+__all__ = ["MissingClientsWarning", "group_rows_by_client", "label_array", "take_clients"]
+
+
+class MissingClientsWarning(UserWarning):
+    """``fit`` got no ``clients``, and this estimator's answer depends on them.
+
+    Issued once per ``fit`` / ``partial_fit`` call by the estimators whose
+    result changes with the split of rows into clients (all but the exact
+    ones: :class:`~sklearn_fed.FederatedRidge` and
+    :class:`~sklearn_fed.ProjectedFederatedRidge` give the same model for any
+    split). The message says what the estimator does instead and how to pass
+    ``clients`` directly, through a Pipeline, or with metadata routing. To
+    fit without clients on purpose, filter it::
+
+        warnings.filterwarnings("ignore", category=MissingClientsWarning)
+    """
+
+
+def take_clients(estimator, X, clients):
+    """The ``clients`` of a fit call, checked against the raw ``X``.
+
+    - ``None``: a :class:`MissingClientsWarning` when the estimator's answer
+      depends on the clients (its ``_without_clients`` says what happens
+      instead; estimators with ``_exact_federation`` never warn).
+    - A column name (``clients="region"``): refused with the call to write,
+      because the column would otherwise have to be left out of ``X`` at
+      ``fit`` but not at ``predict``.
+    - A pandas Series when ``X`` is a DataFrame: aligned to ``X`` by index
+      (an index that does not match is refused). In any other case labels
+      are taken by position (row ``i`` of ``X`` belongs to ``clients[i]``),
+      as inside a Pipeline, whose steps keep the row order.
+
+    Parameters
+    ----------
+    estimator : estimator
+        The estimator being fitted (for its name and ``_without_clients``).
+    X : array-like, DataFrame or sparse matrix
+        The rows, before validation.
+    clients : array-like, pandas Series, or None
+        One client label per row.
+
+    Returns
+    -------
+    clients : array-like of shape (n_samples,) or None
+        The labels in the row order of ``X``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sklearn_fed import FederatedRidge
+    >>> X = pd.DataFrame({"age": [30, 40, 50]}, index=[10, 11, 12])
+    >>> by_index = pd.Series(["b", "a", "a"], index=[12, 11, 10])
+    >>> take_clients(FederatedRidge(), X, by_index).tolist()
+    ['a', 'a', 'b']
+    """
+    if clients is None:
+        _warn_missing(estimator)
+        return None
+    if np.ndim(clients) == 0:
+        raise ValueError(_column_name_message(X, clients))
+    if _is_pandas(clients) and _is_pandas(X) and hasattr(X, "columns"):
+        return _aligned(clients, X)
+    return clients
+
+
+def _is_pandas(obj):
+    return type(obj).__module__.partition(".")[0] == "pandas"
+
+
+def _aligned(series, X):
+    """Labels of ``series`` in the row order of the DataFrame ``X`` (matched by index)."""
+    if not hasattr(series, "reindex"):  # a pandas array without an index
+        return series
+    if not series.index.equals(X.index):
+        if (
+            series.index.has_duplicates
+            or X.index.has_duplicates
+            or len(series) != len(X)
+            or not X.index.isin(series.index).all()
+        ):
+            raise ValueError(
+                "clients is a pandas Series whose index does not match X's index, so "
+                "its labels cannot be matched to rows. Give it X's index, or pass "
+                "clients.to_numpy() to take the labels by position."
+            )
+        series = series.reindex(X.index)
+    return series.to_numpy()
+
+
+def _column_name_message(X, name):
+    if hasattr(X, "columns") and name in list(X.columns):
+        return (
+            f"clients={name!r} names a column of X; pass its values and leave it out "
+            f"of the features: fit(X.drop(columns={name!r}), y, clients=X[{name!r}]) "
+            f"(then predict on X.drop(columns={name!r}) too)."
+        )
+    return (
+        f"clients must hold one label per row; got the single value {name!r}. To use "
+        f"a column of a DataFrame df as the clients: "
+        f"fit(df.drop(columns=[col]), y, clients=df[col])."
+    )
+
+
+def _warn_missing(estimator):
+    """Issue a MissingClientsWarning when the estimator's answer depends on ``clients``."""
+    if getattr(estimator, "_exact_federation", False):
+        return
+    consequence = getattr(estimator, "_without_clients", "every row is treated as one client")
+    if consequence is None:
+        return
+    name = type(estimator).__name__
+    warnings.warn(
+        f"{name} was fitted without clients, so {consequence}. {_how_to_pass(estimator)}",
+        MissingClientsWarning,
+        stacklevel=_user_stacklevel(),
+    )
+
+
+# Frames of these packages are skipped, so a warning points at the user's own call
+# (``model.fit(X, y)`` or ``pipe.fit(X, y)``), however deep the fit runs.
+_LIBRARIES = ("sklearn_fed", "sklearn", "skorch")
+
+
+def _user_stacklevel():
+    """The ``stacklevel`` (for the caller of this function) of the first frame outside the libraries."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and (
+        frame.f_globals.get("__name__", "").partition(".")[0] in _LIBRARIES
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _how_to_pass(estimator):
+    """The sentence that says how to give ``clients``, for the routing mode in force."""
+    from sklearn import get_config
+
+    name = type(estimator).__name__
+    if not get_config().get("enable_metadata_routing", False):
+        return (
+            "Pass one client label per row: fit(X, y, clients=...), or in a Pipeline "
+            "pipe.fit(X, y, <step>__clients=...)."
+        )
+    try:
+        request = estimator._get_metadata_request().fit.requests.get("clients")
+    except AttributeError:  # an estimator without metadata routing support
+        request = None
+    if request is None or request is False:
+        return (
+            f"Metadata routing is on and {name} does not request clients: call "
+            f"set_fit_request(clients=True) on it (or clients=\"groups\" to share "
+            f"GroupKFold's groups) and pass clients=... to the Pipeline or search."
+        )
+    alias = "clients" if request is True else request
+    return f"Pass {alias}=... to the Pipeline or search (or clients=... to fit)."
+
+
+def _missing_labels(clients):
+    """Boolean mask of labels that are missing: NaN, None, NaT or pandas.NA."""
+    kind = clients.dtype.kind
+    if kind == "f" or kind == "c":
+        return np.isnan(clients)
+    if kind in "mM":
+        return np.isnat(clients)
+    if kind == "O":
+        return np.fromiter((_is_missing(label) for label in clients), bool, clients.shape[0])
+    return np.zeros(clients.shape[0], dtype=bool)
+
+
+def _is_missing(label):
+    if label is None:
+        return True
+    try:
+        return bool(label != label)  # NaN and NaT differ from themselves
+    except (TypeError, ValueError):  # pandas.NA: its comparisons are undecided
+        return True
 
 
 def group_rows_by_client(clients, n_samples):
@@ -43,8 +227,13 @@ def group_rows_by_client(clients, n_samples):
             f"clients must hold one label per row: got an array of shape "
             f"{clients.shape} for {n_samples} rows."
         )
-    if clients.dtype.kind == "f" and np.isnan(clients).any():
-        raise ValueError("clients contains NaN; every row needs a client label.")
+    missing = _missing_labels(clients)
+    if missing.any():
+        raise ValueError(
+            f"clients has {int(missing.sum())} missing labels (NaN or None), the first "
+            f"at row {int(np.argmax(missing))}; every row needs a client: drop those "
+            f"rows or give them a label."
+        )
     try:
         labels, inverse = np.unique(clients, return_inverse=True)
     except TypeError:  # mixed, unorderable labels: keep order of first appearance

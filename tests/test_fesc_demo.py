@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from sklearn_fed.datasets import make_fesc_regression
-from sklearn_fed.experiments import EXPERIMENTS
-from sklearn_fed.experiments.__main__ import main
-from sklearn_fed.experiments.fesc import GAMMAS, simulate, summary_rows
+from reproductions import EXPERIMENTS
+from reproductions.__main__ import main
+from reproductions.fesc import GAMMAS, simulate, summary_rows
 
 
 def test_make_fesc_regression_is_the_papers_model():

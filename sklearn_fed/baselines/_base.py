@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils import check_random_state
 
-from .._clients import group_rows_by_client
+from .._clients import group_rows_by_client, take_clients
 from .._compat import (
     Interval,
     _check_sample_weight,
@@ -117,6 +117,9 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     # Values a client sends per round besides its model update (FedNova: its steps).
     _extra_uplink_values = 0
+
+    # what fit does without clients (MissingClientsWarning)
+    _without_clients = "each round is gradient descent on one client holding every row"
 
     # FedAvg and FedNova take exactly these; subclasses with more define their own.
     def __init__(
@@ -260,6 +263,7 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- internals
     def _validate(self, X, y, sample_weight, clients, *, reset):
+        clients = take_clients(self, X, clients)
         X, y = validate_data(
             self,
             X,

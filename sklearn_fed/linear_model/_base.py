@@ -9,7 +9,7 @@ from scipy import linalg
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import group_rows_by_client, label_array
+from .._clients import group_rows_by_client, label_array, take_clients
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
 from ..protocol import (
     Client,
@@ -229,6 +229,7 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
     # ---------------------------------------------------------------- inputs
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
         """Validate one batch of rows; returns arrays and per-client row groups."""
+        clients = take_clients(self, X, clients)
         X, y = validate_data(
             self,
             X,

@@ -113,6 +113,12 @@ class FederatedRidgeCV(BaseFederatedRidge):
     _server_role = FederatedRidgeCVServer
     _client_role = StatisticsClient
 
+    @property
+    def _without_clients(self):  # what fit does without clients (MissingClientsWarning)
+        if self.cv is None:
+            return "alpha is chosen by leave-one-sample-out CV, not leave-one-client-out"
+        return None  # the folds come from cv, and the refit is exact
+
     def __init__(self, alphas=(0.1, 1.0, 10.0), *, fit_intercept=True, cv=None):
         self.alphas = alphas
         self.fit_intercept = fit_intercept
@@ -208,7 +214,12 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
     def _fit_folds(self, X, y, sample_weight, clients, labels, rows, alphas):
         """Hold out the test rows of each fold given by ``cv``."""
-        splits = list(check_cv(self.cv).split(X, y, groups=clients))
+        groups = None
+        if clients is not None:  # the clients, as checked and aligned, are the groups
+            groups = np.empty(X.shape[0], dtype=np.intp)
+            for index, client_rows in enumerate(rows):
+                groups[client_rows] = index
+        splits = list(check_cv(self.cv).split(X, y, groups=groups))
 
         def stats(index):
             return ClientStatistics.from_data(

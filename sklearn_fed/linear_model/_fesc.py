@@ -163,6 +163,9 @@ class FESCRidge(BaseFederatedRidge):
         "fit_intercept": ["boolean"],
     }
 
+    # what fit does without clients (MissingClientsWarning)
+    _without_clients = "there is one local model and nothing to weigh (plain ridge on all rows)"
+
     def __init__(self, alpha="auto", *, weighting="fesc", fit_intercept=True):
         self.alpha = alpha
         self.weighting = weighting

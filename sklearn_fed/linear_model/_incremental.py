@@ -419,6 +419,14 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         "random_state": ["random_state"],
     }
 
+    @property
+    def _without_clients(self):  # what fit does without clients (MissingClientsWarning)
+        if self.min_clients > 1:
+            return f"one node can never reach the quorum min_clients={self.min_clients}"
+        if self.min_samples > 1 or self.leader_dropout > 0:
+            return "all rows sit on one node, which holds or sends them all at once"
+        return None  # every round aggregates every row: the same model for any split
+
     def __init__(
         self,
         alpha=1.0,

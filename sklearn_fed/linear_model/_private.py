@@ -719,6 +719,13 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     _server_role = PrivateServer
     _client_role = PrivateClient
 
+    @property
+    def _without_clients(self):  # what fit does without clients (MissingClientsWarning)
+        if self.noise == "local" and self.epsilon != float("inf"):
+            return ("the noise is added once, as by one site holding every row; K sites "
+                    "add it K times, so the simulated accuracy is optimistic")
+        return None  # the total noise does not depend on the number of sites
+
     def __init__(
         self,
         alpha=1.0,

@@ -290,6 +290,7 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
 
     _server_role = ProjectedServer
     _client_role = ProjectedClient
+    _exact_federation = True  # any partition gives the same projected ridge
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils import check_random_state
 
-from .._clients import group_rows_by_client
+from .._clients import group_rows_by_client, take_clients
 from .._compat import (
     Interval,
     StrOptions,
@@ -180,6 +180,12 @@ class FedMPDDClassifier(NeuralNetClassifier):
                        StrOptions({"-1"}), None],
     }
 
+    @property
+    def _without_clients(self):  # what fit does without clients (MissingClientsWarning)
+        return (f"its rows are split into n_clients={self.n_clients} simulated clients "
+                f"(partition={self.partition!r}); to simulate on purpose, pass the split, "
+                f"e.g. clients=sklearn_fed.simulation.partition_iid(len(X), {self.n_clients})")
+
     def __init__(
         self,
         module=None,
@@ -258,7 +264,8 @@ class FedMPDDClassifier(NeuralNetClassifier):
                     f"{n_samples} samples"
                 )
             labels, rows = group_rows_by_client(clients, n_samples)
-            return np.asarray(labels), list(rows)
+            # contiguous clients come as slices; the round iterator needs index arrays
+            return np.asarray(labels), [np.arange(n_samples)[r] for r in rows]
         if self.n_clients > n_samples:
             raise ValueError(
                 f"n_clients={self.n_clients} exceeds n_samples={n_samples}: every simulated "
@@ -326,6 +333,7 @@ class FedMPDDClassifier(NeuralNetClassifier):
                 f"{type(self).__name__} requires y to be passed, "
                 "but the target y is None."
             )
+        clients = take_clients(self, X, clients)
         X, y = validate_data(
             self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1
         )

@@ -21,9 +21,9 @@ import sys
 
 import numpy as np
 
-from ..datasets import make_fesc_regression
-from ..linear_model import FESCRidge
-from ..simulation import SAMPLE_SIZE_LAWS, sample_client_sizes
+from sklearn_fed.datasets import make_fesc_regression
+from sklearn_fed.linear_model import FESCRidge
+from sklearn_fed.simulation import SAMPLE_SIZE_LAWS, sample_client_sizes
 from ._report import add_progress_argument, new_figure, save_figure, write_markdown
 from ._report import progress as progress_bar
 
@@ -81,7 +81,9 @@ def simulate(law, n_nodes, n_features, n_repeats, *, gammas=GAMMAS, seed=0, prog
             X, y, clients, theta = make_fesc_regression(sizes, n_features, random_state=rng)
             # One estimator object gives all three: with one client and
             # proportional weights FESCRidge is exactly centralized ridge.
-            central = FESCRidge(weighting="proportional", fit_intercept=False).fit(X, y)
+            central = FESCRidge(weighting="proportional", fit_intercept=False).fit(
+                X, y, clients=np.zeros(len(y))  # one client holding every row
+            )
             fesc = FESCRidge(weighting="fesc", fit_intercept=False).fit(X, y, clients=clients)
             plain = np.asarray(fesc.client_sizes_ / fesc.client_sizes_.sum()) @ fesc.local_coefs_
             mse["centralized"][g, r] = np.sum((central.coef_ - theta) ** 2)
@@ -147,12 +149,19 @@ def plot_mse(results, ax):
             half = 1.96 * values.std(axis=1, ddof=1) / math.sqrt(n_repeats)
             low = np.maximum(mean - half, mean * 1e-3)
             ax.fill_between(gammas, low, mean + half, color=colors[name], alpha=0.2)
-    ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax.axvline(1.0, color="grey", linestyle=":", linewidth=1,
+               label=f"gamma = 1: as many rows per client as clients ({results['n_nodes']})")
     ax.set_yscale("log")
     ax.set_xlabel("gamma (mean rows per client = m ** gamma)")
     ax.set_ylabel("MSE  ||theta_hat - theta*||^2")
     ax.set_title(f"{results['law']}, m = {results['n_nodes']}, {n_repeats} repeats")
-    ax.legend()
+    handles, labels = ax.get_legend_handles_labels()
+    if n_repeats > 1:  # say what the shading is
+        from matplotlib.patches import Patch
+
+        handles.append(Patch(color="grey", alpha=0.2))
+        labels.append(f"shaded: 95% interval of the mean over {n_repeats} repeats")
+    ax.legend(handles, labels, fontsize=8)
     return ax
 
 

@@ -66,10 +66,10 @@ def add_arguments(parser):
         help="folder with california_housing/housing.csv and insurance/insurance.csv "
         "(without it only the bundled diabetes data is used)",
     )
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--nodes", type=int, default=20)
-    parser.add_argument("--alpha", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=30, help="stream rounds (paper: 30; 5 with --quick)")
+    parser.add_argument("--nodes", type=int, default=20, help="nodes K (paper: 20)")
+    parser.add_argument("--alpha", type=float, default=0.01, help="ridge penalty lambda (paper: 0.01)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the train/test split and the streams")
     parser.add_argument(
         "--local-epochs",
         type=int,
@@ -107,7 +107,7 @@ def _datasets(data_dir):
     yield "diabetes", X, y
     if data_dir is None:
         return
-    from ..datasets import load_california_housing_csv, load_insurance_csv
+    from sklearn_fed.datasets import load_california_housing_csv, load_insurance_csv
 
     for name, loader, relative in [
         ("housing", load_california_housing_csv, ("california_housing", "housing.csv")),
@@ -165,7 +165,7 @@ class _Scaler:
 
 
 def _gradient_models(args, local_epochs, seed):
-    from ..baselines import FedAvgRegressor, FedNovaRegressor, FedProxRegressor
+    from sklearn_fed.baselines import FedAvgRegressor, FedNovaRegressor, FedProxRegressor
 
     common = dict(
         alpha=args.alpha,
@@ -189,7 +189,7 @@ def run_scenario(X_train, y_train, X_test, y_test, scenario, *, rounds, nodes, a
     ``partial_fit`` round per stream round on (a ``local_rows`` sample of) the
     rows every node holds so far, standardized by ``scaler``.
     """
-    from .. import IncrementalFederatedRidge
+    from sklearn_fed import IncrementalFederatedRidge
 
     gradient = gradient or {}
     rng = np.random.default_rng(seed)
@@ -302,6 +302,7 @@ def _gap_verdict(gap, paper_gap):
 
 def _figure(results, names, rounds, path):
     from matplotlib.figure import Figure  # no pyplot: works under any backend
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(3.2 * len(SCENARIOS), 2.6 * len(names)), layout="constrained")
     axes = fig.subplots(len(names), len(SCENARIOS), squeeze=False)
@@ -327,11 +328,13 @@ def _figure(results, names, rounds, path):
                         ha="right", transform=ax.transAxes)
             ax.set_title(f"{name} ({scenario[0]}:{scenario[1]})", fontsize=9)
             ax.set_xlabel("round", fontsize=8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole
             if j == 0:
                 ax.set_ylabel("test R$^2$", fontsize=8)
             ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7)
     fig.savefig(path, dpi=90)
+    return fig
 
 
 def run(args):

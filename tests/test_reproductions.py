@@ -1,14 +1,15 @@
 """End-to-end runs of every reproduction (``--quick``) through the CLI entry point."""
 
+import argparse
 import io
 import re
 
 import numpy as np
 import pytest
 
-from sklearn_fed.experiments import EXPERIMENTS
-from sklearn_fed.experiments.__main__ import build_parser, main
-from sklearn_fed.experiments._report import progress
+from reproductions import EXPERIMENTS
+from reproductions.__main__ import build_parser, main
+from reproductions._report import progress
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -64,6 +65,19 @@ def test_oneshot_table2(tmp_path, capsys):
     assert captured.err == ""  # --no-progress: nothing drawn
 
 
+def test_help_names_the_real_command_and_explains_every_option(capsys):
+    parser = build_parser()
+    assert parser.prog == "python -m reproductions"
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        assert sub.prog == f"python -m reproductions {name}"
+        for action in sub._actions:
+            assert action.help and action.help != argparse.SUPPRESS, (name, action.dest)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "sklearn-fed reproduce" not in capsys.readouterr().out
+
+
 def test_every_experiment_accepts_no_progress():
     parser = build_parser()
     for name in EXPERIMENTS:
@@ -92,7 +106,7 @@ def test_progress_bar_draws_on_a_terminal_unless_disabled():
 
 
 def test_equal_to_centralized_only_to_round_off():
-    from sklearn_fed.experiments.oneshot import figure3_table
+    from reproductions.oneshot import figure3_table
 
     curve = np.linspace(1.0, 0.0101, 60)
     result = {"FedAvg": curve, "FedProx": curve, "centralized": 0.0100}
@@ -103,7 +117,7 @@ def test_equal_to_centralized_only_to_round_off():
 
 
 def test_oneshot_table2_exactness():
-    from sklearn_fed.experiments.oneshot import QUICK_DATA, one_shot_vs_centralized
+    from reproductions.oneshot import QUICK_DATA, one_shot_vs_centralized
 
     result = one_shot_vs_centralized(n_trials=2, **QUICK_DATA)
     np.testing.assert_allclose(result["one_shot"], result["centralized"], rtol=1e-9, atol=0)
@@ -294,3 +308,50 @@ def test_fedmpdd_quick_digits(tmp_path):
     verdicts = re.findall(r"\| (reproduced|differs) \|$", text, re.M)
     assert verdicts == ["reproduced", "reproduced"]  # within 5 points; >= +20 at the budget
     assert (out / "fedmpdd.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _visible_ticks(axis):
+    low, high = sorted(axis.get_view_interval())
+    return [t for t in axis.get_majorticklocs() if low <= t <= high]
+
+
+def test_feddelta_figure_ticks_whole_rounds(tmp_path):
+    from reproductions.feddelta import SCENARIOS, _figure
+
+    curve = {"FedDelta": [0.5, 0.6, 0.6, 0.6, 0.6], "FedAvg": [0.1, 0.3, 0.4, 0.5, 0.55]}
+    results = {("diabetes", s): {"curves": curve, "r2": {"Centralized": 0.6}} for s in SCENARIOS}
+    fig = _figure(results, ["diabetes"], 5, tmp_path / "feddelta.png")
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = _visible_ticks(ax.xaxis)
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_fedmpdd_figure_labels_several_ticks_on_its_log_axis():
+    from reproductions.fedmpdd import _draw
+
+    digits = [("s", "FedSGD, 150 rounds", 94.0, 36.15e6, 5.4),
+              ("s", "FedMPDD m=120, 150 rounds", 94.2, 1.83e6, 4.0),
+              ("b", "FedSGD, 10 rounds", 36.4, 2.41e6, 0.2)]
+    fig = _draw(digits, None)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    visible = _visible_ticks(ax.xaxis)
+    assert len(visible) >= 3 and len(labels) >= 3, labels
+    assert all("$" not in label for label in labels)  # plain numbers, not 10^k
+
+
+def test_fesc_figure_says_what_its_bands_and_line_are():
+    from reproductions._report import new_figure
+    from reproductions.fesc import GAMMAS, plot_mse
+
+    rng = np.random.default_rng(0)
+    mse = {name: rng.uniform(0.5, 1.5, size=(len(GAMMAS), 3)) for name in
+           ("centralized", "federated", "fesc")}
+    results = {"gammas": np.asarray(GAMMAS), "mse": mse, "n_total": np.ones((len(GAMMAS), 3)),
+               "law": "lognormal-low", "n_nodes": 20}
+    ax = plot_mse(results, new_figure().add_subplot())
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("95% interval of the mean over 3 repeats" in text for text in legend)
+    assert any(text.startswith("gamma = 1") for text in legend)

@@ -20,8 +20,8 @@ import time
 import numpy as np
 from sklearn.metrics import mean_squared_error
 
-from ..datasets import make_heterogeneous_regression
-from ..linear_model import ProjectedFederatedRidge
+from sklearn_fed.datasets import make_heterogeneous_regression
+from sklearn_fed.linear_model import ProjectedFederatedRidge
 from ._report import (
     add_progress_argument,
     new_figure,

@@ -31,10 +31,10 @@ import warnings
 import numpy as np
 from sklearn.metrics import mean_squared_error
 
-from ..datasets import make_heterogeneous_regression
-from ..linear_model import PrivateFederatedRidge
-from ..linear_model._base import solve_ridge
-from ..linear_model._private import joint_sensitivity, project_psd
+from sklearn_fed.datasets import make_heterogeneous_regression
+from sklearn_fed.linear_model import PrivateFederatedRidge
+from sklearn_fed.linear_model._base import solve_ridge
+from sklearn_fed.linear_model._private import joint_sensitivity, project_psd
 from ._report import (
     add_progress_argument,
     new_figure,

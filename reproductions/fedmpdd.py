@@ -11,9 +11,12 @@ and the gradient-inversion SSIM audit beside Table 4's SSIM column.
 
 import math
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
+
+from sklearn_fed import MissingClientsWarning
 
 from ._report import add_progress_argument, new_figure, progress, progress_enabled, save_figure
 
@@ -27,24 +30,30 @@ def add_arguments(parser):
     parser.add_argument("--quick", action="store_true", help="small run, under a minute")
     parser.add_argument("--data-dir", default=None,
                         help="folder with t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz")
-    parser.add_argument("--rounds", type=int, default=None, help="digits: rounds at equal-round comparison")
-    parser.add_argument("--mnist-rounds", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=None, help="digits: rounds of the equal-round comparison (150; 60 with --quick)")
+    parser.add_argument("--mnist-rounds", type=int, default=300,
+                        help="rounds of each MNIST run (10 with --quick; the paper does not say)")
     parser.add_argument("--mnist-batch", type=int, default=1,
                         help="per-client minibatch for MNIST (paper: 1)")
-    parser.add_argument("--skip-digits", action="store_true")
+    parser.add_argument("--skip-digits", action="store_true",
+                        help="run only the MNIST part (needs --data-dir)")
     parser.add_argument("--standardize", action="store_true",
                         help="MNIST pixels to (x - 0.1307) / 0.3081 instead of [0, 1]")
     parser.add_argument("--mnist-fraction", type=float, default=0.5,
                         help="client fraction for the MNIST runs (paper: 0.5)")
-    parser.add_argument("--mnist-m", type=int, nargs="+", default=[50, 200, 400, 600])
-    parser.add_argument("--audit-images", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mnist-m", type=int, nargs="+", default=[50, 200, 400, 600],
+                        help="directions m of the MNIST runs (paper Table 18: 50 200 400 600)")
+    parser.add_argument("--audit-images", type=int, default=3,
+                        help="test images attacked by gradient inversion (1 with --quick)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the models and the audit")
     add_progress_argument(parser)
 
 
 def _fit(est, X, y, Xte, yte, bar, **fit_kw):
     t = time.perf_counter()
-    est.fit(X, y, **fit_kw)
+    with warnings.catch_warnings():  # the paper's simulated split (n_clients, partition)
+        warnings.simplefilter("ignore", MissingClientsWarning)
+        est.fit(X, y, **fit_kw)
     bar.update(1)
     return 100 * est.score(Xte, yte), int(est.history[-1, "uplink_bytes_total"]), time.perf_counter() - t
 
@@ -60,7 +69,7 @@ def digits_part(args, bar):
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
-    from ..neural_network import FedMPDDClassifier
+    from sklearn_fed.neural_network import FedMPDDClassifier
 
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
@@ -110,9 +119,9 @@ def _directions_to_run(args):
 def mnist_part(args, bar):
     import torch
 
-    from ..datasets import load_mnist_idx
-    from ..neural_network import FedMPDDClassifier, LeNet
-    from ..privacy import inversion_audit
+    from sklearn_fed.datasets import load_mnist_idx
+    from sklearn_fed.neural_network import FedMPDDClassifier, LeNet
+    from sklearn_fed.privacy import inversion_audit
 
     root = Path(args.data_dir)
     X, y = load_mnist_idx(root / "t10k-images-idx3-ubyte.gz", root / "t10k-labels-idx1-ubyte.gz")
@@ -177,13 +186,22 @@ def mnist_part(args, bar):
 
 
 def _figure(digits, mnist, out):
+    return save_figure(_draw(digits, mnist), out, "fedmpdd.png")
+
+
+def _draw(digits, mnist):
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     fig = new_figure((10, 4) if mnist else (5.5, 4))
     ax = fig.add_subplot(1, 2 if mnist else 1, 1)
     for setting, name, acc, up, _ in digits:
         ax.scatter(up / 1e6, acc, label=name, marker="o" if "FedSGD" in name else "^")
-    ax.set(xscale="log", xlabel="total uplink (MB)", ylabel="test accuracy (%)",
+    ax.set(xscale="log", xlabel="total uplink (MB, log scale)", ylabel="test accuracy (%)",
            title="digits: accuracy vs uplink bytes")
-    ax.tick_params(axis="x", which="minor", labelbottom=False)  # labels would overlap
+    # the points span about one decade: ticks at 1, 2, 5 x 10^k in plain numbers
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8)
     if mnist:
         accuracy, ms = mnist
@@ -193,7 +211,7 @@ def _figure(digits, mnist, out):
         ax.axhline(accuracy[None], color="gray", linestyle=":", label="FedSGD (ours)")
         ax.set(xlabel="directions m", ylabel="test accuracy (%)", title="MNIST LeNet")
         ax.legend(fontsize=8)
-    return save_figure(fig, out, "fedmpdd.png")
+    return fig
 
 
 def run(args):

@@ -25,9 +25,9 @@ import numpy as np
 from sklearn.linear_model import Ridge
 from sklearn.metrics import mean_squared_error
 
-from ..baselines import FedAvgRegressor, FedProxRegressor
-from ..datasets import make_heterogeneous_regression
-from ..linear_model import FederatedRidge
+from sklearn_fed.baselines import FedAvgRegressor, FedProxRegressor
+from sklearn_fed.datasets import make_heterogeneous_regression
+from sklearn_fed.linear_model import FederatedRidge
 from ._report import (
     add_progress_argument,
     equal_to_round_off,

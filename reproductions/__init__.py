@@ -1,9 +1,17 @@
-"""Reproductions of the source papers' tables and figures, runnable as a CLI.
+"""Reproductions of the source papers' tables and figures (not part of the installed package).
+
+They need matplotlib and tqdm, read data from a path you give, and reach into
+a few private helpers of :mod:`sklearn_fed` to print intermediate quantities,
+so they live beside the package, not in it. Run them from the repository
+root::
+
+    python -m reproductions --help            # the list, one line each
+    python -m reproductions NAME --help       # the options of one
+    python -m reproductions NAME --quick --out DIR
 
 Each experiment is a module of this package listed in :data:`EXPERIMENTS`
 that defines ``DESCRIPTION`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. Run one with ``python -m sklearn_fed.experiments NAME``
-or ``sklearn-fed reproduce NAME``; ``--help`` lists them.
+``run(args) -> int``.
 """
 
 # name -> module (relative to this package); imported only when run.

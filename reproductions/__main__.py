@@ -1,4 +1,4 @@
-"""Command line: ``sklearn-fed reproduce NAME [options]`` or ``python -m sklearn_fed.experiments NAME``."""
+"""Command line: ``python -m reproductions NAME [options]``, from the repository root."""
 
 import argparse
 import contextlib
@@ -13,10 +13,19 @@ from ._report import add_progress_argument
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="sklearn-fed reproduce",
-        description="Reproduce the tables and figures of the source papers.",
+        prog="python -m reproductions",
+        description=(
+            "Reproduce the tables and figures of the source papers: each prints our "
+            "numbers beside the paper's, with a verdict per row."
+        ),
+        epilog=(
+            "Run from the repository root. 'python -m reproductions NAME --help' lists "
+            "the options of one; --quick gives a small run (under a minute of CPU), --out DIR "
+            "writes DIR/NAME.md and the figures. Data the bundled sets do not cover is "
+            "read from --data-dir (never downloaded)."
+        ),
     )
-    commands = parser.add_subparsers(dest="name", metavar="NAME")
+    commands = parser.add_subparsers(dest="name", metavar="NAME", title="reproductions")
     for name, module_name in sorted(EXPERIMENTS.items()):
         module = importlib.import_module(f".{module_name}", __package__)
         # one module may serve several names (DESCRIPTIONS: name -> line)
@@ -26,7 +35,8 @@ def build_parser():
         add_progress_argument(sub)  # every experiment accepts --no-progress
         if not any("--out" in action.option_strings for action in sub._actions):
             # modules that do not write files themselves: OUT/NAME.md gets their printout
-            sub.add_argument("--out", default=None, help="folder to write NAME.md into")
+            sub.add_argument("--out", default=None,
+                             help=f"folder to write {name}.md into (default: print only)")
             sub.set_defaults(tee_out=True)
         sub.set_defaults(run=module.run)
     return parser
@@ -34,8 +44,6 @@ def build_parser():
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["reproduce"]:
-        argv = argv[1:]
     parser = build_parser()
     if not argv or argv[0] not in EXPERIMENTS and not argv[0].startswith("-"):
         known = ", ".join(sorted(EXPERIMENTS)) or "(none yet)"
