@@ -113,6 +113,24 @@ def _assert_same_model(flower, local):
     assert flower.clients_.tolist() == local.clients_.tolist()
 
 
+# ----------------------------------------------------------------- the extra
+def test_flower_is_imported_only_when_used_and_its_absence_names_the_extra(monkeypatch):
+    import importlib.util
+    import subprocess
+    import sys
+
+    code = ("import sys, sklearn_fed, sklearn_fed.flower; "
+            "assert 'flwr' not in sys.modules and 'skops' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    import sklearn_fed.flower as flower
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "flwr" else find_spec(name, *a))
+    with pytest.raises(ImportError, match=r"needs flwr; .*pip install sklearn-fed\[flower\]"):
+        flower.make_client_app  # noqa: B018 - the lazy attribute access is the test
+
+
 # ----------------------------------------------------------------- run config
 @pytest.mark.parametrize("estimator", FLOWER_CASES, ids=_case_id)
 def test_run_config_names_the_estimator_and_its_changed_params(estimator):
