@@ -10,6 +10,7 @@ import functools
 import json
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,7 +186,6 @@ def test_settings_are_checked():
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:pathspec")  # inside Flower 1.41
 def test_example_app_lists_every_run_config_key_and_ships_no_secrets():
     import tomllib
-    from pathlib import Path
 
     from flwr.cli.build import get_filtered_fab_paths
 
@@ -413,6 +413,33 @@ def test_a_node_without_the_sites_key_is_refused(tmp_path, task_identity):
     config = _run_config(FederatedRidge(), tmp_path, KEYS)
     fitted = run_server(FakeGrid(configs, config), config)  # c cannot read its task: dropout
     assert fitted.clients_.tolist() == ["a", "b"]
+
+
+def test_local_federation_writes_each_sites_node_config(tmp_path):
+    import tomllib
+
+    X, y, _ = _digits()
+    save_site_data(tmp_path / "east.npz", X[:50], y[:50])
+    sites = {"north": (X[:50], y[:50]), np.int64(7): {"X": X[:9], "y": y[:9], "rounds": [0] * 9},
+             "east": str(tmp_path / "east.npz")}
+    federation = LocalFederation(sites, target="y", workdir=tmp_path / "work")
+    federation._prepare()
+    nodes = [tomllib.loads(p.read_text()) for p in federation._node_configs.values()]
+    assert [node["site"] for node in nodes] == ["north", 7, "east"]
+    assert nodes[2]["data-path"] == str(tmp_path / "east.npz") and nodes[2]["target"] == "y"
+    assert nodes[1]["round-column"] == "round" and "target" not in nodes[0]
+    keys = json.loads(Path(federation._keys_file).read_text())
+    for node in nodes:  # every site holds its own key, and the server holds them all
+        NodeSettings.from_node_config(node)
+        assert Path(node["key-file"]).read_text() == keys[str(node["site"])]
+        assert len(keys[str(node["site"])]) == 64
+        assert Path(node["key-file"]).stat().st_mode & 0o777 == 0o600
+    X_north, y_north, _ = NodeSettings.from_node_config(nodes[0]).read_data()
+    np.testing.assert_array_equal(X_north, X[:50])
+    with pytest.raises(TypeError, match="site 'x': expected"):
+        LocalFederation({"x": [X, y]}, workdir=tmp_path / "w2")._prepare()
+    with pytest.raises(ValueError, match="distinct"):
+        LocalFederation({1: (X, y), "1": (X, y)})
 
 
 # ----------------------------------------------------------------- a real federation

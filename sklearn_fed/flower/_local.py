@@ -33,6 +33,7 @@ from ._persist import load_model
 __all__ = ["LocalFederation", "run_local_federation"]
 
 CONNECTION = "sklearn-fed-local"
+_SITE_ARRAYS = {"X", "y", "sample_weight", "rounds"}  # what a site given as a dict may hold
 _APP_PYPROJECT = {
     "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
     "project": {
@@ -325,8 +326,7 @@ class LocalFederation:
             if not path.is_file():
                 raise FileNotFoundError(f"site {label!r}: no data file {path}.")
             return str(path)
-        if isinstance(data, dict) and {"X", "y"} <= set(data) <= {"X", "y", "sample_weight",
-                                                                 "rounds"}:
+        if isinstance(data, dict) and {"X", "y"} <= set(data) <= _SITE_ARRAYS:
             data = dict(data)
         elif isinstance(data, tuple) and len(data) in (2, 3):
             data = dict(zip(("X", "y", "sample_weight"), data))
