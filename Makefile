@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench flower-demo clean venv fuzz
+.PHONY: demo test docs bench bench-incremental flower-demo clean venv fuzz
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_federated_ridge.py
+
+# IncrementalFederatedRidge per round vs scikit-learn-intelex (if installed), flatness, routes.
+bench-incremental: $(STAMP)
+	$(PY) benchmarks/bench_incremental.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated

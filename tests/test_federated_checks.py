@@ -3,6 +3,7 @@
 from sklearn_fed import (
     FederatedRidge,
     FederatedRidgeCV,
+    IncrementalFederatedRidge,
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
@@ -13,6 +14,8 @@ ESTIMATORS = [
     FederatedRidge(fit_intercept=False),
     FederatedRidgeCV(),
     ProjectedFederatedRidge(n_components=2, random_state=0),
+    IncrementalFederatedRidge(random_state=0),
+    IncrementalFederatedRidge(fit_intercept=False, min_clients=2, random_state=0),
     PrivateFederatedRidge(epsilon=2.0, feature_bound=5.0, target_bound=10.0, random_state=0),
     PrivateFederatedRidge(
         epsilon=2.0, feature_bound=5.0, target_bound=10.0, noise="distributed",

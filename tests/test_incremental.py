@@ -87,6 +87,7 @@ def test_auto_takes_low_rank_route_when_rank_is_small():
     model.partial_fit(X[:200], y[:200], clients=np.arange(200) % 4)
     for start in range(200, 240, 4):  # 4 clients x 1 row: rank 4 <= d / 8
         model.partial_fit(X[start : start + 4], y[start : start + 4], clients=np.arange(4))
+        model.coef_  # the round's model is solved when first used
         assert model.round_history_[-1]["rank"] == 4
     assert model.round_history_[-1]["update"] == "woodbury"
     assert rel_err(model, Ridge(alpha=1.0).fit(X[:240], y[:240])) <= RTOL
@@ -134,10 +135,11 @@ def test_quorum_skips_rounds_without_losing_rows():
     assert model.n_samples_seen_ == 200 and model.n_samples_pending_ == 0
     assert rel_err(model, Ridge(alpha=0.5).fit(X, y)) <= RTOL
     history = model.round_history_
-    assert history[0]["uplink_bytes"] == 0 and history[0]["broadcast_bytes"] == 0
-    assert history[2]["uplink_bytes"] > 0
+    # round 0 was skipped, but its statistics were sent: the server kept them
+    assert history[0]["contributors"] == [] and history[0]["uplink_bytes"] > 0
+    assert history[2]["contributors"] == [0, 1, 2, 3]
     assert model.communication_.uplink_bytes == sum(h["uplink_bytes"] for h in history)
-    assert model.communication_.downlink_bytes == sum(h["broadcast_bytes"] for h in history)
+    assert model.communication_.downlink_bytes == sum(h["downlink_bytes"] for h in history)
 
 
 def test_first_round_skipped_is_not_fitted():
@@ -153,11 +155,12 @@ def test_first_round_skipped_is_not_fitted():
 def test_leader_dropout_reelects_and_loses_nothing():
     X, y, rng = stream(n=300, d=6)
     model = IncrementalFederatedRidge(alpha=0.2, leader_dropout=0.5, random_state=3)
+    held_after_dropout = []
     for batch in np.array_split(np.arange(290), 20):
         model.partial_fit(X[batch], y[batch], clients=batch % 6)
-    assert model.n_samples_pending_ > 0
-    dropped = [h["dropped_leaders"] for h in model.round_history_]
-    assert sum(map(len, dropped)) > 0
+        if model.round_history_[-1]["dropped_leaders"]:  # a dropped leader sat out
+            held_after_dropout.append(model.n_samples_pending_)
+    assert held_after_dropout and min(held_after_dropout) > 0
     for record in model.round_history_:
         assert record["leader"] not in record["dropped_leaders"]
         assert not set(record["dropped_leaders"]) & set(record["contributors"])
@@ -208,6 +211,7 @@ def test_thousand_round_drift(update):
     model = IncrementalFederatedRidge(alpha=0.05, update=update, random_state=0)
     for i in range(0, 1000):
         model.partial_fit(X[i : i + 1], y[i : i + 1], clients=[i % 3])
+        model.intercept_
     assert rel_err(model, Ridge(alpha=0.05).fit(X, y)) <= RTOL
     assert model.n_rounds_ == 1000
 
@@ -218,6 +222,7 @@ def test_drift_without_checks_is_small():
     model = IncrementalFederatedRidge(alpha=0.5, update="spectral", tol=None, random_state=0)
     for batch in np.array_split(np.arange(2000), 1000):
         model.partial_fit(X[batch], y[batch], clients=batch % 2)
+        model.coef_  # solve every round: 1000 low-rank updates in a row
     assert {h["update"] for h in model.round_history_[1:]} == {"spectral"}
     assert rel_err(model, Ridge(alpha=0.5).fit(X, y)) <= RTOL
 
@@ -227,6 +232,7 @@ def test_refactor_every():
     model = IncrementalFederatedRidge(update="woodbury", refactor_every=3, random_state=0)
     for i in range(10):
         model.partial_fit(X[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4], clients=[0, 0, 1, 1])
+        model.coef_
     routes = [h["update"] for h in model.round_history_]
     assert routes[:7] == ["refactor", "woodbury", "woodbury", "refactor"] + ["woodbury"] * 2 + [
         "refactor"
@@ -250,8 +256,8 @@ def test_bad_input_leaves_state_unchanged():
     X, y, _ = stream(n=100, d=5)
     model = IncrementalFederatedRidge(alpha=0.3, random_state=0)
     model.partial_fit(X[:50], y[:50], clients=np.arange(50) % 3)
-    before = pickle.dumps(model)
     coef = model.coef_.copy()
+    before = pickle.dumps(model)
     bad_nan = X[50:60].copy()
     bad_nan[2, 1] = np.nan
     with pytest.raises(ValueError, match="features"):
@@ -335,18 +341,226 @@ def test_csv_loaders(tmp_path):
         load_california_housing_csv(bad)
 
 
-def test_message_sizes_are_wire_sizes():
-    from sklearn_fed.linear_model._incremental import _client_contribution
+def _hand_driven_stream(estimator, batches, keys=None):
+    """Drive one long-lived server by hand, with bytes; one client object per site."""
+    keys = keys or {}
+    server = estimator.make_server(keys=keys)
+    sites = {}
+    coefs = []
+    for X, y, clients in batches:
+        labels = sorted(set(clients.tolist()) | {s for s, c in sites.items() if c.n_pending})
+        for label in labels:
+            sites.setdefault(label, estimator.make_client(key=keys.get(label), site=label))
+        tasks = server.next_tasks(labels)
+        replies = {}
+        for site, task in tasks.items():
+            mine = clients == site
+            replies[site] = sites[site].respond(task, X[mine], y[mine])
+        server.receive(replies)
+        coefs.append(estimator.coef_.copy() if hasattr(estimator, "coef_") else None)
+    return server, coefs
+
+
+@pytest.mark.parametrize("params", [
+    dict(min_samples=3, min_clients=2),
+    dict(leader_dropout=0.4, update="woodbury"),
+    dict(fit_intercept=False, update="spectral"),
+])
+def test_partial_fit_is_the_long_lived_protocol_run(params):
+    """partial_fit after partial_fit == one server driven by hand: same bits, same bytes."""
+    X, y, rng = stream(n=160, d=7, offset=5.0)
+    batches = []
+    for batch in np.array_split(np.arange(160), 12):
+        clients = rng.integers(0, 6, size=len(batch))
+        batches.append((X[batch], y[batch], clients))
+    simulated = IncrementalFederatedRidge(random_state=0, **params)
+    coefs = []
+    for Xb, yb, cb in batches:
+        simulated.partial_fit(Xb, yb, clients=cb)
+        coefs.append(simulated.coef_.copy() if hasattr(simulated, "coef_") else None)
+    keys = {site: bytes([65 + site]) * 16 for site in range(6)}
+    by_hand = IncrementalFederatedRidge(random_state=0, **params)
+    with_keys = IncrementalFederatedRidge(random_state=0, **params)
+    _, hand_coefs = _hand_driven_stream(by_hand, batches)
+    _hand_driven_stream(with_keys, batches, keys=keys)
+    for a, b in zip(coefs, hand_coefs):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+    assert simulated.leaders_ == by_hand.leaders_
+    assert simulated.skipped_rounds_ == by_hand.skipped_rounds_
+    assert simulated.n_samples_pending_ == by_hand.n_samples_pending_
+    for attribute in ("uplink_bytes_per_client", "downlink_bytes_per_client", "rounds"):
+        assert getattr(simulated.communication_, attribute) == getattr(
+            by_hand.communication_, attribute
+        )
+    # HMAC trailers and SHA-256 checksums have the same length: same byte counts
+    assert with_keys.communication_.uplink_bytes == by_hand.communication_.uplink_bytes
+    Xa = np.concatenate([b[0] for b in batches])
+    ya = np.concatenate([b[1] for b in batches])
+    seen = simulated.n_samples_seen_
+    assert seen + simulated.n_samples_pending_ == len(ya)
+
+
+def test_site_keeps_rows_below_min_samples():
+    X, y, _ = stream(n=12, d=3)
+    estimator = IncrementalFederatedRidge(min_samples=5)
+    server = estimator.make_server()
+    site = estimator.make_client(site="a")
+    for start in (0, 2):  # 2 + 2 rows: held by the site, the server gets counts only
+        reply = site.respond(server.next_tasks(["a"])["a"], X[start : start + 2],
+                             y[start : start + 2])
+        server.receive({"a": reply})
+        assert site.n_pending == start + 2 and len(reply) < 400
+    assert estimator.n_samples_pending_ == 4 and not hasattr(estimator, "coef_")
+    reply = site.respond(server.next_tasks(["a"])["a"], X[4:12], y[4:12])
+    server.receive({"a": reply})
+    assert site.n_pending == 0 and estimator.n_samples_seen_ == 12
+    assert rel_err(estimator, Ridge().fit(X, y)) <= RTOL
+
+
+def test_huge_batch_is_rejected_naming_the_site_and_later_rounds_are_fine():
+    """One batch with 1e308 (issue 14): a clear error, nothing applied, no NaN model."""
+    from sklearn_fed import FederatedRidge, InvalidClientMessage
+
+    X, y, _ = stream(n=120, d=4)
+    model = IncrementalFederatedRidge(random_state=0)
+    model.partial_fit(X[:40], y[:40], clients=np.arange(40) % 4)
+    coef = model.coef_.copy()
+    before = pickle.dumps(model)
+    for value in (1e308, 1e200, 1e160):
+        bad = X[40:80].copy()
+        bad[7, 2] = value  # row 7 belongs to client 3
+        with pytest.raises(InvalidClientMessage, match="client 3") as error, np.errstate(
+            over="ignore", invalid="ignore"  # the site's own overflow warnings
+        ):
+            model.partial_fit(bad, y[40:80], clients=np.arange(40) % 4)
+        assert error.value.client == 3
+        assert pickle.dumps(model) == before
+        with pytest.raises(ValueError), np.errstate(all="ignore"):  # as FederatedRidge does
+            FederatedRidge().fit(bad, y[40:80], clients=np.arange(40) % 4)
+    np.testing.assert_array_equal(model.coef_, coef)
+    model.partial_fit(X[40:], y[40:], clients=np.arange(80) % 4)
+    assert np.isfinite(model.coef_).all()
+    assert rel_err(model, Ridge().fit(X, y)) <= RTOL
+
+
+def test_statistics_that_would_overflow_when_merged_are_rejected():
+    """Each site's Gram is finite, the merged one would not be: the caps stop it first."""
+    from sklearn_fed import InvalidClientMessage
 
     rng = np.random.default_rng(0)
-    for n, d in [(1, 5), (3, 5), (4, 9), (12, 5)]:
-        X, y = rng.normal(size=(n, d)), rng.normal(size=(n, 2))
-        for centered in (True, False):
-            message = _client_contribution(X, y, None, centered)
-            assert len(message.to_bytes()) == message.nbytes
-            if message.factor is not None:  # R^T R is the client's (centered) Gram
-                Xc = X - X.mean(axis=0) if centered else X
-                np.testing.assert_allclose(
-                    message.factor.T @ message.factor, Xc.T @ Xc, atol=1e-12
-                )
-                assert message.factor.shape[0] == min(n - centered, d)
+    X = rng.normal(size=(40, 3))
+    X[::2, 0] = 1e153  # constant within each site: every site's centered Gram is tiny
+    X[1::2, 0] = -1e153
+    y = rng.normal(size=40)
+    model = IncrementalFederatedRidge()
+    with pytest.raises(InvalidClientMessage, match="beyond 1e\\+75") as error:
+        model.partial_fit(X, y, clients=np.arange(40) % 4)
+    assert error.value.client in range(4)
+    assert not hasattr(model, "coef_") and not hasattr(model, "n_rounds_")
+
+
+def _frame_of(reply, **changes):
+    from sklearn_fed.protocol import decode
+
+    frame = decode(reply)
+    frame.arrays = dict(frame.arrays, **changes.pop("arrays", {}))
+    frame.fields = dict(frame.fields, **changes.pop("fields", {}))
+    return frame
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"arrays": {"factor": np.full((2, 6), np.inf)}}, "NaN or infinity"),
+    ({"arrays": {"factor": np.ones((6, 6))}}, "fewer rows"),
+    ({"arrays": {"moment": np.full((6, 1), 1e6)}}, "Cauchy-Schwarz"),
+    ({"fields": {"n_samples": 0}}, "n_samples"),
+    ({"fields": {"weight_sum": -1.0}}, "weight_sum"),
+    ({"fields": {"centered": False}}, "centered"),
+    ({"arrays": {"x_mean": np.zeros(5)}}, "shape"),
+])
+def test_hostile_factor_messages_are_rejected(change, match):
+    """Well-formed bytes that lie: rejected naming the site, nothing applied."""
+    from sklearn_fed import InvalidClientMessage
+    from sklearn_fed.protocol import encode
+
+    X, y, _ = stream(n=9, d=6)
+    estimator = IncrementalFederatedRidge()
+    server = estimator.make_server()
+    sites = {s: estimator.make_client(site=s) for s in ("a", "b")}
+    tasks = server.next_tasks(["a", "b"])
+    replies = {s: sites[s].respond(tasks[s], X[i::2], y[i::2]) for i, s in enumerate("ab")}
+    replies["b"] = encode(_frame_of(replies["b"], **change))
+    with pytest.raises(InvalidClientMessage, match=match) as error:
+        server.receive(replies)
+    assert error.value.client == "b" and not hasattr(estimator, "n_rounds_")
+
+
+def test_reading_the_model_or_not_gives_the_same_answer():
+    X, y, _ = stream(n=400, d=60, offset=2.0)
+    eager = IncrementalFederatedRidge(alpha=0.3, random_state=0)
+    lazy = IncrementalFederatedRidge(alpha=0.3, random_state=0)
+    for batch in np.array_split(np.arange(400), 80):
+        eager.partial_fit(X[batch], y[batch], clients=batch % 2)
+        eager.coef_
+        lazy.partial_fit(X[batch], y[batch], clients=batch % 2)
+    updates = [h["update"] for h in lazy.round_history_]
+    assert set(updates[:-1]) == {None}  # never used: never solved
+    reference = Ridge(alpha=0.3).fit(X, y)
+    assert rel_err(eager, reference) <= RTOL and rel_err(lazy, reference) <= RTOL
+    assert lazy.round_history_[-1]["update"] is not None
+    assert "woodbury" in {h["update"] for h in eager.round_history_}
+
+
+def _spread_by_simulating_every_node(k, fanout, n_rounds, rng):
+    """Reference: synchronous push-pull over all k nodes, distinct peers, no self."""
+    informed = np.zeros(k, dtype=bool)
+    informed[rng.integers(k)] = True
+    for _ in range(n_rounds):
+        contacts = np.array([rng.choice(np.delete(np.arange(k), i), fanout, replace=False)
+                             for i in range(k)])
+        pulled = informed[contacts].any(axis=1)
+        pushed = np.zeros(k, dtype=bool)
+        pushed[contacts[informed].ravel()] = True
+        informed = informed | pulled | pushed
+    return informed.mean()
+
+
+@pytest.mark.parametrize("k, fanout, n_rounds", [(40, 2, 2), (12, 3, 1), (200, 1, 3)])
+def test_gossip_spread_has_the_distribution_of_the_full_simulation(k, fanout, n_rounds):
+    rng = np.random.default_rng(0)
+    reference = [_spread_by_simulating_every_node(k, fanout, n_rounds, rng) for _ in range(300)]
+    ours = [elect_leader(range(k), fanout=fanout, n_rounds=n_rounds,
+                         random_state=seed).converged_fraction for seed in range(2000)]
+    mean, sem = np.mean(reference), np.std(reference) / np.sqrt(len(reference))
+    assert abs(np.mean(ours) - mean) < 4 * sem + 4 * np.std(ours) / np.sqrt(len(ours))
+    assert abs(np.std(ours) - np.std(reference)) < 0.25 * np.std(reference) + 1e-3
+
+
+def test_gossip_leader_is_uniform_and_cheap_for_many_nodes():
+    counts = np.bincount(
+        [elect_leader(range(5), random_state=seed).leader for seed in range(2500)], minlength=5
+    )
+    assert counts.min() > 400  # uniform: 500 expected each
+    big = elect_leader(range(10**9), fanout=3, n_rounds=3, random_state=0)
+    assert 0 < big.converged_fraction < 1e-5 and big.n_messages == 2 * 3 * 3 * 10**9
+
+
+def test_merge_backstop_names_the_site_when_statistics_overflow():
+    """Past the per-message caps (e.g. 2**40 capped messages), the merge itself refuses."""
+    from sklearn_fed import InvalidClientMessage
+    from sklearn_fed.linear_model._incremental import _Model, _SiteReply
+
+    def reply(site, scale):
+        fields = {"n_samples": 2, "weight_sum": 2.0, "single_target": True}
+        arrays = {"x_mean": np.full(3, scale), "y_mean": np.zeros(1),
+                  "factor": np.full((1, 3), 1e154), "moment": np.zeros((3, 1)),
+                  "target_ss": np.zeros(1)}
+        return _SiteReply(site, fields, arrays)
+
+    with pytest.raises(InvalidClientMessage, match="client 'big'.*overflows"), np.errstate(
+        over="ignore"
+    ):
+        _Model.after_round(None, [reply("small", 1.0), reply("big", 1e160)], alpha=1.0,
+                           options=("auto", None, 1e-11), centered=True, single_target=True,
+                           dtype=np.float64, record={})

@@ -1,88 +1,55 @@
-"""IncrementalFederatedRidge: FedDelta rounds with low-rank updates of the solver.
+"""IncrementalFederatedRidge: FedDelta rounds as a streaming protocol, solved by low-rank updates.
 
-One call to ``partial_fit`` is one aggregation round. The exact merged
-statistics (Chan update, see :mod:`sklearn_fed.statistics`) stay the source of
-truth; the solver state for ``P = G + alpha I`` is updated cheaply when the
-round's update has low rank, and rebuilt from the exact statistics when that is
-cheaper or when a residual check against them fails.
+Each round, every site with enough new rows sends a compact message (its
+means, centered moment and either the ``R`` of a QR of its centered rows or
+its packed Gram); the server merges the messages into the exact statistics
+of all rows so far and keeps the round's update to the Gram as stacked rows
+``V`` (``G_new = G + V^T V``). The ridge system ``P = G + alpha I`` is solved
+when the model is first used after a round, by a low-rank update of the
+previous solution when that is cheaper, else by a Cholesky factorization of
+the exact statistics.
 """
 
 import copy
-import hashlib
-import struct
+import math
 import time
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
-from scipy.linalg.blas import dsyrk
-from sklearn.utils import check_random_state
+from scipy.linalg.lapack import dgeqrf as _geqrf
 
 from .._clients import label_array
 from .._compat import Interval, StrOptions, _fit_context
+from ..protocol import (
+    Client,
+    InvalidClientMessage,
+    Server,
+    SymmetricMatrix,
+    atomic,
+    label_key,
+    run_simulation,
+    sorted_labels,
+)
 from ..simulation import elect_leader
-from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, solve_ridge
+from ..statistics import _MAX_MEAN, _MAX_SECOND, _MAX_WEIGHT, ClientStatistics
+from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]
 
-# Wire sizes, matching the layout of ClientStatistics.to_bytes (header + checksum).
-_HEADER_BYTES = 36
-_CHECKSUM_BYTES = 32
-_FLOAT = 8
+# Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
+# rows (measured crossover, see benchmarks/bench_incremental.py).
+_AUTO_RANK_RATIO = 8
+# A merged Gram whose diagonal exceeds this could overflow in the solve (a
+# backstop: the per-message caps already keep any real stream far below it).
+_MAX_MAGNITUDE = np.finfo(np.float64).max / 64
+_CONTRIBUTION_FIELDS = {"n_samples", "weight_sum", "centered", "single_target"}
+_FACTOR_ARRAYS = {"x_mean", "y_mean", "factor", "moment", "target_ss"}
+_GRAM_ARRAYS = {"x_mean", "y_mean", "gram", "moment", "target_ss"}
 
 
 # --------------------------------------------------------------------- messages
-class _Contribution:
-    """One client's message for one round.
-
-    ``factor`` (p x d, upper trapezoidal R of a QR of the client's
-    sqrt-weighted centered rows, so ``R^T R`` is its centered Gram) is sent
-    when the client has fewer rows than features; otherwise the packed Gram.
-    """
-
-    __slots__ = ("n_samples", "weight_sum", "x_mean", "y_mean", "factor", "gram", "moment",
-                 "target_ss")
-
-    def __init__(self, n_samples, weight_sum, x_mean, y_mean, factor, gram, moment, target_ss):
-        self.n_samples = n_samples
-        self.weight_sum = weight_sum
-        self.x_mean = x_mean
-        self.y_mean = y_mean
-        self.factor = factor
-        self.gram = gram
-        self.moment = moment
-        self.target_ss = target_ss
-
-    def to_bytes(self):
-        """Wire form: header, float64 payload (the upper trapezoid of ``factor``
-        or the packed ``gram``), SHA-256; ``len(to_bytes()) == nbytes``."""
-        d, t = self.moment.shape
-        p = -1 if self.factor is None else self.factor.shape[0]
-        header = struct.pack("<8sHhIIQd", b"SKFEDRND", 1, p, d, t, self.n_samples,
-                             self.weight_sum)
-        if self.factor is not None:
-            matrix = self.factor[np.triu_indices(p, m=d)]
-        else:
-            matrix = self.gram[np.triu_indices(d)]
-        payload = np.concatenate(
-            [self.x_mean, self.y_mean, matrix, self.moment.ravel(), self.target_ss]
-        ).astype("<f8")
-        body = header + payload.tobytes()
-        return body + hashlib.sha256(body).digest()
-
-    @property
-    def nbytes(self):
-        d, t = self.moment.shape
-        if self.factor is not None:
-            p = self.factor.shape[0]
-            matrix = p * d - p * (p - 1) // 2  # upper trapezoid
-        else:
-            matrix = d * (d + 1) // 2  # packed triangle
-        return _HEADER_BYTES + _FLOAT * (d + t + matrix + d * t + t) + _CHECKSUM_BYTES
-
-
 def _drop_direction(M, s):
     """Rows with the Gram of ``M`` minus one, given ``s @ M == 0``.
 
@@ -99,54 +66,172 @@ def _drop_direction(M, s):
     return reflected[1:]
 
 
-def _client_contribution(X, y, sw, centered):
-    """What a client sends for its pending rows (X dense or sparse, y 2-D)."""
+def _site_statistics(X, y, sample_weight, centered):
+    """A site's message for its pending rows: ``(fields, arrays)``.
+
+    The Gram travels as the ``R`` of a QR of the site's (sqrt-weighted,
+    centered) rows when that is smaller than its packed triangle, i.e. with
+    fewer than ``(d + 1) / 2`` rows; ``R^T R`` is the Gram and ``R`` is fixed
+    by the Gram up to signs, so it tells the server nothing more. Centered
+    rows ``C`` satisfy ``sqrt(w)^T C = 0``, so they have rank ``n - 1``: the
+    QR of ``[sqrt(w), C]`` puts that direction in its first row, and the
+    remaining ``n - 1`` rows of ``R`` (past the first column) factor the Gram.
+    """
     n, d = X.shape
-    if n - centered >= d:  # as many rows as features: the Gram is as small as R
-        stats = ClientStatistics.from_data(X, y, sw, centered=centered)
-        return _Contribution(n, stats.weight_sum, stats.x_mean, stats.y_mean, None,
-                             stats.gram, stats.moment, stats.target_ss)
+    if 2 * (n - centered) >= d + 1:
+        return ClientStatistics.from_data(X, y, sample_weight, centered=centered).to_payload()
     X = np.asarray(X.toarray() if sp.issparse(X) else X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    w = np.ones(n) if sw is None else sw
-    weight_sum = float(w.sum())
-    denom = weight_sum if weight_sum > 0 else 1.0
-    x_mean = (w @ X) / denom
-    y_mean = (w @ y) / denom
-    root = np.sqrt(w)[:, None]
-    if centered:
-        Xs = (X - x_mean) * root
-        ys = (y - y_mean) * root
-        rows = _drop_direction(Xs, root[:, 0])
+    y2 = np.asarray(y, dtype=np.float64).reshape(n, -1)
+    if sample_weight is None:
+        weight_sum, root = float(n), None
+        x_mean, y_mean = X.sum(axis=0) / n, y2.sum(axis=0) / n  # np.mean, without its overhead
     else:
-        Xs, ys = X * root, y * root
-        rows = Xs
+        w = np.asarray(sample_weight, dtype=np.float64)
+        weight_sum = float(w.sum())
+        denom = weight_sum if weight_sum > 0 else 1.0
+        x_mean, y_mean = (w @ X) / denom, (w @ y2) / denom
+        root = np.sqrt(w)
+    # [sqrt(w), sqrt(w) (x - mean)], in Fortran order so LAPACK works on it in place
+    stacked = np.empty((n, d + 1), order="F")
+    Xs = stacked[:, 1:]
+    if centered:
+        np.subtract(X, x_mean, out=Xs)
+        ys = y2 - y_mean
+    else:
+        Xs[:] = X
+        ys = y2
+    if root is not None:
+        Xs *= root[:, None]
+        ys = ys * root[:, None]
     moment = Xs.T @ ys
     target_ss = np.einsum("ij,ij->j", ys, ys)
-    if rows.shape[0]:
-        factor = linalg.qr(rows, mode="r", check_finite=False)[0]
-        factor = factor[: min(factor.shape[0], d)]
+    if centered:
+        stacked[:, 0] = 1.0 if root is None else root
+        factor = np.triu(_geqrf(stacked, overwrite_a=True)[0][1:, 1:])
     else:
-        factor = np.zeros((0, d))
-    return _Contribution(n, weight_sum, x_mean, y_mean, factor, None, moment, target_ss)
+        factor = np.triu(_geqrf(np.asfortranarray(Xs))[0][: min(n, d)]) if n else np.zeros(
+            (0, d))
+    fields = {
+        "n_samples": int(n),
+        "weight_sum": weight_sum,
+        "centered": bool(centered),
+        "single_target": y.ndim == 1,
+    }
+    arrays = {
+        "x_mean": x_mean,
+        "y_mean": y_mean,
+        "factor": factor,
+        "moment": moment,
+        "target_ss": target_ss,
+    }
+    return fields, arrays
 
 
-def _gram_of(rows):
-    """``rows^T rows``; BLAS syrk (half the flops of a product) for many rows."""
-    if rows.shape[0] < 64:
-        return rows.T @ rows
-    upper = dsyrk(1.0, np.asfortranarray(rows.T), trans=0, lower=0)
-    return np.triu(upper) + np.triu(upper, 1).T
+class _SiteReply:
+    """One site's validated message of one round (the Gram as ``factor`` or ``gram``)."""
+
+    __slots__ = ("site", "n_samples", "weight_sum", "x_mean", "y_mean", "factor", "gram",
+                 "moment", "target_ss", "single_target", "gram_diagonal")
+
+    def __init__(self, site, fields, arrays):
+        self.site = site
+        self.n_samples = fields["n_samples"]
+        self.weight_sum = float(fields["weight_sum"])
+        self.single_target = fields["single_target"]
+        self.x_mean, self.y_mean = arrays["x_mean"], arrays["y_mean"]
+        self.moment, self.target_ss = arrays["moment"], arrays["target_ss"]
+        self.factor = arrays.get("factor")
+        gram = arrays.get("gram")
+        self.gram = gram.matrix if isinstance(gram, SymmetricMatrix) else gram
+        self.gram_diagonal = (
+            np.einsum("ij,ij->j", self.factor, self.factor) if self.factor is not None
+            else np.diag(self.gram).copy()
+        )
 
 
-def _aggregate_round(aggregate, contributions, centered, single_target):
-    """Exact statistics after the round, and the round's update of ``G``.
+def _read_contribution(site, frame, *, n_features, n_targets, centered):
+    """Parse and check one site's statistics; raise InvalidClientMessage naming it."""
 
-    Returns ``(new_aggregate, rows, dense)``: ``G_new = G + rows^T rows +
-    dense`` where ``rows`` stacks the clients' factors and the (reduced)
-    mean-shift rows of the Chan merge, and ``dense`` sums any full Grams.
+    def fail(reason):
+        raise InvalidClientMessage(f"client {site!r}: {reason}", site)
+
+    fields, arrays = frame.fields, frame.arrays
+    if fields.keys() != _CONTRIBUTION_FIELDS:
+        fail(f"statistics fields must be {sorted(_CONTRIBUTION_FIELDS)}; got {sorted(fields)}.")
+    n, weight_sum = fields["n_samples"], fields["weight_sum"]
+    if not (type(n) is int and 0 < n < 2**53):
+        fail(f"n_samples must be a positive integer, got {n!r}.")
+    if not (type(weight_sum) in (int, float) and 0 <= weight_sum <= _MAX_WEIGHT):
+        fail(f"weight_sum must be a finite non-negative number, got {weight_sum!r}.")
+    if fields["centered"] is not centered:
+        fail(f"statistics are {'' if fields['centered'] else 'un'}centered, but the task "
+             f"asked for centered={centered}.")
+    if type(fields["single_target"]) is not bool or (fields["single_target"] and n_targets != 1):
+        fail("single_target must be a boolean, and true only with one target.")
+    d, t = n_features, n_targets
+    # (shape, magnitude cap): the caps of ClientStatistics.validate, which make
+    # merging and solving overflow-free; a factor's entries are square roots of
+    # second moments.
+    shapes = {"x_mean": ((d,), _MAX_MEAN), "y_mean": ((t,), _MAX_MEAN),
+              "moment": ((d, t), _MAX_SECOND), "target_ss": ((t,), _MAX_SECOND)}
+    if arrays.keys() == _GRAM_ARRAYS:
+        gram = arrays["gram"]
+        arrays = dict(arrays, gram=gram.matrix if isinstance(gram, SymmetricMatrix) else gram)
+        shapes["gram"] = ((d, d), _MAX_SECOND)
+    elif arrays.keys() == _FACTOR_ARRAYS:
+        factor = arrays["factor"]
+        p = factor.shape[0] if getattr(factor, "ndim", 0) == 2 else -1
+        if not 0 <= p < d:
+            fail(f"factor must have fewer rows than the {d} features.")
+        shapes["factor"] = ((p, d), math.sqrt(_MAX_SECOND))
+    else:
+        fail("statistics arrays must be x_mean, y_mean, moment, target_ss and one of "
+             f"factor or gram; got {sorted(arrays)}.")
+    for name, (shape, cap) in shapes.items():
+        array = arrays[name]
+        if not (type(array) is np.ndarray and array.dtype == np.float64):
+            fail(f"{name} must be a float64 array.")
+        if array.shape != shape:
+            fail(f"{name} has shape {array.shape}, expected {shape}.")
+        if not np.abs(array).max(initial=0.0) <= cap:  # also false for NaN
+            fail(f"{name} contains NaN or infinity or entries beyond {cap:g} in magnitude "
+                 "(no real data does: its rows hold huge values). Nothing was applied.")
+    contribution = _SiteReply(site, fields, arrays)
+    if contribution.gram is not None:  # a full Gram must look like one
+        stats = ClientStatistics(
+            n, float(weight_sum), contribution.x_mean, contribution.y_mean, contribution.gram,
+            contribution.moment, contribution.target_ss, centered=centered,
+            single_target=contribution.single_target,
+        )
+        stats.validate(client=site)
+    else:  # a factor's R^T R is positive semi-definite by construction
+        # |moment_ij| <= |column i| |target j|; the factor's column norms miss the
+        # row dropped by centering, a rounding error of order eps |x_mean| sqrt(W).
+        column = np.sqrt(contribution.gram_diagonal) + 1e-8 * np.sqrt(
+            contribution.weight_sum) * np.abs(contribution.x_mean)
+        target = np.sqrt(contribution.target_ss)
+        if np.any(contribution.target_ss < 0) or np.any(
+            np.abs(contribution.moment) > np.outer(column, target) * (1 + 1e-6)
+        ):
+            fail("moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
+    if not contribution.gram_diagonal.max(initial=0.0) <= _MAX_SECOND:
+        fail(f"its second moments exceed {_MAX_SECOND:g} (no real data does: its rows hold "
+             "huge values). Nothing was applied.")
+    return contribution
+
+
+# ------------------------------------------------------------------------ merge
+def _merge_round(previous, contributions, centered):
+    """Exact statistics after the round, and its update of the Gram as rows.
+
+    ``previous`` is the last :class:`_Model` (or None). Returns the merged
+    ``(n_samples, weight_sum, x_mean, y_mean, moment, target_ss)``, the
+    update as a list of row ``blocks`` (the sites' factors and the Chan
+    mean-shift rows, reduced by one, see the User Guide; stacked only when
+    solved) and the sum ``dense`` of any full Grams, so that
+    ``G_new = G + sum(B^T B for B in blocks) + dense``.
     """
-    groups = ([aggregate] if aggregate is not None else []) + list(contributions)
+    groups = ([previous] if previous is not None else []) + list(contributions)
     d = contributions[0].moment.shape[0]
     weights = np.array([g.weight_sum for g in groups])
     total = float(weights.sum())
@@ -155,13 +240,12 @@ def _aggregate_round(aggregate, contributions, centered, single_target):
     moment = sum(c.moment for c in contributions)
     target_ss = sum(c.target_ss for c in contributions)
     x_ref, y_ref = groups[0].x_mean, groups[0].y_mean
-    dx = np.array([g.x_mean - x_ref for g in groups])
-    dy = np.array([g.y_mean - y_ref for g in groups])
+    dx = np.stack([g.x_mean for g in groups]) - x_ref
+    dy = np.stack([g.y_mean for g in groups]) - y_ref
     if total > 0:
         shift_x, shift_y = weights @ dx / total, weights @ dy / total
     else:
         shift_x, shift_y = np.zeros(d), np.zeros(dy.shape[1])
-    x_mean, y_mean = x_ref + shift_x, y_ref + shift_y
     if centered:
         # Chan: every group's mean offset from the pooled mean adds w dx dx^T.
         root = np.sqrt(weights)
@@ -169,24 +253,27 @@ def _aggregate_round(aggregate, contributions, centered, single_target):
         my = (dy - shift_y) * root[:, None]
         moment = moment + mx.T @ my
         target_ss = target_ss + np.einsum("ij,ij->j", my, my)
-        factors.append(_drop_direction(mx, root))
-    rows = np.vstack(factors) if factors else np.zeros((0, d))
-    dense = sum(grams) if grams else None
-    if aggregate is not None:
-        gram = aggregate.gram + _gram_of(rows)
-        moment = aggregate.moment + moment
-        target_ss = aggregate.target_ss + target_ss
-        n = aggregate.n_samples
-    else:
-        gram = _gram_of(rows)
-        n = 0
-    if dense is not None:
-        gram = gram + dense
-    new = ClientStatistics(
-        n + sum(c.n_samples for c in contributions), total, x_mean, y_mean, gram, moment,
-        np.maximum(target_ss, 0.0), centered=centered, single_target=single_target,
-    )
-    return new, rows, dense
+        shift_rows = _drop_direction(mx, root)
+        if shift_rows.shape[0]:
+            factors.append(shift_rows)
+    dense = None
+    if grams:
+        dense = grams[0].copy()
+        for gram in grams[1:]:
+            dense += gram
+    n_samples = sum(c.n_samples for c in contributions)
+    if previous is not None:
+        moment = previous.moment + moment
+        target_ss = previous.target_ss + target_ss
+        n_samples += previous.n_samples
+    merged = (n_samples, total, x_ref + shift_x, y_ref + shift_y, moment,
+              np.maximum(target_ss, 0.0))
+    return merged, factors, dense
+
+
+def _gram_of(rows):
+    """``rows^T rows`` (numpy runs BLAS syrk for ``A.T @ A`` and mirrors the triangle)."""
+    return rows.T @ rows
 
 
 # ------------------------------------------------------------------ solver state
@@ -214,7 +301,8 @@ class _FactorState:
         return self.V.shape[0]
 
     def update(self, rows):
-        new = copy.copy(self)
+        new = _FactorState.__new__(_FactorState)
+        new.alpha, new.chol = self.alpha, self.chol
         Zn = linalg.cho_solve((self.chol, False), rows.T, check_finite=False)
         cross = self.V @ Zn
         corner = np.eye(rows.shape[0]) + rows @ Zn
@@ -265,7 +353,8 @@ class _InverseState:
 def _refactor(gram, alpha, kind):
     """Rebuild the solver state from the exact statistics; None if not SPD."""
     d = gram.shape[0]
-    system = gram + alpha * np.eye(d)
+    system = gram.copy()
+    system.flat[:: d + 1] += alpha
     try:
         chol = linalg.cholesky(system, lower=False, check_finite=False)
     except linalg.LinAlgError:
@@ -288,27 +377,473 @@ def _backward_error(gram, alpha, coef_t, moment):
     return np.linalg.norm(residual) / scale if scale > 0 else 0.0
 
 
-def _copy_rng(rng):
-    new = np.random.RandomState()
-    new.set_state(rng.get_state())
-    return new
+def _choose(mode, refactor_every, old, rows, dense, d, value):
+    """The route that updates ``old`` for one alpha value."""
+    if mode == "refactor" or old is None:
+        return "refactor"
+    if refactor_every is not None and old.rounds + 1 >= refactor_every:
+        return "refactor"
+    if mode == "spectral":
+        return "spectral" if old.kind == "inverse" else "refactor"
+    if old.kind != "factor" or old.alpha != value or dense is not None:
+        return "refactor"  # delta_lambda I or a dense Gram is full rank: refactor
+    m = rows.shape[0]
+    if mode == "woodbury":
+        return "woodbury" if old.rank + m <= d else "refactor"
+    # auto: SMW costs ~4 d^2 m against d^3 / 3 for Cholesky; keep the
+    # accumulated rank small so each solve stays O(d^2).
+    return "woodbury" if m <= d / _AUTO_RANK_RATIO and old.rank + m <= d / 2 else "refactor"
+
+
+# ------------------------------------------------------------------------ model
+class _Model:
+    """The exact statistics after a round, and their ridge solution, solved on first use.
+
+    The Gram is kept as ``gram`` (the one the solver states belong to) plus
+    the update since then, ``pending`` row blocks and a ``dense`` sum, so a
+    round costs ``O(m d)`` and the ``O(d^2 m)`` or ``O(d^3)`` solve is paid
+    only when the model is used (like scikit-learn-intelex's IncrementalRidge).
+    Everything is replaced, never changed, except the memo of the solution.
+    """
+
+    def __init__(self, merged, *, gram, pending, dense, diagonal, solvers, alpha, options,
+                 centered, single_target, dtype, record):
+        (self.n_samples, self.weight_sum, self.x_mean, self.y_mean, self.moment,
+         self.target_ss) = merged
+        self.gram, self.pending, self.dense, self.diagonal = gram, pending, dense, diagonal
+        self.solvers, self.alpha, self.options = solvers, alpha, options
+        self.centered, self.single_target, self.dtype = centered, single_target, dtype
+        self.record = record
+        self._solution = None
+
+    @property
+    def n_features(self):
+        return self.x_mean.shape[0]
+
+    @classmethod
+    def after_round(cls, previous, contributions, *, alpha, options, centered, single_target,
+                    dtype, record):
+        merged, blocks, dense = _merge_round(previous, contributions, centered)
+        d = merged[2].shape[0]
+        record["rank"] = d if dense is not None else sum(block.shape[0] for block in blocks)
+        diagonal = np.diag(dense).copy() if dense is not None else np.zeros(d)
+        for block in blocks:
+            diagonal += np.einsum("ij,ij->j", block, block)
+        if previous is None:
+            gram, pending, solvers = None, (), {}
+        elif previous._solution is not None:  # continue from the solved system
+            gram, solvers = previous._solution["gram"], previous._solution["solvers"]
+            pending = ()
+            diagonal += previous.diagonal
+        else:
+            gram, solvers = previous.gram, previous.solvers
+            pending, dense = previous.pending, _add(previous.dense, dense)
+            diagonal += previous.diagonal
+        pending = pending + tuple(blocks)
+        if sum(block.shape[0] for block in pending) > d:  # more rows than a Gram: fold them
+            dense = _add(dense, _gram_of(np.vstack(pending)))
+            pending = ()
+        model = cls(merged, gram=gram, pending=pending, dense=dense, diagonal=diagonal,
+                    solvers=solvers, alpha=alpha, options=options, centered=centered,
+                    single_target=single_target, dtype=dtype, record=record)
+        model._check_finite(contributions)
+        return model
+
+    def _check_finite(self, contributions):
+        values = (self.x_mean, self.y_mean, self.moment, self.target_ss)
+        if all(math.isfinite(v.sum()) for v in values) and (
+            self.diagonal.max(initial=0.0) <= _MAX_MAGNITUDE  # False for NaN, too
+        ):
+            return
+        with np.errstate(over="ignore"):  # ranking huge values: inf is a fine rank
+            site = max(contributions, key=_magnitude).site
+        raise InvalidClientMessage(
+            f"client {site!r}: merging its statistics overflows float64 (its rows hold values "
+            "too large for ridge statistics). Nothing was applied.",
+            site,
+        )
+
+    @property
+    def coef(self):
+        return self._solve()["coef"]
+
+    @property
+    def intercept(self):
+        return self._solve()["intercept"]
+
+    def _solve(self):
+        if self._solution is not None:
+            return self._solution
+        start = time.perf_counter()
+        d, t = self.moment.shape
+        rows = np.vstack(self.pending) if self.pending else np.zeros((0, d))
+        update = _add(self.dense, _gram_of(rows) if rows.shape[0] else None)
+        if self.gram is None:
+            gram = update if update is not None else np.zeros((d, d))
+        else:
+            gram = self.gram if update is None else self.gram + update
+        mode, refactor_every, tol = self.options
+        alpha = np.broadcast_to(self.alpha, (t,))
+        values = np.unique(alpha)
+        coef = np.empty((t, d))
+        solvers, routes = {}, set()
+        single_old = len(self.solvers) == 1
+        for value in values:
+            value = float(value)
+            targets = np.flatnonzero(alpha == value)
+            old = self.solvers.get(value)
+            if old is None and mode == "spectral" and single_old and len(values) == 1:
+                old = next(iter(self.solvers.values()))  # alpha changed: Eq. 13-14
+            route = _choose(mode, refactor_every, old, rows, self.dense, d, value)
+            if route == "woodbury":
+                solver = old.update(rows)
+            elif route == "spectral":
+                change = (value - old.alpha) * np.eye(d)
+                solver = old.update(change if update is None else update + change, value)
+            else:
+                solver = _refactor(gram, value, "inverse" if mode == "spectral" else "factor")
+            moment = self.moment[:, targets]
+            if solver is not None:
+                solution = solver.solve(moment)
+                if route != "refactor" and tol is not None and (
+                    _backward_error(gram, value, solution, moment) > tol
+                ):
+                    route = "refactor"
+                    solver = _refactor(gram, value, solver.kind)
+                    solution = None if solver is None else solver.solve(moment)
+            if solver is None:  # singular system: solve_ridge warns and falls back
+                coef[targets] = solve_ridge(gram, moment, value)
+                route = "lstsq"
+            else:
+                coef[targets] = solution.T
+                solvers[value] = solver
+            routes.add(route)
+        if self.centered:
+            intercept = (self.y_mean - coef @ self.x_mean).astype(self.dtype)
+            intercept = intercept[0] if self.single_target else intercept
+        else:
+            intercept = 0.0
+        coef = coef.astype(self.dtype, copy=False)
+        self._solution = {
+            "coef": coef[0] if self.single_target else coef,
+            "intercept": intercept,
+            "gram": gram,
+            "solvers": solvers,
+        }
+        self.record["update"] = "+".join(sorted(routes))
+        self.record["solve_seconds"] = time.perf_counter() - start
+        return self._solution
+
+
+def _magnitude(contribution):
+    """How much a contribution adds to the Gram's diagonal, its own and through its mean."""
+    return np.max(contribution.gram_diagonal, initial=0.0) + contribution.weight_sum * np.max(
+        contribution.x_mean**2, initial=0.0
+    )
+
+
+def _add(a, b):
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+# ------------------------------------------------------------------------ roles
+class IncrementalClient(Client):
+    """A site of :class:`IncrementalFederatedRidge`: it answers every round from its new rows.
+
+    Rows it does not send yet (fewer than the task's ``min_samples``, or a
+    round it sits out) stay with the site, in this object, and are sent with
+    a later round's rows: one client object per site, kept across rounds.
+    """
+
+    protocol = "ridge.incremental"
+    accepts_no_rows = True
+
+    def __init__(self, estimator, *, key=None, policy=None, site=None):
+        super().__init__(estimator, key=key, policy=policy, site=site)
+        self._pending = ()  # (X, y, sample_weight) blocks not sent yet
+
+    @property
+    def n_pending(self):
+        """Rows this site holds, not sent yet."""
+        return sum(block[0].shape[0] for block in self._pending)
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        centered = task_field(task, "centered", bool)
+        min_samples = task_field(task, "min_samples", int)
+        hold = task_field(task, "hold", bool)
+        if min_samples < 1:
+            raise InvalidClientMessage("server: min_samples must be at least 1.", "server")
+        if rows is not None:
+            X, y = X[rows], y[rows]
+            sample_weight = None if sample_weight is None else sample_weight[rows]
+        n_pending = self.n_pending + X.shape[0]
+        if hold or n_pending < min_samples:
+            if X.shape[0]:  # keep a copy: the caller may reuse its arrays
+                block = (X.copy(), np.array(y), None if sample_weight is None else
+                         np.array(sample_weight))
+                self._pending = self._pending + (block,)
+            return {"held": int(n_pending)}, {}
+        if self._pending:
+            X, y, sample_weight = _stack(self._pending + ((X, y, sample_weight),))
+        payload = _site_statistics(X, y, sample_weight, centered)
+        self._pending = ()
+        return payload
+
+
+def _stack(blocks):
+    Xs, ys, weights = zip(*blocks)
+    X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs)
+    y = np.concatenate(ys)
+    weight = None
+    if any(w is not None for w in weights):
+        weight = np.concatenate(
+            [np.ones(x.shape[0]) if w is None else w for x, w in zip(Xs, weights)]
+        )
+    return X, y, weight
+
+
+class _Roster:
+    """The nodes that may lead a round: those seen so far, then this round's new ones,
+    less the leaders that dropped out (a sequence view; nothing is copied)."""
+
+    def __init__(self, known, new, excluded):
+        self.known, self.new = known, new
+        self.excluded = sorted(excluded)
+
+    def __len__(self):
+        return len(self.known) + len(self.new) - len(self.excluded)
+
+    def index(self, i):
+        for skipped in self.excluded:  # the i-th node that was not excluded
+            if i >= skipped:
+                i += 1
+        return i
+
+    def __getitem__(self, i):
+        i = self.index(i)
+        n = len(self.known)
+        label = self.known[i] if i < n else self.new[i - n]
+        return label.item() if isinstance(label, np.generic) else label
+
+
+class IncrementalServer(Server):
+    """Server of :class:`IncrementalFederatedRidge`: one round per ``receive``, forever.
+
+    ``max_rounds`` bounds it (``fit`` runs one round, ``partial_fit`` one more
+    with ``warm_start=True``). Each round it simulates the FedDelta election
+    of the node that aggregates (recorded in ``leaders_``), collects every
+    site's statistics, and merges them when at least ``min_clients`` sites
+    contributed; otherwise it keeps them and merges them with the next round
+    that reaches quorum (the model is the same as if the sites had waited).
+    """
+
+    protocol = "ridge.incremental"
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        state = getattr(estimator, "_stream", None) if self.warm_start else None
+        if state is None:
+            state = _fresh_state(estimator, self.federation)
+        else:  # the next round of the same federation: partial_fit == a long-lived server
+            self.federation = state["federation"]
+            self.round = len(state["leaders"])
+        self._state = state
+
+    def _round_rng(self):
+        """This round's randomness: derived from the seed and the round index, so a
+        failed round draws nothing twice and no generator is copied."""
+        state = self._state
+        return np.random.Generator(np.random.Philox(key=state["seed"], counter=self.round))
+
+    def _plan(self, sites):
+        estimator, state = self.estimator, self._state
+        if state["centered"] != bool(estimator.fit_intercept):
+            raise ValueError("fit_intercept changed since the first round; call fit to restart.")
+        rng = self._round_rng()
+        known = state["node_keys"]
+        site_keys = [label_key(site) for site in sites]
+        new = [site for site, key in zip(sites, site_keys) if key not in known]
+        new_position = {key: i for i, key in enumerate(k for k in site_keys if k not in known)}
+        dropped, excluded, leader, converged = [], [], None, 0.0
+        roster = _Roster(state["nodes"], new, excluded)
+        while len(roster):
+            election = elect_leader(roster, fanout=estimator.gossip_fanout,
+                                    n_rounds=estimator.gossip_rounds, random_state=rng)
+            if estimator.leader_dropout > 0 and rng.random() < estimator.leader_dropout:
+                key = label_key(election.leader)
+                position = known.get(key)
+                if position is None:
+                    position = len(state["nodes"]) + new_position[key]
+                dropped.append(election.leader)
+                roster = _Roster(state["nodes"], new, excluded + [position])
+                excluded = roster.excluded
+                continue
+            leader, converged = election.leader, election.converged_fraction
+            break
+        self._round = {
+            "leader": leader,
+            "dropped": dropped,
+            "converged": converged,
+            "new": new,
+            "options": (estimator.update, estimator.refactor_every, estimator.tol),
+        }
+        fields = {"centered": state["centered"], "min_samples": int(estimator.min_samples)}
+        sitting_out = {label_key(site) for site in dropped}
+        return {
+            site: (dict(fields, hold=key in sitting_out), {})
+            for site, key in zip(sites, site_keys)
+        }
+
+    def _read_reply(self, site, frame):
+        if set(frame.fields) == {"held"}:
+            held = frame.fields["held"]
+            if frame.arrays or not (type(held) is int and 0 <= held < 2**53):
+                raise InvalidClientMessage(f"client {site!r}: malformed held-rows reply.", site)
+            return held
+        n_targets = frame.schema.get("n_targets")
+        state = self._state
+        if state["n_targets"] is not None and n_targets != state["n_targets"]:
+            raise InvalidClientMessage(
+                f"client {site!r}: has {n_targets} targets but earlier rounds had "
+                f"{state['n_targets']}.",
+                site,
+            )
+        if not (type(n_targets) is int and n_targets > 0):
+            raise InvalidClientMessage(f"client {site!r}: the reply names no targets.", site)
+        return _read_contribution(
+            site, frame, n_features=frame.schema["n_features"], n_targets=n_targets,
+            centered=self._state["centered"],
+        )
+
+    def _apply(self, replies, ledger):
+        estimator, state, plan = self.estimator, self._state, self._round
+        sites = sorted_labels(replies)
+        arrived = [replies[site] for site in sites if isinstance(replies[site], _SiteReply)]
+        waiting = state["waiting"] + tuple(arrived)
+        site_pending = dict(state["site_pending"])
+        for site in sites:
+            if isinstance(replies[site], int):
+                site_pending[label_key(site)] = (site, replies[site])
+            else:
+                site_pending.pop(label_key(site), None)
+        contributors = list({label_key(c.site): c.site for c in waiting}.values())
+        n_targets = state["n_targets"]
+        if arrived:
+            n_targets = arrived[0].moment.shape[1]
+        skipped = plan["leader"] is None or len(contributors) < estimator.min_clients
+        record = {
+            "leader": plan["leader"],
+            "dropped_leaders": plan["dropped"],
+            "contributors": [] if skipped else contributors,
+            "skipped": skipped,
+            "update": None,
+            "rank": 0,
+            "uplink_bytes": _round_bytes(ledger.uplink_bytes_per_client, self._ledger, "up",
+                                         replies),
+            "downlink_bytes": _round_bytes(ledger.downlink_bytes_per_client, self._ledger,
+                                           "down", [site for site, _ in self._open.values()]),
+            "gossip_converged": plan["converged"],
+            "merge_seconds": 0.0,
+            "solve_seconds": 0.0,
+        }
+        model = state["model"]
+        if not skipped:
+            start = time.perf_counter()
+            alpha = estimator._checked_alpha(n_targets)
+            single = waiting[-1].single_target if model is None else model.single_target
+            model = _Model.after_round(
+                model, waiting, alpha=alpha, options=plan["options"],
+                centered=state["centered"], single_target=single,
+                dtype=self._dtype_of_round(), record=record,
+            )
+            record["merge_seconds"] = time.perf_counter() - start
+            waiting = ()
+        d = self.schema.n_features
+        ledger.n_parameters = estimator._n_parameters(d, n_targets or 1)
+        new_state = dict(
+            state,
+            model=model,
+            waiting=waiting,
+            site_pending=site_pending,
+            n_targets=n_targets,
+            leaders=state["leaders"] + [plan["leader"]],
+            skipped=state["skipped"] + ([len(state["leaders"])] if skipped else []),
+            history=state["history"] + [record],
+        )
+        if plan["new"]:
+            keys = dict(state["node_keys"])
+            for site in plan["new"]:
+                keys[label_key(site)] = len(keys)
+            new_state["node_keys"] = keys
+            new_state["nodes"] = _append_labels(state["nodes"], plan["new"])
+        # commit: nothing above touched the estimator
+        self._state = new_state
+        estimator._commit(new_state, self.schema, ledger)
+
+    def _dtype_of_round(self):
+        return np.float32 if self._dtype == "float32" else np.float64
+
+
+def _round_bytes(totals, previous_ledger, direction, sites):
+    """Bytes this round moved in one direction (from the ledger's per-site totals)."""
+    before = {} if previous_ledger is None else (
+        previous_ledger.uplink_bytes_per_client if direction == "up"
+        else previous_ledger.downlink_bytes_per_client
+    )
+    return int(sum(totals.get(site, 0) - before.get(site, 0) for site in sites))
+
+
+def _append_labels(labels, new):
+    """``labels`` (an array) followed by ``new``, keeping each label's type."""
+    new = label_array(new)
+    if labels.dtype.kind == new.dtype.kind and labels.dtype.kind in "iub":
+        return np.concatenate([labels, new])
+    if labels.dtype.kind == new.dtype.kind == "U":
+        return np.concatenate([labels, new])
+    if labels.size == 0:
+        return new
+    both = np.empty(labels.size + new.size, dtype=object)
+    both[: labels.size] = labels.astype(object)
+    both[labels.size :] = new.astype(object)
+    return both
+
+
+def _fresh_state(estimator, federation):
+    """The state of a new stream (``fit``, or a server made without ``warm_start``)."""
+    return {
+        "federation": federation,
+        "model": None,
+        "waiting": (),
+        "site_pending": {},
+        "nodes": np.empty(0, dtype=np.int64),
+        "node_keys": {},
+        "seed": estimator._draw_seed(),
+        "centered": bool(estimator.fit_intercept),
+        "n_targets": None,
+        "leaders": [],
+        "skipped": [],
+        "history": [],
+    }
 
 
 # ---------------------------------------------------------------------- estimator
 class IncrementalFederatedRidge(BaseFederatedRidge):
     """Federated ridge built round by round (FedDelta) with low-rank solver updates.
 
-    Each call to :meth:`partial_fit` is one aggregation round. A leader is
-    elected among the known nodes by a simulated push-pull gossip of bids;
-    each client with enough pending rows sends a compact message (its means,
-    centered moment and either the ``R`` of a QR of its centered rows, when it
-    has fewer rows than features, or its packed Gram); if at least
-    ``min_clients`` clients contribute, the leader merges them into the exact
-    statistics, updates the regularized system ``P = G + alpha I`` and
-    broadcasts the round's update so that every node can lead the next round.
+    A streaming protocol: every call to :meth:`partial_fit` is one round
+    (``make_server`` runs as many as it is given). Each site with enough new
+    rows sends a compact message (its means, centered moment and either the
+    ``R`` of a QR of its centered rows, when it has fewer rows than features,
+    or its packed Gram); if at least ``min_clients`` sites contributed, the
+    server merges them into the exact statistics of all rows so far. A leader
+    among the known nodes is elected each round by a simulated push-pull
+    gossip of bids (FedDelta's rotating aggregator, recorded in ``leaders_``).
     After every round ``coef_`` and ``intercept_`` equal
-    :class:`sklearn.linear_model.Ridge` with the current ``alpha`` fitted on all
-    rows aggregated so far.
+    :class:`sklearn.linear_model.Ridge` with that round's ``alpha`` fitted on
+    all rows aggregated so far; the ridge system is solved when the model is
+    first used after the round, by a low-rank update when that is cheaper.
 
     Read more in the :ref:`User Guide <incremental_ridge>`.
 
@@ -320,22 +855,22 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
     fit_intercept : bool, default=True
         Whether to fit an (unpenalized) intercept.
     min_clients : int, default=1
-        Quorum: a round with fewer contributing clients is skipped and every
-        pending row is kept for the next round that reaches quorum.
+        Quorum: in a round with fewer contributing sites the server keeps
+        their statistics and merges them in the next round that reaches quorum.
     min_samples : int, default=1
-        A client with fewer pending rows than this holds them for later.
+        A site with fewer pending rows than this holds them for later.
     update : {"auto", "woodbury", "spectral", "refactor"}, default="auto"
         How the solver follows ``G``. ``"woodbury"``: keep a Cholesky factor
         of ``P`` at some earlier round plus the low-rank update since then
         (SMW on the stacked client factors, ``O(d^2 m)`` for an update of rank
         ``m``). ``"spectral"``: the paper's route, an explicit ``P^{-1}``
-        updated through an eigendecomposition of the round's update matrix
+        updated through an eigendecomposition of the update matrix
         ``U = A + delta_lambda I``. ``"refactor"``: Cholesky of ``G + alpha I``
-        every round. ``"auto"``: woodbury when the round's rank is small
+        at every solve. ``"auto"``: woodbury when the update's rank is small
         against ``d`` (see the User Guide), otherwise refactor.
     refactor_every : int or None, default=None
         Rebuild the woodbury/spectral state from the exact statistics every
-        this many rounds. ``None``: only when the residual check fails (or,
+        this many solves. ``None``: only when the residual check fails (or,
         for woodbury, when the accumulated rank reaches ``d / 2``).
     tol : float or None, default=1e-11
         After a low-rank update, the normwise backward error of the solution
@@ -347,10 +882,11 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         Gossip rounds per election.
     leader_dropout : float, default=0.0
         Probability that an elected leader drops out of the round; another
-        is then elected among the remaining nodes, and the dropped node's
-        pending rows wait for a later round.
+        is then elected among the remaining nodes, and the dropped node sits
+        the round out, holding its rows for a later round.
     random_state : int, RandomState instance or None, default=None
-        Bids, gossip contacts, tie-breaks and leader dropouts.
+        Seeds the elections and leader dropouts (each round's draws are
+        derived from this seed and the round's index).
 
     Attributes
     ----------
@@ -375,16 +911,18 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
     n_samples_seen_ : int
         Rows aggregated into the model.
     n_samples_pending_ : int
-        Rows held by clients, waiting for a round (``min_samples``, quorum or
-        leader dropout).
+        Rows not in the model yet: held by sites (``min_samples``, leader
+        dropout) or sent in rounds that missed the quorum.
     communication_ : CommunicationLedger
-        Total uplink and downlink bytes, from the messages' wire sizes.
+        Bytes of every task and reply, from the messages' wire sizes.
     round_history_ : list of dict
-        One dict per round: ``leader``, ``dropped_leaders``, ``contributors``,
-        ``skipped``, ``update`` (route used), ``rank`` (rows of the round's
-        update factor), ``uplink_bytes``, ``broadcast_bytes``,
+        One dict per round: ``leader``, ``dropped_leaders``, ``contributors``
+        (sites whose statistics were merged), ``skipped``, ``rank`` (rows of
+        the round's Gram update), ``uplink_bytes``, ``downlink_bytes``,
         ``gossip_converged`` (fraction of nodes that heard the winning bid),
-        ``leader_seconds`` (time the leader spent merging and solving).
+        ``merge_seconds``, and, once the round's model has been used,
+        ``update`` (the solver route) and ``solve_seconds``. A round whose
+        model was never used (another round came first) keeps ``update=None``.
 
     See Also
     --------
@@ -404,6 +942,20 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
     True
     >>> model.n_rounds_, len(model.leaders_), model.n_samples_seen_
     (3, 3, 90)
+
+    The same rounds deployed: three sites, each with its own client object
+    kept across rounds, and a server that runs one round per ``receive``:
+
+    >>> estimator = IncrementalFederatedRidge(alpha=0.5, random_state=0)
+    >>> server = estimator.make_server()
+    >>> sites = {s: estimator.make_client(site=s) for s in ("a", "b", "c")}
+    >>> for batch in np.split(np.arange(90), 3):       # new rows arrive at every site
+    ...     tasks = server.next_tasks(list(sites))     # {site: bytes}
+    ...     replies = {s: sites[s].respond(tasks[s], X[batch][i::3], y[batch][i::3])
+    ...                for i, s in enumerate(tasks)}
+    ...     server.receive(replies)
+    >>> bool(np.allclose(estimator.coef_, model.coef_, rtol=1e-10))
+    True
     """
 
     _parameter_constraints: dict = {
@@ -418,6 +970,10 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         "leader_dropout": [Interval(Real, 0, 1, closed="left")],
         "random_state": ["random_state"],
     }
+
+    _server_role = IncrementalServer
+    _client_role = IncrementalClient
+    _protocol_rounds_in_fit = 1  # a streaming protocol: fit is one round
 
     @property
     def _without_clients(self):  # what fit does without clients (MissingClientsWarning)
@@ -455,6 +1011,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None):
         """Forget everything, then run one round on the given rows.
 
@@ -476,10 +1033,11 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
-        state = self._initial_state()
-        return self._round(state, X, y, sample_weight, labels, rows)
+        self._sites = {}
+        return self._run_round(X, y, sample_weight, labels, rows, warm_start=False)
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Run one aggregation round with these new rows.
 
@@ -489,245 +1047,93 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         ----------
         X, y, sample_weight, clients
             As in :meth:`fit`; ``clients`` may name new or known clients, and
-            known clients may be absent.
+            known clients may be absent (those holding rows still take part).
 
         Returns
         -------
         self : IncrementalFederatedRidge
         """
-        state = getattr(self, "_state", None)
-        first_call = state is None
+        stream = getattr(self, "_stream", None)
         X, y, sample_weight, labels, rows = self._validate_more_rows(
             X, y, sample_weight, clients,
-            seen=None if first_call else (state["n_targets"], state["centered"]),
+            seen=None if stream is None or stream["n_targets"] is None
+            else (stream["n_targets"], stream["centered"]),
         )
-        if first_call:
-            state = self._initial_state()
-        return self._round(state, X, y, sample_weight, labels, rows)
+        return self._run_round(X, y, sample_weight, labels, rows, warm_start=stream is not None)
+
+    def _run_round(self, X, y, sample_weight, labels, rows, *, warm_start):
+        """One round of the protocol in process: each label's simulated site answers."""
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else [str(name) for name in names]
+        labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
+        rows = list(rows)
+        clients = {label: self.make_client(site=label) for label in labels}
+        held = getattr(self, "_sites", {})
+        if held:  # sites holding rows take part, with no new rows if they have none
+            position = {label_key(label): label for label in labels}
+            for key, client in held.items():
+                label = position.get(key)
+                if label is None:
+                    label = client.site
+                    labels.append(label)
+                    rows.append(slice(0, 0))
+                # a copy: the stored client stays as it was if the round fails
+                clients[label] = copy.copy(client)
+        server = self.make_server(feature_names=names, warm_start=warm_start, max_rounds=1)
+        run_simulation(server, clients, X, y, sample_weight, labels, rows, names)
+        self._sites = {
+            label_key(label): client for label, client in clients.items() if client._pending
+        }
+        return self
+
+    def _draw_seed(self):
+        """The seed of a new stream: from ``random_state``, or from OS entropy."""
+        if self.random_state is None:
+            return int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
+        rng = self.random_state
+        if isinstance(rng, Integral):
+            return int(rng)
+        from sklearn.utils import check_random_state
+
+        return int(check_random_state(rng).randint(np.iinfo(np.int32).max))
+
+    def _commit(self, state, schema, ledger):
+        """Set the fitted attributes from the server's state after a round."""
+        self._stream = state
+        self.communication_ = ledger
+        self.clients_ = state["nodes"]
+        self.n_clients_ = len(state["nodes"])
+        self.n_rounds_ = len(state["leaders"])
+        self.leaders_ = state["leaders"]
+        self.skipped_rounds_ = state["skipped"]
+        self.round_history_ = state["history"]
+        model = state["model"]
+        self.n_samples_seen_ = 0 if model is None else int(model.n_samples)
+        self.n_samples_pending_ = int(
+            sum(n for _, n in state["site_pending"].values())
+            + sum(c.n_samples for c in state["waiting"])
+        )
+        self._set_schema(schema, schema.n_features)
+
+    # The model of the latest round, solved on first use.
+    @property
+    def coef_(self):
+        model = self._fitted_model()
+        return model.coef
+
+    @property
+    def intercept_(self):
+        return self._fitted_model().intercept
+
+    def _fitted_model(self):
+        stream = self.__dict__.get("_stream")
+        model = None if stream is None else stream["model"]
+        if model is None:
+            raise AttributeError("IncrementalFederatedRidge has no model yet; coef_ is set "
+                                 "by the first round that reaches quorum.")
+        return model
 
     def __sklearn_is_fitted__(self):
         # Rounds may run (and be skipped for lack of quorum) before any model exists.
-        return hasattr(self, "coef_")
-
-    # ------------------------------------------------------------------ rounds
-    def _initial_state(self):
-        return {
-            "aggregate": None,
-            "solvers": {},
-            "pending": {},
-            "nodes": [],
-            "rng": check_random_state(self.random_state),
-            "ledger": None,
-            "leaders": [],
-            "skipped": [],
-            "history": [],
-            "n_targets": None,
-            "centered": self.fit_intercept,
-            "single_target": None,
-        }
-
-    def _round(self, previous, X, y, sample_weight, labels, rows):
-        """One round, computed on copies; the state is assigned only at the end."""
-        y2 = y.reshape(y.shape[0], -1)
-        n_targets = y2.shape[1]
-        alpha = self._checked_alpha(n_targets)
-        d = X.shape[1]
-        state = dict(previous)
-        state["rng"] = _copy_rng(previous["rng"])
-        state["pending"] = {k: list(v) for k, v in previous["pending"].items()}
-        state["nodes"] = list(previous["nodes"])
-        state["leaders"] = list(previous["leaders"])
-        state["skipped"] = list(previous["skipped"])
-        state["history"] = list(previous["history"])
-        state["n_targets"] = n_targets
-        state["single_target"] = y.ndim == 1
-        ledger = self._new_ledger(d, n_targets)
-        if previous["ledger"] is not None:
-            ledger = previous["ledger"].copy()
-        rng = state["rng"]
-        if sp.issparse(X):
-            X = sp.csr_matrix(X)  # row slicing per client
-        known = set(state["nodes"])
-        for label, client_rows in zip(labels, rows):
-            key = label.item() if hasattr(label, "item") else label
-            if key not in known:
-                known.add(key)
-                state["nodes"].append(key)
-            sw = None if sample_weight is None else sample_weight[client_rows]
-            block = (X[client_rows], y2[client_rows], sw)
-            state["pending"].setdefault(key, []).append(block)
-
-        # Leader election, with re-election when the leader drops out.
-        candidates = list(state["nodes"])
-        dropped = []
-        leader, converged = None, 0.0
-        while candidates:
-            election = elect_leader(
-                candidates,
-                fanout=self.gossip_fanout,
-                n_rounds=self.gossip_rounds,
-                random_state=rng,
-            )
-            if self.leader_dropout > 0 and rng.uniform() < self.leader_dropout:
-                dropped.append(election.leader)
-                candidates.remove(election.leader)
-                continue
-            leader, converged = election.leader, election.converged_fraction
-            break
-
-        ready = [
-            key
-            for key, blocks in state["pending"].items()
-            if key not in dropped and sum(b[0].shape[0] for b in blocks) >= self.min_samples
-        ]
-        round_index = len(state["leaders"])
-        state["leaders"].append(leader)
-        record = {
-            "leader": leader,
-            "dropped_leaders": dropped,
-            "contributors": ready,
-            "skipped": False,
-            "update": None,
-            "rank": 0,
-            "uplink_bytes": 0,
-            "broadcast_bytes": 0,
-            "gossip_converged": converged,
-            "leader_seconds": 0.0,
-        }
-        if leader is None or len(ready) < self.min_clients:
-            record["skipped"] = True
-            record["contributors"] = []
-            state["skipped"].append(round_index)
-            state["history"].append(record)
-            self._commit(state, ledger, X.dtype, coef=None)
-            return self
-
-        contributions = []
-        for key in ready:
-            blocks = state["pending"].pop(key)
-            Xc = sp.vstack([b[0] for b in blocks]) if sp.issparse(blocks[0][0]) else (
-                np.concatenate([b[0] for b in blocks]))
-            yc = np.concatenate([b[1] for b in blocks])
-            swc = None
-            if any(b[2] is not None for b in blocks):
-                swc = np.concatenate(
-                    [np.ones(b[0].shape[0]) if b[2] is None else b[2] for b in blocks]
-                )
-            contribution = _client_contribution(Xc, yc, swc, self.fit_intercept)
-            contributions.append(contribution)
-            ledger.record_upload(key, contribution.nbytes)
-            record["uplink_bytes"] += contribution.nbytes
-
-        start = time.perf_counter()
-        aggregate, update_rows, dense = _aggregate_round(
-            state["aggregate"], contributions, self.fit_intercept, y.ndim == 1
-        )
-        rank = d if dense is not None else update_rows.shape[0]
-        record["rank"] = rank
-        coef, solvers, route = self._solve(
-            previous["solvers"], aggregate, update_rows, dense, alpha, previous["aggregate"]
-        )
-        record["update"] = route
-        record["leader_seconds"] = time.perf_counter() - start
-        # Broadcast: the round's update (factor rows or packed dense part),
-        # the changes of means/moment, and the model, to every node.
-        matrix = d * (d + 1) // 2 if dense is not None else update_rows.size
-        n_values = matrix + d + n_targets + d * n_targets + n_targets + 2
-        n_values += ledger.n_parameters
-        ledger.record_broadcast(len(state["nodes"]), n_values)
-        record["broadcast_bytes"] = len(state["nodes"]) * n_values * _FLOAT
-        state["history"].append(record)
-        state["aggregate"] = aggregate
-        state["solvers"] = solvers
-        self._commit(state, ledger, X.dtype, coef=coef)
-        return self
-
-    def _solve(self, solvers, aggregate, rows, dense, alpha, old_aggregate):
-        """Coefficients (t, d) for the new statistics, and the new solver states."""
-        gram, moment = aggregate.gram, aggregate.moment
-        d, t = moment.shape
-        coef = np.empty((t, d))
-        new_solvers = {}
-        routes = set()
-        values = np.unique(np.broadcast_to(alpha, (t,)))
-        single_old = len(solvers) == 1
-        for value in values:
-            value = float(value)
-            targets = np.flatnonzero(np.broadcast_to(alpha, (t,)) == value)
-            old = solvers.get(value)
-            if old is None and self.update == "spectral" and single_old and len(values) == 1:
-                old = next(iter(solvers.values()))  # alpha changed: Eq. 13-14
-            route, solver = self._choose(old, rows, dense, d, value)
-            if route == "woodbury":
-                solver = old.update(rows)
-            elif route == "spectral":
-                update_matrix = rows.T @ rows
-                if dense is not None:
-                    update_matrix = update_matrix + dense
-                update_matrix = update_matrix + (value - old.alpha) * np.eye(d)
-                solver = old.update(update_matrix, value)
-            else:
-                solver = _refactor(gram, value, "inverse" if self.update == "spectral" else
-                                   "factor")
-            if solver is not None:
-                sol = solver.solve(moment[:, targets])
-                if route != "refactor" and self.tol is not None and (
-                    _backward_error(gram, value, sol, moment[:, targets]) > self.tol
-                ):
-                    route = "refactor"
-                    solver = _refactor(gram, value, solver.kind)
-                    sol = None if solver is None else solver.solve(moment[:, targets])
-            if solver is None:  # singular system: solve_ridge warns and falls back
-                coef[targets] = solve_ridge(gram, moment[:, targets], value)
-                route = "lstsq"
-            else:
-                coef[targets] = sol.T
-                new_solvers[value] = solver
-            routes.add(route)
-        return coef, new_solvers, "+".join(sorted(routes))
-
-    def _choose(self, old, rows, dense, d, value):
-        """Pick the route for one alpha value; returns (route, None)."""
-        mode = self.update
-        if mode == "refactor" or old is None:
-            return "refactor", None
-        if self.refactor_every is not None and old.rounds + 1 >= self.refactor_every:
-            return "refactor", None
-        if mode == "spectral":
-            return ("spectral", None) if old.kind == "inverse" else ("refactor", None)
-        if old.kind != "factor" or old.alpha != value or dense is not None:
-            return "refactor", None  # delta_lambda I is full rank: refactor
-        m = rows.shape[0]
-        if mode == "woodbury":
-            return ("woodbury", None) if old.rank + m <= d else ("refactor", None)
-        # auto: SMW costs ~4 d^2 m against d^3 / 3 for Cholesky; keep the
-        # accumulated rank small so each solve stays O(d^2).
-        if m <= d / _AUTO_RANK_RATIO and old.rank + m <= d / 2:
-            return "woodbury", None
-        return "refactor", None
-
-    def _commit(self, state, ledger, dtype, coef):
-        state["ledger"] = ledger
-        self._state = state
-        self.communication_ = ledger
-        self.clients_ = label_array(state["nodes"])
-        self.n_clients_ = len(state["nodes"])
-        self.n_rounds_ = len(state["leaders"])
-        self.leaders_ = list(state["leaders"])
-        self.skipped_rounds_ = list(state["skipped"])
-        self.round_history_ = list(state["history"])
-        aggregate = state["aggregate"]
-        self.n_samples_seen_ = 0 if aggregate is None else int(aggregate.n_samples)
-        self.n_samples_pending_ = int(
-            sum(b[0].shape[0] for blocks in state["pending"].values() for b in blocks)
-        )
-        if coef is not None:
-            self._set_coef(aggregate, coef, dtype)
-        elif aggregate is None:  # fit() whose only round was skipped: not fitted
-            for name in ("coef_", "intercept_"):
-                self.__dict__.pop(name, None)
-
-
-# Woodbury is chosen when the round's update has at most d / _AUTO_RANK_RATIO
-# rows (measured crossover, see benchmarks/bench_incremental.py).
-_AUTO_RANK_RATIO = 8
+        stream = self.__dict__.get("_stream")
+        return stream is not None and stream["model"] is not None

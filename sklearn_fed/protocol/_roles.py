@@ -110,6 +110,8 @@ class Client(ABC):
     protocol = None
     accept_sparse = True
     needs_y = True
+    #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
+    accepts_no_rows = False
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
         self.estimator = estimator
@@ -157,7 +159,7 @@ class Client(ABC):
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
         X, y, sample_weight, names = check_site_data(
             X, y, sample_weight, schema=schema, site=task.site,
-            accept_sparse=self.accept_sparse,
+            accept_sparse=self.accept_sparse, ensure_min_samples=0 if self.accepts_no_rows else 1,
         )
         if self.policy is not None:
             self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
@@ -220,15 +222,18 @@ class Server(ABC):
     max_message_bytes : int, default=2**31
         Longer replies are refused before they are read.
     max_rounds : int, default=None
-        Finish after this many applied rounds (``fit`` of a streaming
-        protocol runs one); ``None``: when the protocol is done.
+        Finish after this many applied rounds of this server (``fit`` of a
+        streaming protocol runs one); ``None``: when the protocol is done.
 
     Attributes
     ----------
     federation : str
         Random id of this federation (32 hex digits); replies must echo it.
     round : int
-        Id of the next round.
+        Id of the next round (a streaming protocol's warm-started server
+        continues its federation's ids).
+    rounds_applied : int
+        Rounds this server has applied.
     dropped_ : dict
         Site -> reason, for replies dropped under ``on_invalid="drop"``.
     """
@@ -253,12 +258,14 @@ class Server(ABC):
         self.max_rounds = max_rounds
         self.federation = secrets.token_hex(16)
         self.round = 0
+        self.rounds_applied = 0
         self.finished = False
         self.dropped_ = {}
         self._open = None
         self._dtype = None
+        # Read, never changed: each round records on a copy (O(sites seen) per round).
         self._ledger = (
-            estimator.communication_.copy()
+            estimator.communication_
             if warm_start and hasattr(estimator, "communication_") else None
         )
 
@@ -308,7 +315,7 @@ class Server(ABC):
         return self.keys.get(label_key(site))
 
     def _next_frames(self, sites):
-        if self.max_rounds is not None and self.round >= self.max_rounds:
+        if self.max_rounds is not None and self.rounds_applied >= self.max_rounds:
             self.finished = True
         if self.finished:
             return {}
@@ -398,6 +405,7 @@ class Server(ABC):
         for site, exc in failures.items():
             self.dropped_[site] = str(exc)
         self.round += 1
+        self.rounds_applied += 1
         self._open = None
 
     def _check_agreement(self, frames, parsed, failures):

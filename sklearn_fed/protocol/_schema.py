@@ -128,7 +128,8 @@ def _column_names(X):
 
 
 def check_site_data(
-    X, y=None, sample_weight=None, *, schema=None, site=None, accept_sparse=True, y_numeric=True
+    X, y=None, sample_weight=None, *, schema=None, site=None, accept_sparse=True, y_numeric=True,
+    ensure_min_samples=1,
 ):
     """Validate one site's rows against a task's schema, like ``validate_data`` does.
 
@@ -147,6 +148,8 @@ def check_site_data(
         Used in error messages.
     accept_sparse : bool, default=True
     y_numeric : bool, default=True
+    ensure_min_samples : int, default=1
+        Fewer rows are refused (0: a streaming site may answer from rows it held).
 
     Returns
     -------
@@ -193,6 +196,7 @@ def check_site_data(
             dtype=[np.float64, np.float32],
             ensure_all_finite=True,
             ensure_2d=True,
+            ensure_min_samples=ensure_min_samples,
             input_name="X",
         )
         if sp.issparse(X):
@@ -207,6 +211,7 @@ def check_site_data(
                 ensure_2d=False,
                 dtype=np.float64 if y_numeric else None,
                 ensure_all_finite=True,
+                ensure_min_samples=ensure_min_samples,
                 input_name="y",
             )
             if y.ndim not in (1, 2):

@@ -32,6 +32,7 @@ length. JSON is parsed by the standard library; nothing is ever unpickled.
 import hashlib
 import hmac
 import json
+from json.encoder import encode_basestring_ascii as _encode_json_string
 import math
 import struct
 from dataclasses import dataclass, field
@@ -151,6 +152,8 @@ class Frame:
 
 
 def _wire_dtype(dtype, name):
+    if dtype.str in _DTYPES:  # already little-endian (or byte-sized): the common case
+        return dtype.str
     dtype = np.dtype(dtype)
     code = dtype.newbyteorder("<").str if dtype.byteorder not in "|" else dtype.str
     if code not in _DTYPES:
@@ -187,6 +190,11 @@ def label_key(label):
     >>> label_key(1) == label_key(np.int64(1)) != label_key("1")
     True
     """
+    kind = type(label)  # fast paths, same text as json.dumps (labels are keyed every round)
+    if kind is int:
+        return int.__repr__(label)
+    if kind is str:
+        return _encode_json_string(label)
     return json.dumps(plain_label(label), sort_keys=True, separators=(",", ":"))
 
 
