@@ -27,6 +27,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from sklearn_fed import (  # noqa: E402
     FederatedRidge,
     FederatedRidgeCV,
+    IncrementalFederatedRidge,
     InvalidClientMessage,
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
@@ -56,6 +57,8 @@ FLOWER_CASES = [
     # two rounds: X25519 public keys, then masked sums; the key pair waits in context.state
     PrivateFederatedRidge(epsilon=2.0, feature_bound=80.0, target_bound=10.0,
                           noise="distributed", random_state=0),
+    # streaming: rows arrive in N_ROUNDS rounds; a site holds rows below min_samples
+    IncrementalFederatedRidge(alpha=1.0, min_samples=100, random_state=0),
 ]
 SITES = ("a", "b", "c")
 
