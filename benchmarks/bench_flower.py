@@ -1,12 +1,13 @@
 """Wall time of a fit through a real Flower federation vs the same fit in process.
 
-Starts one SuperLink and three SuperNodes on 127.0.0.1 (LocalFederation),
-runs each estimator through it (one ``flwr run`` each), and fits the same
-estimator in process on the same per-site rows (median of 5). Checks that
-both give identical coefficients (or network parameters) and prints a
-markdown table. The Flower time is end to end: building and submitting the
-app, the ServerApp process, one ClientApp process per message (a roll call,
-then one per protocol round and site), and saving the model.
+Starts one SuperLink and three SuperNodes on 127.0.0.1 (LocalFederation) and
+runs every estimator of ``tests/test_flower.py`` (``FLOWER_CASES``, on the
+same 600 digits rows split into three sites) through it, one ``flwr run``
+each; fits the same estimator in process on the same per-site rows (median of
+5); checks both give identical models and prints a markdown table. The
+Flower time is end to end: the ``flwr`` CLI building and submitting the app,
+the ServerApp process, one ClientApp process per message and site, and
+saving the model.
 
 Usage::
 
@@ -15,29 +16,26 @@ Usage::
 
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import numpy as np
-from sklearn.base import clone
-from sklearn.datasets import load_digits
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sklearn_fed import FederatedRidge, FederatedRidgeCV, ProjectedFederatedRidge
-from sklearn_fed.flower import LocalFederation
-from sklearn_fed.utils.estimator_checks import _model_state
+from test_flower import (  # noqa: E402  (the test's cases, data and reference fit)
+    FLOWER_CASES,
+    _assert_same_model,
+    _case_id,
+    _flower_config,
+    _in_process,
+    _site_rows,
+)
 
-ESTIMATORS = [
-    FederatedRidge(alpha=1.0),
-    FederatedRidgeCV(alphas=(0.1, 1.0, 10.0)),
-    ProjectedFederatedRidge(n_components=16, random_state=0),
-]
+from sklearn_fed.flower import LocalFederation  # noqa: E402
 
 
 def main():
-    X, y = load_digits(return_X_y=True)
-    X, y = X[:600], y[:600]
-    clients = np.array(["a", "b", "c"])[np.arange(600) % 3]
-    sites = {s: (X[clients == s], y[clients == s]) for s in ("a", "b", "c")}
-    order = np.concatenate([np.flatnonzero(clients == s) for s in sites])
+    sites = _site_rows()
     start = time.perf_counter()
     with LocalFederation(sites) as federation:
         print(f"federation started in {time.perf_counter() - start:.1f} s "
@@ -45,19 +43,22 @@ def main():
               f"{os.getloadavg()[0]:.1f}\n")
         print("| estimator | rounds | Flower run (s) | in process (ms) | identical |")
         print("|---|---|---|---|---|")
-        for estimator in ESTIMATORS:
+        for estimator in FLOWER_CASES:
             start = time.perf_counter()
-            flower = federation.fit(estimator)
+            flower = federation.fit(estimator, run_config=_flower_config(estimator))
             flower_s = time.perf_counter() - start
             local_times = []
             for _ in range(5):
                 start = time.perf_counter()
-                local = clone(estimator).fit(X[order], y[order], clients=clients[order])
+                local = _in_process(estimator, sites)
                 local_times.append(time.perf_counter() - start)
-            same = all(np.array_equal(a, b)
-                       for a, b in zip(_model_state(flower), _model_state(local)))
-            print(f"| {type(estimator).__name__} | {flower.communication_.rounds} | "
-                  f"{flower_s:.1f} | {1000 * statistics.median(local_times):.1f} | {same} |")
+            try:
+                _assert_same_model(flower, local)
+                same = "yes"
+            except AssertionError:
+                same = "NO"
+            print(f"| {_case_id(estimator)} | {flower.communication_.rounds} | {flower_s:.1f} | "
+                  f"{1000 * statistics.median(local_times):.1f} | {same} |")
         print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
 
 
