@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-incremental flower-demo clean venv fuzz
+.PHONY: demo test docs bench bench-incremental bench-baselines flower-demo clean venv fuzz
 
 venv: $(STAMP)
 
@@ -39,6 +39,12 @@ bench: $(STAMP)
 # IncrementalFederatedRidge per round vs scikit-learn-intelex (if installed), flatness, routes.
 bench-incremental: $(STAMP)
 	$(PY) benchmarks/bench_incremental.py
+
+# The tables of docs/user_guide/baselines.rst (about 10 minutes); DATA_DIR holds
+# california_housing/housing.csv and insurance/insurance.csv.
+DATA_DIR ?= ../shared/data
+bench-baselines: $(STAMP)
+	$(PY) benchmarks/bench_baselines.py --convergence --dp --trials 3 --real-data $(DATA_DIR)
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated

@@ -11,7 +11,13 @@ import warnings
 
 import numpy as np
 
-__all__ = ["MissingClientsWarning", "group_rows_by_client", "label_array", "take_clients"]
+__all__ = [
+    "MissingClientsWarning",
+    "count_rows",
+    "group_rows_by_client",
+    "label_array",
+    "take_clients",
+]
 
 
 class MissingClientsWarning(UserWarning):
@@ -255,6 +261,19 @@ def group_rows_by_client(clients, n_samples):
         else:
             rows.append(idx)
     return labels, rows
+
+
+def count_rows(n_samples, rows):
+    """How many rows ``rows`` (a slice, an index array, or None: all) selects of ``n_samples``.
+
+    Examples
+    --------
+    >>> count_rows(10, slice(2, 5)), count_rows(10, [1, 7]), count_rows(10, None)
+    (3, 2, 10)
+    """
+    if rows is None:
+        return n_samples
+    return len(range(n_samples)[rows]) if isinstance(rows, slice) else len(rows)
 
 
 def label_array(labels):

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
 
+from ._clients import count_rows
 from .protocol._errors import InvalidClientMessage, who as _who
 from .protocol._schema import check_site_data
 from .protocol._wire import Frame, SymmetricMatrix, decode, encode
@@ -188,7 +189,7 @@ class ClientStatistics:
             n_samples = X[rows].shape[0]
         else:
             parts = _dense_statistics(X, y2, sample_weight, centered, rows)
-            n_samples = len(range(X.shape[0])[rows]) if isinstance(rows, slice) else len(rows)
+            n_samples = count_rows(X.shape[0], rows)
         return cls(n_samples, *parts, centered=centered, single_target=single_target)
 
     # -------------------------------------------------------------------- merge

@@ -1,9 +1,14 @@
 """Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
 
 from sklearn_fed import (
+    DPFedAvgRegressor,
+    FedAvgRegressor,
     FederatedRidge,
     FederatedRidgeCV,
     IncrementalFederatedRidge,
+    FedNovaRegressor,
+    FedProxRegressor,
+    FESCRidge,
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
@@ -16,6 +21,12 @@ ESTIMATORS = [
     ProjectedFederatedRidge(n_components=2, random_state=0),
     IncrementalFederatedRidge(random_state=0),
     IncrementalFederatedRidge(fit_intercept=False, min_clients=2, random_state=0),
+    FESCRidge(),
+    FESCRidge(alpha=0.5, weighting="proportional", fit_intercept=False),
+    FedAvgRegressor(n_rounds=4, batch_size=7, client_fraction=0.7, random_state=0),
+    FedProxRegressor(n_rounds=3, fit_intercept=False, learning_rate=0.05),
+    FedNovaRegressor(n_rounds=3, batch_size=11, random_state=0),
+    DPFedAvgRegressor(n_rounds=3, epsilon=10.0, random_state=0),
     PrivateFederatedRidge(epsilon=2.0, feature_bound=5.0, target_bound=10.0, random_state=0),
     PrivateFederatedRidge(
         epsilon=2.0, feature_bound=5.0, target_bound=10.0, noise="distributed",

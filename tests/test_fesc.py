@@ -1,7 +1,9 @@
 import math
+import pickle
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from scipy import optimize
 from sklearn import config_context
 from sklearn.base import clone
@@ -11,8 +13,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from sklearn_fed import FESCRidge
+from sklearn_fed import FESCRidge, InvalidClientMessage
 from sklearn_fed.linear_model import fesc_weights
+from sklearn_fed.protocol import decode, encode
+from sklearn_fed.statistics import ClientStatistics
+from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
 
 def eq_9_10(n):
@@ -153,16 +158,76 @@ def test_combination_of_local_ridges(weighting):
     np.testing.assert_allclose(est.predict(X), X @ est.coef_.T + est.intercept_)
 
 
-def test_fesc_drops_tiny_clients_and_counts_messages():
+def test_fesc_drops_tiny_clients():
     X, y = _data(n=103)
     clients = np.repeat([0, 1, 2, 3], [100, 1, 1, 1])
     est = FESCRidge().fit(X, y, clients=clients)
     assert est.n_selected_clients_ == 1
     np.testing.assert_array_equal(est.client_weights_, [1.0, 0, 0, 0])
     np.testing.assert_allclose(est.coef_, est.local_coefs_[0])
-    # message: n_i, 4 coefficients, 1 intercept, float64
-    assert est.communication_.uplink_bytes_per_client == {k: 48 for k in range(4)}
-    assert est.communication_.rounds == 1
+
+
+@pytest.mark.parametrize("alpha, rounds", [("auto", 2), (0.5, 1)])
+def test_clients_send_only_size_coefficients_and_intercept(alpha, rounds):
+    # The paper's message (n_i, theta_i, b_i); alpha="auto" needs N first.
+    X, y = _data(n=90)
+    clients = np.repeat(["a", "b", "c"], 30)
+    sent = []
+
+    def record(site, reply):
+        sent.append(decode(reply, client=site))
+        return reply
+
+    server, _ = run_protocol_by_hand(FESCRidge(alpha=alpha), X, y, clients, tamper=record)
+    est = server.estimator
+    assert est.communication_.rounds == rounds
+    if rounds == 2:
+        for frame in sent[:3]:
+            assert frame.fields.keys() == {"size"} and not frame.arrays
+    for frame in sent[-3:]:
+        assert frame.fields == {"size": 30.0}
+        assert {k: v.shape for k, v in frame.arrays.items()} == {"coef": (4,), "intercept": ()}
+    np.testing.assert_array_equal(est.local_coefs_, [f.arrays["coef"] for f in sent[-3:]])
+    assert est.alpha_ == (1 / math.sqrt(90) if alpha == "auto" else 0.5)
+
+
+def test_fitted_model_holds_no_client_statistics():
+    X, y = _data(n=120, t=2)
+    est = FESCRidge().fit(X, y, clients=np.repeat([0, 1, 2], 40))
+    saved = pickle.loads(pickle.dumps(est))
+    assert "_site_states" in vars(est) and "_site_states" not in vars(saved)
+    for name, value in vars(saved).items():
+        assert not isinstance(value, (dict, ClientStatistics)) or name == "_sklearn_version", name
+        if isinstance(value, np.ndarray):  # nothing d x d: only sizes, weights, models
+            assert value.shape in {(3,), (3, 2, 4), (3, 2), (2, 4), (2,), (4,)}, name
+    np.testing.assert_array_equal(saved.predict(X), est.predict(X))
+    with pytest.raises(ValueError, match="unpickled.*Call fit on all rows"):
+        saved.partial_fit(X, y, clients=np.zeros(120))
+
+
+def test_tampered_size_is_rejected():
+    X, y = _data(n=60)
+    clients = np.repeat([0, 1], 30)
+
+    def inflate(site, reply):
+        frame = decode(reply, client=site)
+        if site == 1 and "coef" in frame.arrays:  # claims more rows than it counted
+            frame.fields["size"] = 1e6
+        return encode(frame)
+
+    with pytest.raises(InvalidClientMessage, match="client 1: sent size 1000000.0 in the "
+                       "model round but 30.0 in the count round"):
+        run_protocol_by_hand(FESCRidge(), X, y, clients, tamper=inflate)
+
+
+def test_sparse_input_equals_dense():
+    X, y = _data(n=80)
+    X[X < 3.0] = 0.0
+    clients = np.repeat([0, 1], 40)
+    dense = FESCRidge().fit(X, y, clients=clients)
+    sparse = FESCRidge().fit(sp.csr_matrix(X), y, clients=clients)
+    np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-9)
+    np.testing.assert_allclose(sparse.intercept_, dense.intercept_, rtol=1e-9)
 
 
 def test_sample_weight_is_size_and_duplication():
@@ -201,7 +266,24 @@ def test_partial_fit_fixed_alpha_refits_only_affected_clients():
     np.testing.assert_array_equal(est.local_coefs_[0], before[0])  # untouched client
     assert not np.allclose(est.local_coefs_[1], before[1])
     assert est.clients_.tolist() == [0, 1, 2]
-    assert est.communication_.uplink_bytes_per_client == {0: 48, 1: 96, 2: 48}
+    # client 0 had no new rows: it was not asked again
+    tasks = est.communication_.downlink_bytes_per_client
+    assert tasks.keys() == {0, 1, 2} and tasks[1] == tasks[0] + tasks[2]
+    # a client refits on all its rows so far: equal to fit on everything
+    full = FESCRidge(alpha=1.0).fit(X, y, clients=np.repeat([0, 1, 2], [40, 50, 10]))
+    np.testing.assert_allclose(est.local_coefs_, full.local_coefs_, rtol=1e-10)
+    np.testing.assert_allclose(est.coef_, full.coef_, rtol=1e-10)
+
+
+def test_partial_fit_validates_parameters_every_call():
+    X, y = _data(n=40)
+    est = FESCRidge().partial_fit(X, y, clients=np.repeat([0, 1], 20))
+    est.set_params(alpha=-50)
+    with pytest.raises(ValueError, match="alpha"):
+        est.partial_fit(X, y, clients=np.repeat([0, 1], 20))
+    est.set_params(alpha=1.0, fit_intercept=False)  # even when only new clients come
+    with pytest.raises(ValueError, match="fit_intercept changed"):
+        est.partial_fit(X, y, clients=np.repeat([2, 3], 20))
 
 
 def test_failed_partial_fit_leaves_estimator_unchanged():
@@ -212,15 +294,15 @@ def test_failed_partial_fit_leaves_estimator_unchanged():
         est.partial_fit(X, y[:, 0], clients=np.zeros(100))
     with pytest.raises(ValueError, match="features"):
         est.partial_fit(X[:, :2], y, clients=np.zeros(100))
-    with pytest.raises(ValueError, match="client 5 has total sample weight 0"):
+    with pytest.raises(ValueError, match="site 5 has total sample weight 0"):
         est.partial_fit(X[:4], y[:4], sample_weight=[0, 0, 0, 1.0], clients=[5, 5, 5, 0])
-    with pytest.raises(ValueError, match="client 'b' has total sample weight 0"):
+    with pytest.raises(ValueError, match="site 'b' has total sample weight 0"):
         est.fit(X[:4], y[:4], sample_weight=[0, 0, 0, 1.0], clients=["b", "b", "b", "a"])
     for key, value in state.items():
         if isinstance(value, np.ndarray):
             np.testing.assert_array_equal(vars(est)[key], value)
-        elif key in ("_statistics", "_local"):
-            assert vars(est)[key].keys() == value.keys()
+        elif key == "_site_states":
+            assert vars(est)[key] is value
     assert est.communication_.uplink_bytes == state["communication_"].uplink_bytes
 
 
@@ -282,8 +364,6 @@ def test_pipeline_and_grid_search_routing_on():
 
 
 def test_float32_and_pickle():
-    import pickle
-
     X, y = _data(n=50)
     est = FESCRidge().fit(X.astype(np.float32), y, clients=np.repeat([0, 1], 25))
     assert est.coef_.dtype == np.float32

@@ -1,90 +1,656 @@
-"""The round loop shared by the gradient-based baselines, vectorized across clients.
+"""The protocol shared by the gradient-based baselines: setup, then model rounds.
 
-Every participating client's rows live in one zero-padded array of shape
-``(n_clients, n_max, n_features)``, so one local SGD step of all clients is one
-batched matmul; clients differ only through masks (padded rows have weight 0,
-clients whose shorter data is exhausted in an epoch take no step).
+Round 0 (*setup*): every site announces its total sample weight ``S_k``
+(and, to fit an intercept, its weighted means; for ``learning_rate="auto"``,
+a bound on its curvature). Each later round the server samples
+participants and sends each one the global model and the local training
+parameters (scaled ``alpha``, step, epochs, batch size, proximal weight and a
+seed for the site's minibatch shuffling); each site trains on its own rows
+and replies with its local model (and its number of local steps, and the
+loss of the model it received); the server aggregates (FedAvg: weighted mean;
+FedNova: normalized; DP-FedAvg: clipped, noised updates).
+
+The simulation computes sites with the same number of rows together: their
+rows are stacked into one ``(G, n, d)`` array so that a local step of all of
+them is one batched product. Each slice of a batched product is the same BLAS
+call as for one site alone, so every reply is bit for bit the one the site
+would compute by itself (checked by the shared federated checks).
 """
 
-import copy
-from dataclasses import dataclass
+import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
+from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import group_rows_by_client, take_clients
+from .._clients import count_rows, group_rows_by_client, label_array, take_clients
 from .._compat import (
     Interval,
+    StrOptions,
     _check_sample_weight,
     _fit_context,
     check_is_fitted,
     validate_data,
 )
+from ..linear_model._base import task_field
+from ..protocol import (
+    Client,
+    FederatedMixin,
+    InvalidClientMessage,
+    Server,
+    atomic,
+    label_key,
+    run_simulation,
+    sorted_labels,
+)
+from ..protocol._fields import reply_array, reply_keys, reply_number
 
-_FLOAT64 = 8  # every value sent is a float64
+__all__ = ["BaseFederatedSGD", "SGDClient", "SGDServer"]
 
-
-@dataclass
-class _Clients:
-    """Clients' rows stacked and zero-padded: the layout of the vectorized step."""
-
-    labels: np.ndarray  # (K,)
-    X: np.ndarray  # (K, n_max, d)
-    y: np.ndarray  # (K, n_max, t)
-    weights: np.ndarray  # (K, n_max); 0 on padding
-    n_rows: np.ndarray  # (K,) real rows per client
-    weight_sums: np.ndarray  # (K,) S_k
-    x_mean: np.ndarray  # (d,) global weighted means (zeros without intercept)
-    y_mean: np.ndarray  # (t,)
-
-    def subset(self, index):
-        if index.shape[0] == self.labels.shape[0]:
-            return self  # full participation: no copy
-        return _Clients(
-            self.labels[index],
-            self.X[index],
-            self.y[index],
-            self.weights[index],
-            self.n_rows[index],
-            self.weight_sums[index],
-            self.x_mean,
-            self.y_mean,
-        )
+# A reported training MSE this many times the first one means divergence.
+_DIVERGENCE_FACTOR = 10.0
+# Larger values in a reply are refused: products and sums of accepted values
+# cannot overflow, and an honest model this large has diverged anyway.
+_MAX_VALUE = 1e150
 
 
-def _stack_clients(X, y, sample_weight, labels, rows, fit_intercept):
-    """Stack clients' rows; with an intercept, center them on the global means.
+def _bounded(values, site):
+    largest = float(np.max(np.abs(values), initial=0.0))
+    if largest > _MAX_VALUE:
+        raise InvalidClientMessage(
+            f"client {site!r}: a value of magnitude {largest:.3g} (more than {_MAX_VALUE:g}): "
+            "its training diverged (reduce learning_rate) or it is not honest.", site)
+    return values
 
-    The global weighted means equal what the server gets by averaging the
-    clients' announced means weighted by ``S_k`` (the setup exchange).
+
+# ---------------------------------------------------------------- local training
+def _site_rows(X, y, sample_weight, rows):
+    """One site's rows as float64: ``X`` (dense or CSR), ``y`` (n, t), weights (n,)."""
+    take = slice(None) if rows is None else rows
+    Xk = X[take]
+    Xk = Xk.astype(np.float64) if sp.issparse(Xk) else np.asarray(Xk, dtype=np.float64)
+    yk = np.asarray(y[take], dtype=np.float64).reshape(Xk.shape[0], -1)
+    sk = (np.ones(Xk.shape[0]) if sample_weight is None
+          else np.asarray(sample_weight[take], dtype=np.float64))
+    return Xk, yk, sk
+
+
+def _training_rows(Xk, yk, x_mean, y_mean, augment):
+    """The dense rows a site trains on: centered on the global means, or with a 1 column."""
+    if x_mean is not None:
+        Xk, yk = Xk - x_mean, yk - y_mean
+    if augment:  # the last coordinate of the model is the intercept
+        Xk = np.hstack([Xk, np.ones((Xk.shape[0], 1))])
+    return Xk, yk
+
+
+class _Training:
+    """The local training parameters of one round, read from the task."""
+
+    def __init__(self, task):
+        self.alpha = task_field(task, "alpha", float)
+        self.learning_rate = task_field(task, "learning_rate", float)
+        self.local_epochs = task_field(task, "local_epochs", int)
+        batch = task.fields.get("batch_size")
+        self.batch_size = None if batch is None else task_field(task, "batch_size", int)
+        self.mu = task_field(task, "proximal_mu", float)
+        self.seed = task_field(task, "seed", int)
+        self.augment = task_field(task, "intercept_coordinate", bool)
+        if not (
+            math.isfinite(self.alpha) and self.alpha >= 0
+            and math.isfinite(self.learning_rate) and self.learning_rate > 0
+            and 1 <= self.local_epochs <= 100_000
+            and (self.batch_size is None or self.batch_size >= 1)
+            and math.isfinite(self.mu) and self.mu >= 0
+            and 0 <= self.seed < 2**63
+        ):
+            raise InvalidClientMessage("server: malformed local training parameters.", "server")
+
+    def steps(self, n):
+        """Local steps of a site with ``n`` rows: per epoch, and in total."""
+        batch = self.batch_size
+        per_epoch = 1 if batch is None or batch >= n else -(-n // batch)
+        return per_epoch, per_epoch * self.local_epochs
+
+    def penalty(self, n_coef):
+        """``alpha`` on every coefficient, 0 on an intercept coordinate."""
+        penalty = np.full((n_coef, 1), self.alpha)
+        if self.augment:
+            penalty[-1] = 0.0
+        return penalty
+
+
+def _overflow_checked_later(train):
+    """Run a local training quietly: a site checks its model is finite, and says so."""
+    def wrapper(*args):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return train(*args)
+
+    wrapper.__doc__ = train.__doc__
+    return wrapper
+
+
+@_overflow_checked_later
+def _train_dense(X, y, s, weight_sums, coef, params, seeds):
+    """Local SGD of ``G`` sites with the same number of rows, all at once.
+
+    ``X`` (G, n, d), ``y`` (G, n, t), ``s`` (G, n): the sites' training rows
+    and row weights; ``weight_sums`` (G,): their ``S_k``; ``coef`` (d, t):
+    the global model. Returns the local models (G, d, t), the local steps per
+    site and the weighted squared error of ``coef`` on each site's rows (G,).
     """
-    if fit_intercept:
-        x_mean = np.average(X, axis=0, weights=sample_weight)
-        y_mean = np.average(y, axis=0, weights=sample_weight)
-        X, y = X - x_mean, y - y_mean
-    else:
-        x_mean, y_mean = np.zeros(X.shape[1]), np.zeros(y.shape[1])
-    n_rows = np.array([np.arange(X.shape[0])[r].shape[0] for r in rows])
-    K, n_max, d, t = len(rows), int(n_rows.max()), X.shape[1], y.shape[1]
-    Xs = np.zeros((K, n_max, d))
-    ys = np.zeros((K, n_max, t))
-    ws = np.zeros((K, n_max))
-    for k, r in enumerate(rows):  # one copy of the data, not per step
-        Xs[k, : n_rows[k]] = X[r]
-        ys[k, : n_rows[k]] = y[r]
-        ws[k, : n_rows[k]] = 1.0 if sample_weight is None else sample_weight[r]
-    return _Clients(np.asarray(labels), Xs, ys, ws, n_rows, ws.sum(axis=1), x_mean, y_mean)
+    G, n, _ = X.shape
+    per_epoch, steps = params.steps(n)
+    full_batch = per_epoch == 1
+    penalty = params.penalty(coef.shape[0])
+    eta, mu = params.learning_rate, params.mu
+    residual = X @ coef - y
+    # (1, n) @ (n, 1) per site: each slice of a batched product is one site's own
+    losses = np.matmul((residual**2).sum(axis=2)[:, None, :], s[:, :, None])[:, 0, 0]
+    W = np.repeat(coef[None], G, axis=0)
+    rngs = None if full_batch else [np.random.default_rng(seed) for seed in seeds]
+    offsets = n * np.arange(G)[:, None]
+    for epoch in range(params.local_epochs):
+        if full_batch:
+            Xe, ye, se = X, y, s
+        else:  # each site reshuffles its own rows, from its own seed
+            order = np.stack([rng.permutation(n) for rng in rngs]) + offsets
+            Xe = np.take(X.reshape(G * n, -1), order, axis=0)
+            ye = np.take(y.reshape(G * n, -1), order, axis=0)
+            se = np.take(s.reshape(-1), order)
+        for j in range(per_epoch):
+            batch = params.batch_size
+            rows = slice(None) if full_batch else slice(j * batch, (j + 1) * batch)
+            Xb, sb = Xe[:, rows], se[:, rows]
+            if full_batch and epoch == 0:
+                r = residual  # the loss's residual: W is still coef
+            else:
+                r = Xb @ W - ye[:, rows]
+            r = r * sb[:, :, None]
+            # Unbiased for the site's gradient: the batch sum times n / (rows * S_k).
+            grad = np.matmul(Xb.transpose(0, 2, 1), r)
+            grad /= (Xb.shape[1] * (weight_sums / n))[:, None, None]
+            grad += penalty * W
+            if mu:
+                grad += mu * (W - coef)
+            W -= eta * grad
+    return W, steps, losses
 
 
-def _safe(values):
-    """Denominators: a client with no weight contributes nothing, not NaN."""
-    return np.where(values > 0, values, 1.0)
+@_overflow_checked_later
+def _train_sparse(X, y, s, weight_sum, coef, params, seed, x_mean):
+    """Local SGD of one site with sparse rows, centered implicitly on ``x_mean``.
+
+    ``y`` is already centered; ``x_mean`` is None without an intercept.
+    Same algorithm and return values as :func:`_train_dense` for one site.
+    """
+    n = X.shape[0]
+    per_epoch, steps = params.steps(n)
+    penalty = params.penalty(coef.shape[0])
+    eta, mu = params.learning_rate, params.mu
+
+    def residual(Xb, yb, W):
+        r = safe_sparse_dot(Xb, W, dense_output=True) - yb
+        return r if x_mean is None else r - x_mean @ W
+
+    loss = (residual(X, y, coef) ** 2).sum(axis=1) @ s
+    W = coef.copy()
+    rng = np.random.default_rng(seed)
+    for _ in range(params.local_epochs):
+        order = None if per_epoch == 1 else rng.permutation(n)
+        for j in range(per_epoch):
+            idx = slice(None) if order is None else order[j * params.batch_size:
+                                                          (j + 1) * params.batch_size]
+            Xb, yb, sb = X[idx], y[idx], s[idx]
+            r = residual(Xb, yb, W) * sb[:, None]
+            grad = safe_sparse_dot(Xb.T, r, dense_output=True)
+            if x_mean is not None:
+                grad -= np.outer(x_mean, r.sum(axis=0))
+            grad /= Xb.shape[0] * (weight_sum / n)
+            grad += penalty * W
+            if mu:
+                grad += mu * (W - coef)
+            W -= eta * grad
+    return W, steps, loss
 
 
-class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
-    """Shared round loop of FedAvg, FedProx, FedNova and DP-FedAvg for linear models.
+def _copy_rng(rng):
+    copy = np.random.RandomState()
+    copy.set_state(rng.get_state())
+    return copy
+
+
+def _without_seed(task):
+    """What a training task says besides its seed, as a hashable key.
+
+    Arrays by identity: a simulated round's tasks share their arrays (tasks
+    decoded from bytes do not, and are then trained one group per site).
+    """
+    fields = tuple((k, v) for k, v in task.fields.items() if k != "seed")
+    return fields, tuple((name, id(a)) for name, a in task.arrays.items())
+
+
+# ---------------------------------------------------------------- roles
+class SGDClient(Client):
+    """A site of a gradient baseline: setup statistics, then local training rounds.
+
+    A ``"setup"`` task asks for ``S_k`` (and the site's weighted means when
+    ``centered``, its curvature bound when ``curvature``). A ``"train"`` task
+    carries the global model and the training parameters; the site trains on
+    its rows and replies with its local model, its number of local steps and
+    the weighted squared error of the model it received (DP-FedAvg: a clipped,
+    noised update instead, see :class:`DPFedAvgRegressor`).
+    """
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        self._stacks = {}  # simulation: sites' training rows, reused across rounds
+
+    @property
+    def protocol(self):
+        return self.estimator._protocol
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        step = task_field(task, "step", str)
+        Xk, yk, sk = _site_rows(X, y, sample_weight, rows)
+        if step == "setup":
+            return self._setup(task, Xk, yk, sk, np.ndim(y))
+        if step != "train":
+            raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+        params, coef, x_mean, y_mean = self._read_train_task(task, Xk.shape[1], yk.shape[1])
+        weight_sum = self._weight_sum(task, sk)
+        if sp.issparse(Xk):
+            if params.augment:  # the intercept coordinate: a column of ones
+                Xk = sp.hstack([Xk, np.ones((Xk.shape[0], 1))], format="csr")
+            W, steps, loss = _train_sparse(
+                Xk, yk if y_mean is None else yk - y_mean, sk, weight_sum, coef, params,
+                params.seed, x_mean,
+            )
+        else:
+            Xt, yt = _training_rows(Xk, yk, x_mean, y_mean, params.augment)
+            W, steps, losses = _train_dense(
+                Xt[None], yt[None], sk[None], np.array([weight_sum]), coef, params,
+                [params.seed],
+            )
+            W, loss = W[0], losses[0]
+        return self._train_reply(task, coef, W, steps, loss)
+
+    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+        # Sites with as many rows as each other and the same task but for the
+        # seed train together (see the module docstring); the rest one by one.
+        groups, alone = {}, {}
+        for site, task in tasks.items():
+            if task.fields.get("step") != "train" or sp.issparse(X):
+                alone[site] = task
+                continue
+            n = count_rows(X.shape[0], rows[site])
+            groups.setdefault((n, _without_seed(task)), {})[site] = task
+        replies = super()._reply_many(alone, X, y, sample_weight, rows, names)
+        stacks, self._stacks = self._stacks, {}
+        for group in groups.values():
+            replies.update(self._train_group(group, X, y, sample_weight, rows, names, stacks))
+        return replies
+
+    def _train_group(self, tasks, X, y, sample_weight, rows, names, stacks):
+        d, t = X.shape[1], 1 if np.ndim(y) == 1 else y.shape[1]
+        params, coef, x_mean, y_mean = self._read_train_task(next(iter(tasks.values())), d, t)
+        key = (tuple(label_key(site) for site in tasks), params.augment,
+               None if x_mean is None else (x_mean.tobytes(), y_mean.tobytes()))
+        if key not in stacks:  # else: the same sites and means as last round
+            sites = [_site_rows(X, y, sample_weight, rows[site]) for site in tasks]
+            prepared = [_training_rows(Xk, yk, x_mean, y_mean, params.augment)
+                        for Xk, yk, _ in sites]
+            stacks[key] = (
+                np.stack([Xt for Xt, _ in prepared]),
+                np.stack([yt for _, yt in prepared]),
+                np.stack([sk for _, _, sk in sites]),
+            )
+        Xs, ys, ss = self._stacks[key] = stacks[key]
+        weight_sums = np.array([self._weight_sum(task, s) for task, s in zip(tasks.values(), ss)])
+        seeds = [task_field(task, "seed", int) for task in tasks.values()]
+        W, steps, losses = _train_dense(Xs, ys, ss, weight_sums, coef, params, seeds)
+        return {
+            site: self._reply_frame(
+                task, X, y, names, *self._train_reply(task, coef, W[g], steps, losses[g])
+            )
+            for g, (site, task) in enumerate(tasks.items())
+        }
+
+    # ------------------------------------------------------------ task parts
+    def _setup(self, task, Xk, yk, sk, y_ndim):
+        centered = task_field(task, "centered", bool)
+        curvature = task_field(task, "curvature", bool)
+        weight_sum = float(np.sum(sk))
+        fields = {"weight_sum": weight_sum, "y_ndim": int(y_ndim)}
+        arrays = {}
+        if centered or curvature:
+            x_mean = (np.asarray(safe_sparse_dot(sk, Xk)).ravel() / weight_sum
+                      if weight_sum > 0 else np.zeros(Xk.shape[1]))
+        if centered:
+            arrays = {"x_mean": x_mean, "y_mean": (sk @ yk) / weight_sum if weight_sum > 0
+                      else np.zeros(yk.shape[1])}
+        if curvature:  # mean squared norm of the rows around the site's centre
+            if sp.issparse(Xk):  # sparse features rarely carry large offsets
+                squares = np.asarray(Xk.multiply(Xk).sum(axis=1)).ravel()
+                shift = float(x_mean @ x_mean) if centered else 0.0
+            else:
+                centre = x_mean if centered else 0.0
+                squares, shift = ((Xk - centre) ** 2).sum(axis=1), 0.0
+            fields["curvature"] = max(
+                float(sk @ squares) / weight_sum - shift if weight_sum > 0 else 0.0, 0.0
+            )
+        return fields, arrays
+
+    def _read_train_task(self, task, d, t):
+        params = _Training(task)
+        rows = d + params.augment
+        coef = task.arrays.get("coef")
+        if not (isinstance(coef, np.ndarray) and coef.shape == (rows, t)
+                and coef.dtype == np.float64 and np.all(np.isfinite(coef))):
+            raise InvalidClientMessage(
+                f"server: the task's model must be a finite ({rows}, {t}) float64 array.",
+                "server",
+            )
+        if task_field(task, "centered", bool):
+            x_mean, y_mean = task.arrays.get("x_mean"), task.arrays.get("y_mean")
+            if not (isinstance(x_mean, np.ndarray) and x_mean.shape == (d,)
+                    and isinstance(y_mean, np.ndarray) and y_mean.shape == (t,)):
+                raise InvalidClientMessage("server: malformed global means in the task.",
+                                           "server")
+            return params, coef, x_mean, y_mean
+        return params, coef, None, None
+
+    def _weight_sum(self, task, sk):
+        weight_sum = float(np.sum(sk))
+        if not weight_sum > 0:
+            raise ValueError(
+                f"site {task.site!r} has total sample weight 0: it cannot train."
+            )
+        return weight_sum
+
+    def _train_reply(self, task, coef, W, steps, loss):
+        """``(fields, arrays)`` of a training reply (DP-FedAvg overrides it)."""
+        if not (np.all(np.abs(W) <= _MAX_VALUE) and math.isfinite(loss)):  # NaN fails too
+            raise ValueError(
+                f"site {task.site!r}: local training diverged in round "
+                f"{task.fields.get('round')}: its model exceeded {_MAX_VALUE:g}. Reduce "
+                f"learning_rate (now {task.fields.get('learning_rate'):.4g}) or use "
+                "learning_rate='auto'."
+            )
+        return {"steps": int(steps), "loss": float(loss)}, {"coef": W}
+
+
+class SGDServer(Server):
+    """Server of a gradient baseline: setup round, then ``n_rounds`` model rounds.
+
+    ``fit`` runs ``n_rounds`` rounds after the setup; ``partial_fit``
+    (``warm_start``) one, continuing from the estimator's model and random
+    state. Subclass hooks: :meth:`_aggregate` (the new global model) and the
+    DP-FedAvg additions of :class:`DPFedAvgRegressor`.
+    """
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        state = getattr(estimator, "_sgd_state", None) if self.warm_start else None
+        if state is None:
+            self._coef = None
+            self._rng = _copy_rng(check_random_state(estimator.random_state))
+            self._rounds = 0
+            self._history = []
+        else:  # copies: a failed round must leave the estimator's state alone
+            self._coef = state["coef"]
+            self._rng = _copy_rng(state["rng"])
+            self._rounds = state["rounds"]
+            self._history = list(state["history"])
+        self._rounds_left = 1 if self.warm_start else int(estimator.n_rounds)
+        self._setup = None
+        self._warned = False
+        ledger = self._ledger
+        self._mark = (0, 0) if ledger is None else (ledger.uplink_bytes, ledger.downlink_bytes)
+
+    @property
+    def protocol(self):
+        return self.estimator._protocol
+
+    # ------------------------------------------------------------ plan
+    def _plan(self, sites):
+        estimator = self.estimator
+        if self._setup is None:
+            fields = {
+                "step": "setup",
+                "centered": self._centered,
+                "curvature": self._auto_step,
+                **self._private_fields("setup"),
+            }
+            return {site: (dict(fields), {}) for site in sites}
+        if self._rounds_left == 0:
+            return {}
+        sizes = self._setup["sizes"]
+        eligible = sorted_labels(s for s in sites if sizes.get(label_key(s), 0.0) > 0)
+        if not eligible:
+            raise ValueError("no reachable site with a positive weight took part in the setup.")
+        if estimator.client_fraction < 1:
+            m = max(1, int(round(estimator.client_fraction * len(eligible))))
+            index = np.sort(self._rng.choice(len(eligible), size=m, replace=False))
+            eligible = [eligible[i] for i in index]
+        seeds = self._rng.randint(0, 2**32, size=len(eligible), dtype=np.int64)
+        arrays = {"coef": self._coef}
+        if self._centered:
+            arrays.update(x_mean=self._setup["x_mean"], y_mean=self._setup["y_mean"])
+        fields = {
+            "step": "train",
+            "round": self._rounds + 1,
+            "centered": self._centered,
+            "intercept_coordinate": self._augment,
+            "alpha": float(estimator.alpha) / self._setup["total"],
+            "learning_rate": self._setup["learning_rate"],
+            "local_epochs": int(estimator.local_epochs),
+            "batch_size": None if estimator.batch_size is None else int(estimator.batch_size),
+            "proximal_mu": float(estimator._proximal_mu()),
+            **self._private_fields("train"),
+        }
+        return {site: ({**fields, "seed": int(seed)}, dict(arrays))
+                for site, seed in zip(eligible, seeds)}
+
+    @property
+    def _auto_step(self):
+        return isinstance(self.estimator.learning_rate, str)  # "auto"
+
+    @property
+    def _centered(self):
+        return bool(self.estimator.fit_intercept) and not self._augment
+
+    @property
+    def _augment(self):
+        return bool(self.estimator.fit_intercept) and self.estimator._intercept_coordinate
+
+    def _private_fields(self, step):
+        """Fields of differentially private tasks (DP-FedAvg); none otherwise."""
+        return {}
+
+    # ------------------------------------------------------------ read
+    def _read_reply(self, site, frame):
+        d, t = frame.schema["n_features"], frame.schema["n_targets"]
+        if self._setup is None:
+            return self._read_setup(site, frame, d, t)
+        return self._read_train(site, frame, d + self._augment, t)
+
+    def _read_setup(self, site, frame, d, t):
+        fields = ["weight_sum", "y_ndim"]
+        if self._auto_step:
+            fields.append("curvature")
+        reply_keys(frame, site, fields=fields,
+                   arrays=["x_mean", "y_mean"] if self._centered else [])
+        y_ndim = frame.fields["y_ndim"]
+        if y_ndim not in (1, 2) or type(y_ndim) is not int or (y_ndim == 1 and t != 1):
+            raise InvalidClientMessage(f"client {site!r}: malformed y_ndim {y_ndim!r}.", site)
+        reply = {
+            "weight_sum": self._read_weight(site, frame),
+            "y_ndim": y_ndim,
+            "n_targets": t,
+            "curvature": reply_number(frame, "curvature", site, high=1e300)
+            if "curvature" in fields else None,
+        }
+        if self._centered:
+            reply["x_mean"] = _bounded(reply_array(frame, "x_mean", (d,), site), site)
+            reply["y_mean"] = _bounded(reply_array(frame, "y_mean", (t,), site), site)
+        return reply
+
+    def _read_weight(self, site, frame):
+        return reply_number(frame, "weight_sum", site, high=_MAX_VALUE)
+
+    def _read_train(self, site, frame, rows, t):
+        reply_keys(frame, site, fields=["steps", "loss"], arrays=["coef"])
+        return {
+            "steps": reply_number(frame, "steps", site, low=1, high=2**40, integer=True),
+            "loss": reply_number(frame, "loss", site, high=math.inf),
+            "coef": _bounded(reply_array(frame, "coef", (rows, t), site), site),
+        }
+
+    # ------------------------------------------------------------ apply
+    def _apply(self, replies, ledger):
+        if self._setup is None:
+            self._apply_setup(replies)
+        else:
+            self._apply_round(replies, ledger)
+
+    def _apply_setup(self, replies):
+        estimator = self.estimator
+        order = sorted_labels(replies)
+        y_ndim = replies[order[0]]["y_ndim"]
+        for site in order:
+            if replies[site]["y_ndim"] != y_ndim:
+                raise InvalidClientMessage(
+                    f"client {site!r}: its targets are {replies[site]['y_ndim']}-D, the other "
+                    f"sites' {y_ndim}-D.", site)
+        sizes = {label_key(site): max(replies[site]["weight_sum"], 0.0) for site in order}
+        total = math.fsum(sizes.values())
+        if not total > 0:
+            raise ValueError("the sites' total sample weight is 0: there is nothing to fit.")
+        d = self.schema.n_features
+        t = replies[order[0]]["n_targets"]
+        setup = {"sizes": sizes, "total": total, "labels": order, "single": y_ndim == 1}
+        if self._centered:
+            weights = np.array([sizes[label_key(s)] for s in order]) / total
+            setup["x_mean"] = weights @ np.stack([replies[s]["x_mean"] for s in order])
+            setup["y_mean"] = weights @ np.stack([replies[s]["y_mean"] for s in order])
+        lr = estimator.learning_rate
+        if self._auto_step:  # 1 / (a bound on every site's curvature)
+            spread = [replies[s]["curvature"] + (
+                float(np.sum((replies[s]["x_mean"] - setup["x_mean"]) ** 2))
+                if self._centered else 0.0) for s in order if sizes[label_key(s)] > 0]
+            lr = 1.0 / (max(spread) + float(estimator.alpha) / total
+                        + float(estimator._proximal_mu()))
+        setup["learning_rate"] = float(lr)
+        if self._coef is None:
+            self._coef = np.zeros((d + self._augment, t))
+        elif self._coef.shape != (d + self._augment, t) or (
+                estimator._sgd_state["single"] != setup["single"]):
+            site = order[0]
+            raise InvalidClientMessage(
+                f"client {site!r}: its targets differ from the model's (partial_fit continues "
+                "the same model).", site)
+        self._setup = setup
+
+    def _apply_round(self, replies, ledger):
+        estimator = self.estimator
+        order = sorted_labels(replies)
+        weights = np.array([self._setup["sizes"][label_key(s)] for s in order])
+        p = weights / math.fsum(weights)
+        steps = np.array([replies[s]["steps"] for s in order], dtype=np.float64)
+        coef = self._aggregate(self._coef, [replies[s] for s in order], p, steps)
+        round_number = self._rounds + 1
+        if not np.all(np.isfinite(coef)):
+            raise ValueError(
+                f"{type(estimator).__name__} diverged in round {round_number}: the model "
+                f"became non-finite. Reduce learning_rate (now "
+                f"{self._setup['learning_rate']:.4g}) or use learning_rate='auto'."
+            )
+        mse = self._reported_mse(replies, order, weights)
+        self._check_progress(mse, round_number)
+        history = [*self._history, {
+            "round": round_number,
+            "train_mse": mse,
+            "uplink_bytes": ledger.uplink_bytes - self._mark[0],
+            "downlink_bytes": ledger.downlink_bytes - self._mark[1],
+            "n_participants": len(order),
+        }]
+        ledger.n_parameters = (self.schema.n_features + bool(estimator.fit_intercept)) * (
+            coef.shape[1])
+        state = {"coef": coef, "rng": self._rng, "rounds": round_number, "history": history,
+                 "single": self._setup["single"], "fit_intercept": bool(estimator.fit_intercept)}
+        self._commit(state, ledger)
+        # the server goes on from the committed state (copies for the next round)
+        self._coef, self._rounds, self._history = coef, round_number, history
+        self._rng = _copy_rng(self._rng)
+        self._mark = (ledger.uplink_bytes, ledger.downlink_bytes)
+        self._rounds_left -= 1
+
+    def _reported_mse(self, replies, order, weights):
+        """MSE of the model sent this round on the participants' rows (as they report it)."""
+        total = math.fsum(replies[s]["loss"] for s in order)
+        return total / (math.fsum(weights) * self._coef.shape[1])
+
+    def _check_progress(self, mse, round_number):
+        first = self._history[0]["train_mse"] if self._history else mse
+        if (not self._warned and mse is not None and first is not None
+                and mse > _DIVERGENCE_FACTOR * first):
+            self._warned = True
+            warnings.warn(
+                f"{type(self.estimator).__name__} is diverging: the training MSE of the "
+                f"global model grew from {first:.3g} to {mse:.3g} in {round_number - 1} "
+                f"rounds. Reduce "
+                f"learning_rate (now {self._setup['learning_rate']:.4g}), or use "
+                "learning_rate='auto'; standardize the features.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+
+    def _aggregate(self, coef, replies, p, steps):
+        """New global model from the participants' replies (FedAvg: weighted mean)."""
+        return np.tensordot(p, np.stack([reply["coef"] for reply in replies]), axes=1)
+
+    def _commit(self, state, ledger):
+        estimator = self.estimator
+        coef = state["coef"]
+        d = self.schema.n_features
+        dtype = np.float32 if self._dtype == "float32" else np.float64
+        if self._augment:
+            weights, intercept = coef[:d], coef[d]
+        elif self._centered:
+            weights = coef
+            intercept = self._setup["y_mean"] - self._setup["x_mean"] @ coef
+        else:
+            weights, intercept = coef, np.zeros(coef.shape[1])
+        single = state["single"]
+        # commit: nothing above touched the estimator
+        estimator._sgd_state = state
+        estimator.coef_ = (weights.T[0] if single else weights.T).astype(dtype)
+        if single:
+            estimator.intercept_ = float(intercept[0]) if estimator.fit_intercept else 0.0
+        else:
+            estimator.intercept_ = intercept.astype(dtype)
+        estimator.learning_rate_ = self._setup["learning_rate"]
+        estimator.history_ = state["history"]
+        estimator.n_rounds_ = state["rounds"]
+        estimator.clients_ = label_array(self._setup["labels"])
+        estimator.n_clients_ = len(self._setup["labels"])
+        estimator.communication_ = ledger
+        estimator.n_features_in_ = d
+        if self.schema.feature_names is not None:
+            estimator.feature_names_in_ = np.asarray(self.schema.feature_names, dtype=object)
+        else:
+            estimator.__dict__.pop("feature_names_in_", None)
+
+
+# ---------------------------------------------------------------- estimator
+class BaseFederatedSGD(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
+    """Shared protocol of FedAvg, FedProx, FedNova and DP-FedAvg for linear models.
 
     The global objective is ridge's, divided by ``2 S`` (``S`` = total sample
     weight) so that a learning rate means the same for any data size::
@@ -95,19 +661,19 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
                     + (alpha / 2S) ||w||^2.
 
     Its minimizer is :class:`~sklearn.linear_model.Ridge` ``(alpha)``'s solution.
-    The intercept is unpenalized: clients first announce their weight ``S_k``
-    and weighted means once, every client centers its rows on the global
-    means, rounds then optimize ``w`` alone (for a fixed ``w`` the best ``b``
-    is ``y_mean - x_mean w``, which turns ``F`` into the centered problem),
-    and ``intercept_ = y_mean - x_mean @ coef_``. Subclasses set the proximal
-    weight (``_proximal_mu``), the server's aggregation (``_aggregate``) and
-    any extra uplink values (``_extra_uplink_values``).
+    The intercept is unpenalized: in the setup round sites announce their
+    weight ``S_k`` and weighted means, every site centers its rows on the
+    global means, rounds then optimize ``w`` alone (for a fixed ``w`` the best
+    ``b`` is ``y_mean - x_mean w``, which turns ``F`` into the centered
+    problem), and ``intercept_ = y_mean - x_mean @ coef_``. Subclasses set the
+    protocol name, the proximal weight (``_proximal_mu``) and the server's
+    aggregation.
     """
 
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "local_epochs": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
         "n_rounds": [Interval(Integral, 1, None, closed="left")],
@@ -115,8 +681,12 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
         "random_state": ["random_state"],
     }
 
-    # Values a client sends per round besides its model update (FedNova: its steps).
-    _extra_uplink_values = 0
+    _protocol = None
+    _server_role = SGDServer
+    _client_role = SGDClient
+    # DP-FedAvg learns the intercept as a model coordinate instead of
+    # centering on announced means (which it would have to noise).
+    _intercept_coordinate = False
 
     # what fit does without clients (MissingClientsWarning)
     _without_clients = "each round is gradient descent on one client holding every row"
@@ -127,7 +697,7 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
         alpha=1.0,
         *,
         fit_intercept=True,
-        learning_rate=0.01,
+        learning_rate="auto",
         local_epochs=5,
         batch_size=None,
         n_rounds=100,
@@ -143,27 +713,23 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self.client_fraction = client_fraction
         self.random_state = random_state
 
-    # ---------------------------------------------------------------- hooks
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
     def _proximal_mu(self):
         return 0.0
 
-    def _aggregate(self, coef, local_coef, p, steps, rng):
-        """New global model from participants' local models (FedAvg: weighted mean).
-
-        ``coef`` (d, t) is the model sent this round, ``local_coef`` (K, d, t)
-        the participants' local models, ``p`` (K,) their weights (summing to
-        1), ``steps`` (K,) their numbers of local steps.
-        """
-        return np.einsum("k,kdt->dt", p, local_coef)
-
     # ---------------------------------------------------------------- public
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Run ``n_rounds`` rounds from a zero model on rows split by ``clients``.
+        """Run the setup round and ``n_rounds`` rounds from a zero model.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training rows.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets.
@@ -179,31 +745,24 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        data, single_target, dtype = self._validate(X, y, sample_weight, clients, reset=True)
-        rng = check_random_state(self.random_state)
-        t, d = data.y.shape[2], data.X.shape[2]
-        state = {
-            "coef": np.zeros((d, t)),
-            "history": [],
-            "announced": set(),
-            "rng": rng,
-        }
-        for _ in range(self.n_rounds):
-            self._round(state, data)
-        self._commit(state, data, single_target, dtype)
+        X, y, sample_weight, labels, rows = self._validate(
+            X, y, sample_weight, clients, reset=True
+        )
+        self._simulate(X, y, sample_weight, labels, rows, warm_start=False)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def partial_fit(self, X, y, sample_weight=None, clients=None):
-        """Run exactly one more round on the rows given.
+        """Run the setup round and exactly one more model round on the rows given.
 
         The first call starts from a zero model. Later calls continue from the
         current model and random state, so ``fit`` with ``n_rounds=R`` followed
         by one ``partial_fit`` on the same rows equals ``fit`` with
-        ``n_rounds=R + 1``. Client weights and the centering means are taken
-        from the rows of each call (pass the same rows to continue training);
-        a client's setup bytes are counted the first time its label is seen.
-        A call that raises leaves the estimator unchanged.
+        ``n_rounds=R + 1``. Each call is one run of the protocol: sites
+        announce their weights and means for the rows of this call (pass the
+        same rows to continue training), then train one round. A call that
+        raises leaves the estimator unchanged.
 
         Parameters
         ----------
@@ -215,33 +774,25 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self : object
             Updated estimator.
         """
-        first_call = not hasattr(self, "_state")
-        data, single_target, dtype = self._validate(
-            X, y, sample_weight, clients, reset=first_call
+        self._validate_params()  # sklearn skips this once fitted; set_params may have changed them
+        state = getattr(self, "_sgd_state", None)
+        X, y, sample_weight, labels, rows = self._validate(
+            X, y, sample_weight, clients, reset=state is None
         )
-        if first_call:
-            t, d = data.y.shape[2], data.X.shape[2]
-            state = {
-                "coef": np.zeros((d, t)),
-                "history": [],
-                "announced": set(),
-                "rng": check_random_state(self.random_state),
-            }
-        else:
-            if data.y.shape[2] != self._state["coef"].shape[1]:
+        if state is not None:
+            t = 1 if y.ndim == 1 else y.shape[1]
+            if t != state["coef"].shape[1]:
                 raise ValueError(
-                    f"y has {data.y.shape[2]} targets but earlier calls had "
-                    f"{self._state['coef'].shape[1]}."
+                    f"y has {t} targets but earlier calls had {state['coef'].shape[1]}."
                 )
-            if single_target != self._state["single_target"]:
+            if (y.ndim == 1) != state["single"]:
                 raise ValueError("y changed between 1-D and 2-D since the first call.")
-            if self.fit_intercept != self._state["fit_intercept"]:
+            if self.fit_intercept != state["fit_intercept"]:
                 raise ValueError(
                     "fit_intercept changed since the first partial_fit; call fit to restart."
                 )
-            state = copy.deepcopy(self._state)  # a failed round must not touch it
-        self._round(state, data)
-        self._commit(state, data, single_target, dtype)
+        self._simulate(X, y, sample_weight, labels, rows, warm_start=state is not None,
+                       max_rounds=2)
         return self
 
     def predict(self, X):
@@ -249,7 +800,7 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Rows to predict.
 
         Returns
@@ -258,8 +809,9 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
             Predictions.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return X @ np.asarray(self.coef_).T + self.intercept_
+        X = validate_data(self, X, accept_sparse=["csr", "csc", "coo"],
+                          dtype=[np.float64, np.float32], reset=False)
+        return safe_sparse_dot(X, np.asarray(self.coef_).T, dense_output=True) + self.intercept_
 
     # ---------------------------------------------------------------- internals
     def _validate(self, X, y, sample_weight, clients, *, reset):
@@ -268,139 +820,25 @@ class BaseFederatedSGD(MultiOutputMixin, RegressorMixin, BaseEstimator):
             self,
             X,
             y,
+            accept_sparse=["csr", "csc", "coo"],
             dtype=[np.float64, np.float32],
             multi_output=True,
             y_numeric=True,
             reset=reset,
         )
+        if sp.issparse(X):
+            X = X.tocsr()
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
             )
         labels, rows = group_rows_by_client(clients, X.shape[0])
-        y2 = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
-        data = _stack_clients(
-            np.asarray(X, dtype=np.float64), y2, sample_weight, labels, rows, self.fit_intercept
-        )
-        return data, y.ndim == 1, X.dtype
+        return X, y, sample_weight, labels, rows
 
-    def _round(self, state, data):
-        """One round: sample clients, train locally (all at once), aggregate, log."""
-        rng = state["rng"]
-        K = data.labels.shape[0]
-        if self.client_fraction < 1:
-            m = max(1, int(round(self.client_fraction * K)))
-            index = np.sort(rng.choice(K, size=m, replace=False))
-        else:
-            index = np.arange(K)
-        part = data.subset(index)
-        # alpha / S uses the total weight of all clients: the global objective's.
-        alpha_scaled = self.alpha / data.weight_sums.sum()
-        with np.errstate(over="ignore", invalid="ignore"):
-            local_coef, steps = self._local_train(part, state["coef"], alpha_scaled, rng)
-            p = part.weight_sums / _safe(part.weight_sums.sum())
-            coef = self._aggregate(state["coef"], local_coef, p, steps, rng)
-            mse = self._train_mse(data, coef)
-        if not np.all(np.isfinite(coef)):
-            raise ValueError(
-                f"{type(self).__name__} diverged in round {len(state['history']) + 1}: "
-                f"the model became non-finite. Reduce learning_rate "
-                f"(now {self.learning_rate})."
-            )
-        n_values = coef.size
-        new = [label for label in data.labels.tolist() if label not in state["announced"]]
-        # Setup, once per client: it announces S_k (and its weighted means when
-        # fitting an intercept); the server answers with S (and the global means).
-        setup = len(new) * (1 + self.fit_intercept * (data.x_mean.size + data.y_mean.size))
-        uplink = part.labels.shape[0] * (n_values + self._extra_uplink_values) + setup
-        downlink = part.labels.shape[0] * n_values + setup
-        state["announced"].update(new)
-        state["coef"] = coef
-        state["history"].append(
-            {
-                "round": len(state["history"]) + 1,
-                "train_mse": mse,
-                "uplink_bytes": uplink * _FLOAT64,
-                "downlink_bytes": downlink * _FLOAT64,
-                "n_participants": int(part.labels.shape[0]),
-            }
-        )
-
-    def _local_train(self, part, coef, alpha_scaled, rng):
-        """``local_epochs`` epochs of minibatch SGD for every participant at once.
-
-        Returns local coefficients (K, d, t) and the number
-        of local steps each client took (K,).
-        """
-        K, n_max, d = part.X.shape
-        n = part.n_rows
-        batch = n_max if self.batch_size is None else min(self.batch_size, n_max)
-        full_batch = batch >= n_max  # one step per epoch on all rows, no shuffle
-        steps_per_epoch = -(-n // batch)
-        n_steps = int(steps_per_epoch.max())
-        mean_weight = part.weight_sums / n
-        mu = self._proximal_mu()
-        eta = self.learning_rate
-        W = np.repeat(coef[None], K, axis=0)
-        padding = np.arange(n_max)[None, :] >= n[:, None]
-        offsets = n_max * np.arange(K)[:, None]
-        flat_X = part.X.reshape(K * n_max, d)
-        flat_y = part.y.reshape(K * n_max, -1)
-        flat_w = part.weights.reshape(-1)
-        for _ in range(self.local_epochs):
-            if full_batch:
-                X, y, s = part.X, part.y, part.weights
-            else:  # a fresh permutation per client, padding sorted last
-                keys = rng.random_sample((K, n_max)) + padding
-                order = np.argsort(keys, axis=1) + offsets
-                # np.take on flat rows: much faster than take_along_axis here.
-                X = np.take(flat_X, order, axis=0)
-                y = np.take(flat_y, order, axis=0)
-                s = np.take(flat_w, order)
-            for j in range(n_steps):
-                rows = slice(j * batch, (j + 1) * batch)
-                Xb, sb = X[:, rows], s[:, rows]
-                residual = Xb @ W - y[:, rows]
-                residual *= sb[:, :, None]
-                # Unbiased for the client's full gradient: scale the batch sum by
-                # n_k / (rows in batch * S_k); full batch gives 1 / S_k exactly.
-                in_batch = np.clip(n - j * batch, 0, batch)
-                denominator = _safe(in_batch * mean_weight)
-                step = eta * (in_batch > 0)  # exhausted clients wait
-                grad = np.matmul(Xb.transpose(0, 2, 1), residual)
-                grad /= denominator[:, None, None]
-                grad += alpha_scaled * W
-                if mu:
-                    grad += mu * (W - coef)
-                W -= step[:, None, None] * grad
-        return W, self.local_epochs * steps_per_epoch
-
-    @staticmethod
-    def _train_mse(data, coef):
-        """Weighted training MSE of the global model (a simulation diagnostic, not sent).
-
-        Rows are centered, so the residual of the model with its intercept
-        ``y_mean - x_mean @ coef`` is simply ``X_c @ coef - y_c``.
-        """
-        residual = data.X @ coef - data.y
-        return float(
-            np.einsum("knt,kn->", residual**2, data.weights)
-            / (data.weights.sum() * coef.shape[1])
-        )
-
-    def _commit(self, state, data, single_target, X_dtype):
-        self._state = state
-        state["single_target"] = single_target
-        state["fit_intercept"] = self.fit_intercept
-        coef = state["coef"].T.astype(X_dtype)
-        intercept = (data.y_mean - data.x_mean @ state["coef"]).astype(X_dtype)
-        if single_target:
-            self.coef_ = coef[0]
-            self.intercept_ = float(intercept[0]) if self.fit_intercept else 0.0
-        else:
-            self.coef_ = coef
-            self.intercept_ = intercept
-        self.history_ = list(state["history"])
-        self.n_rounds_ = len(state["history"])
-        self.clients_ = data.labels
-        self.n_clients_ = int(data.labels.shape[0])
+    def _simulate(self, X, y, sample_weight, labels, rows, *, warm_start, max_rounds=None):
+        """The protocol run in process over these rows."""
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else [str(name) for name in names]
+        server = self.make_server(feature_names=names, warm_start=warm_start,
+                                  max_rounds=max_rounds)
+        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)

@@ -1,51 +1,236 @@
-"""DP-FedAvg for linear regression: clipped client updates with Gaussian noise."""
+"""DP-FedAvg for linear regression: every release clipped and noised by the site itself.
 
+What a site releases, for add/remove-one-row adjacency (rows of weight at
+most 1), each a Gaussian mechanism with the same noise multiplier ``z``:
+
+* at setup, its total weight ``S_k`` (sensitivity 1) plus noise: the server
+  weights sites by these noisy values (no means are announced: the intercept
+  is learned as an unpenalized coordinate of the model instead);
+* each round, its model update ``w_k - w_t`` clipped to L2 norm ``C`` plus
+  noise (sensitivity ``2C``: one row can move a clipped update anywhere in the
+  ball of radius ``C``).
+
+A fit makes ``n_rounds + 1`` such releases about any row. ``k`` Gaussian
+mechanisms of multiplier ``z`` compose exactly to one of multiplier
+``z / sqrt(k)``, so ``z = sqrt(n_rounds + 1) * sigma(epsilon, delta)``, with
+``sigma`` the package's analytic calibration, makes the whole fit
+``(epsilon, delta)``-DP for any epsilon; the package's accountant
+(:class:`~sklearn_fed.privacy.PrivacyLedger`) composes what was actually
+released and reports it in ``privacy_spent_``. The noise comes from the
+package's per-release streams and is added as integers to values rounded to a
+grid (:mod:`sklearn_fed.privacy._noise`), as for :class:`PrivateFederatedRidge`.
+"""
+
+import math
 from numbers import Real
 
 import numpy as np
 
 from .._compat import Interval
-from ._base import BaseFederatedSGD
+from ..linear_model._base import task_field
+from ..privacy import PrivacyLedger, gaussian_noise_std, release_generator
+from ..privacy._noise import discretized_sensitivity, grid_exponent, rounded_gaussian
+from ..protocol import InvalidClientMessage
+from ..protocol._fields import reply_keys, reply_number
+from ._base import BaseFederatedSGD, SGDClient, SGDServer
 from ._fedavg import _fill_docstring
 
 __all__ = ["DPFedAvgRegressor"]
 
 
-def _advanced_composition(epsilon_round, delta_slack, n_rounds):
-    """Total epsilon of ``n_rounds`` (epsilon_round, .)-DP steps (Dwork et al. 2010)."""
-    with np.errstate(over="ignore"):  # a huge epsilon_round spends inf, honestly
-        return float(
-            np.sqrt(2 * n_rounds * np.log(1 / delta_slack)) * epsilon_round
-            + n_rounds * epsilon_round * np.expm1(epsilon_round)
+def noise_multiplier(epsilon, delta, n_releases):
+    """Noise multiplier of each of ``n_releases`` Gaussian releases, ``(epsilon, delta)`` in all.
+
+    Examples
+    --------
+    >>> round(noise_multiplier(1.0, 1e-5, 101), 2)  # sqrt(101) * 3.73
+    37.49
+    """
+    return math.sqrt(n_releases) * gaussian_noise_std(epsilon, delta, 1.0)
+
+
+class _Release:
+    """One noised release: ``n_values`` values of L2 sensitivity ``sensitivity``.
+
+    The values are rounded to the grid ``2^exponent`` and sent as integers
+    plus integer Gaussian noise; the sensitivity that is calibrated includes
+    the rounding. Site and server both derive it from public parameters.
+    """
+
+    def __init__(self, sensitivity, n_values, multiplier):
+        self.exponent = grid_exponent(sensitivity, n_values, noisy=True)
+        self.sensitivity = discretized_sensitivity(sensitivity, n_values, self.exponent)
+        self.std = multiplier * self.sensitivity
+
+    def noised(self, values, generator, site):
+        steps = np.ldexp(np.asarray(values, dtype=np.float64), -self.exponent)
+        if not np.all(np.abs(steps) < 2.0**52):
+            raise ValueError(f"site {site!r}: a released value is too large for the grid.")
+        noise = rounded_gaussian(generator, math.ldexp(self.std, -self.exponent), steps.size)
+        return np.rint(steps).astype(np.int64) + noise.reshape(steps.shape)
+
+    def value(self, steps):
+        return np.ldexp(np.asarray(steps, dtype=np.float64), self.exponent)
+
+
+def _release_generator(estimator, task):
+    """The site's noise stream for the release the task numbers (see ``release_generator``)."""
+    release = task_field(task, "release", int)
+    if not 0 <= release < 2**63:
+        raise InvalidClientMessage("server: malformed release number.", "server")
+    return release_generator(estimator.random_state, release, task.site)
+
+
+class DPClient(SGDClient):
+    """A DP-FedAvg site: noises its weight at setup and clips and noises every update.
+
+    The noise is drawn here, at the site, from its own entropy (never from
+    anything the server sends), and calibrated here from the task's
+    ``epsilon``, ``delta`` and number of releases, so a site's
+    :class:`~sklearn_fed.protocol.SitePolicy` (``max_epsilon``) bounds what it
+    reveals.
+    """
+
+    def _multiplier(self, task):
+        epsilon = task_field(task, "epsilon", float)
+        delta = task_field(task, "delta", float)
+        releases = task_field(task, "n_releases", int)
+        if not (epsilon > 0 and 0 < delta < 1 and 1 <= releases <= 10**9):
+            raise InvalidClientMessage("server: malformed privacy parameters.", "server")
+        return noise_multiplier(epsilon, delta, releases)
+
+    def _check_weights(self, task, weights):
+        if np.any(weights > 1):
+            raise ValueError(
+                f"site {task.site!r}: differentially private training needs sample weights "
+                "in [0, 1] (a row's weight bounds how much it changes what is released)."
+            )
+
+    def _setup(self, task, Xk, yk, sk, y_ndim):
+        self._check_weights(task, sk)
+        fields, arrays = super()._setup(task, Xk, yk, sk, y_ndim)
+        release = _Release(1.0, 1, self._multiplier(task))
+        generator = _release_generator(self.estimator, task)
+        fields["weight_sum"] = int(release.noised([fields["weight_sum"]], generator, task.site)[0])
+        return fields, arrays
+
+    def _weight_sum(self, task, sk):
+        self._check_weights(task, sk)
+        return super()._weight_sum(task, sk)
+
+    def _train_reply(self, task, coef, W, steps, loss):
+        clip = task_field(task, "clip_norm", float)
+        if not (0 < clip < math.inf):
+            raise InvalidClientMessage("server: clip_norm must be positive.", "server")
+        update = W - coef
+        norm = np.linalg.norm(update)
+        if not math.isfinite(norm):
+            return super()._train_reply(task, coef, W, steps, loss)  # says it diverged
+        if norm > clip:
+            update *= clip / norm
+        release = _Release(2 * clip, update.size, self._multiplier(task))
+        generator = _release_generator(self.estimator, task)
+        return {"steps": int(steps)}, {"update": release.noised(update, generator, task.site)}
+
+
+class DPServer(SGDServer):
+    """DP-FedAvg's server: weights from noisy sizes, the mean of noisy updates, accounting."""
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        ledger = getattr(estimator, "_privacy_ledger", None)  # kept across fits
+        self._privacy = PrivacyLedger() if ledger is None else ledger.copy()
+        self._multiplier = noise_multiplier(
+            float(estimator.epsilon), float(estimator.delta), int(estimator.n_rounds) + 1
         )
+        self._weight_release = _Release(1.0, 1, self._multiplier)
+
+    def _private_fields(self, step):
+        estimator = self.estimator
+        fields = {
+            "epsilon": float(estimator.epsilon),
+            "delta": float(estimator.delta),
+            "n_releases": int(estimator.n_rounds) + 1,
+            # releases are numbered across fits: a refit draws fresh noise too
+            "release": len(self._privacy),
+        }
+        if step == "train":
+            fields["clip_norm"] = float(estimator.clip_norm)
+        return fields
+
+    def _read_weight(self, site, frame):  # grid steps, noised: may be negative
+        steps = reply_number(frame, "weight_sum", site, low=-(2**62), high=2**62, integer=True)
+        return float(self._weight_release.value(steps))
+
+    def _read_train(self, site, frame, rows, t):
+        reply_keys(frame, site, fields=["steps"], arrays=["update"])
+        update = frame.arrays["update"]
+        if not (isinstance(update, np.ndarray) and update.dtype == np.int64
+                and update.shape == (rows, t) and np.all(np.abs(update) < 2**62)):
+            raise InvalidClientMessage(
+                f"client {site!r}: the update must be ({rows}, {t}) int64 grid steps.", site)
+        release = _Release(2 * float(self.estimator.clip_norm), update.size, self._multiplier)
+        return {
+            "steps": reply_number(frame, "steps", site, low=1, high=2**40, integer=True),
+            "update": release.value(update),
+        }
+
+    def _apply_setup(self, replies):
+        super()._apply_setup(replies)
+        self._privacy.record(self._multiplier)
+
+    def _apply_round(self, replies, ledger):
+        self._privacy.record(self._multiplier)
+        super()._apply_round(replies, ledger)
+
+    def _reported_mse(self, replies, order, weights):
+        return None  # a loss would be one more release
+
+    def _aggregate(self, coef, replies, p, steps):
+        return coef + np.tensordot(p, np.stack([reply["update"] for reply in replies]), axes=1)
+
+    def _commit(self, state, ledger):
+        super()._commit(state, ledger)
+        estimator = self.estimator
+        estimator._privacy_ledger = self._privacy.copy()
+        estimator.noise_multiplier_ = self._multiplier
+        estimator.noise_std_ = _Release(
+            2 * float(estimator.clip_norm), state["coef"].size, self._multiplier).std
+        estimator.n_releases_ = len(self._privacy)
 
 
 class DPFedAvgRegressor(BaseFederatedSGD):
-    """FedAvg with clipped, Gaussian-noised client updates.
+    """FedAvg with clipped, Gaussian-noised client updates: ``(epsilon, delta)``-DP per row.
 
     Each round, every participant trains locally as in
-    :class:`FedAvgRegressor`, clips its coefficient update ``Delta_k = w_k -
-    w_t`` to L2 norm ``clip_norm``, adds
-    Gaussian noise ``N(0, noise_std^2 I)`` itself, and sends the noisy update;
+    :class:`FedAvgRegressor`, clips its update ``Delta_k = w_k - w_t`` to L2
+    norm ``clip_norm``, adds Gaussian noise itself and sends the noisy update;
     the server adds the weighted average to the global model. Noise is added
     on each client (the trust model of the one-shot paper's private
     Algorithm 2: the server sees only noised messages).
 
-    **Accounting.** Following the one-shot paper's comparison (Sec. V-F), each
-    round gets the budget ``epsilon_round = epsilon / sqrt(n_rounds)`` and
-    ``delta`` (not split across rounds), and the noise is calibrated with the
-    classic Gaussian mechanism, ``noise_std = clip_norm * sqrt(2 ln(1.25 /
-    delta)) / epsilon_round`` (Dwork and Roth, Thm A.1; proven for
-    ``epsilon_round < 1``), with L2 sensitivity ``clip_norm`` (adding or
-    removing a client's clipped update). The ``epsilon / sqrt(R)`` split is
-    a heuristic: it does **not** make the whole run ``(epsilon, delta)``-DP.
-    What R rounds actually guarantee by advanced composition (Dwork,
-    Rothblum and Vadhan 2010; the paper's Eq. 15) with slack ``delta`` is
-    reported in ``epsilon_spent_`` / ``delta_spent_``: more than
-    ``sqrt(2 ln(1/delta))`` (about 4.8 at ``delta=1e-5``) times ``epsilon``.
-    Use a dedicated accountant (RDP/PLD) for tight numbers.
+    **Everything released is noised and accounted.** At setup a site
+    announces only its total weight ``S_k``, noised; no feature or target
+    means (with ``fit_intercept`` the intercept is an unpenalized coordinate
+    of the model, trained and noised with it). Each of the ``n_rounds + 1``
+    releases about a row (adjacency: adding or removing one row of weight at
+    most 1) is a Gaussian mechanism of noise multiplier ``z = sqrt(n_rounds +
+    1) * sigma(epsilon, delta)``, ``sigma`` the analytic calibration
+    (:func:`~sklearn_fed.privacy.gaussian_noise_std`, valid for any epsilon):
+    Gaussian mechanisms compose exactly, so ``fit`` is ``(epsilon,
+    delta)``-DP in total. The update's sensitivity is ``2 * clip_norm`` (one
+    row can move a clipped update anywhere in the ball). ``privacy_spent_``
+    composes every release so far with the package's accountant; ``fit``
+    does not reset it (refitting the same rows spends again), and each
+    ``partial_fit`` adds two releases. Sites report no loss (it would be one
+    more release): ``history_[r]["train_mse"]`` is ``None``.
 
-    Read more in the :ref:`User Guide <baselines>`.
+    The noise is drawn at each site from the operating system's entropy; an
+    int ``random_state`` derives a different stream for every site and
+    release instead (releases are numbered across fits, so a refit draws
+    fresh noise too), for reproducible tests: a known seed voids the
+    guarantee. Client sampling (``client_fraction``) is not counted as
+    amplification. Read more in the :ref:`User Guide <baselines>`.
 
     Parameters
     ----------
@@ -58,6 +243,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
     See Also
     --------
     FedAvgRegressor : Without clipping and noise.
+    sklearn_fed.PrivateFederatedRidge : One noised release of the statistics.
 
     Examples
     --------
@@ -67,18 +253,25 @@ class DPFedAvgRegressor(BaseFederatedSGD):
     >>> X, y = rng.normal(size=(200, 3)), rng.normal(size=200)
     >>> dp = DPFedAvgRegressor(epsilon=1.0, n_rounds=100, random_state=0)
     >>> dp = dp.fit(X, y, clients=np.arange(200) % 4)
-    >>> round(dp.epsilon_per_round_, 3), round(dp.noise_std_, 1)
-    (0.1, 48.4)
-    >>> round(dp.epsilon_spent_, 2), dp.delta_spent_
-    (5.85, 0.00101)
+    >>> round(dp.noise_multiplier_, 1), round(dp.noise_std_, 1), dp.n_releases_
+    (37.5, 75.1, 101)
+    >>> epsilon, delta = dp.privacy_spent_
+    >>> round(epsilon, 3), delta
+    (1.0, 1e-05)
     """
 
     _parameter_constraints: dict = {
         **BaseFederatedSGD._parameter_constraints,
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
         "clip_norm": [Interval(Real, 0, None, closed="neither")],
     }
+
+    _protocol = "sgd.dpfedavg"
+    _server_role = DPServer
+    _client_role = DPClient
+    _intercept_coordinate = True
 
     def __init__(
         self,
@@ -88,7 +281,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         delta=1e-5,
         clip_norm=1.0,
         fit_intercept=True,
-        learning_rate=0.01,
+        learning_rate=0.1,
         local_epochs=5,
         batch_size=None,
         n_rounds=100,
@@ -107,46 +300,41 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         self.client_fraction = client_fraction
         self.random_state = random_state
 
-    def _noise_std(self):
-        epsilon_round = self.epsilon / np.sqrt(self.n_rounds)
-        return self.clip_norm * np.sqrt(2 * np.log(1.25 / self.delta)) / epsilon_round
-
-    def _aggregate(self, coef, local_coef, p, steps, rng):
-        K = local_coef.shape[0]
-        update = (local_coef - coef[None]).reshape(K, -1)
-        norms = np.linalg.norm(update, axis=1)
-        factor = np.minimum(1.0, self.clip_norm / np.where(norms > 0, norms, 1.0))
-        noisy = update * factor[:, None] + rng.normal(0.0, self._noise_std(), update.shape)
-        return coef + (p @ noisy).reshape(coef.shape)
-
-    def _commit(self, state, data, single_target, X_dtype):
-        super()._commit(state, data, single_target, X_dtype)
-        self.epsilon_per_round_ = float(self.epsilon / np.sqrt(self.n_rounds))
-        self.noise_std_ = float(self._noise_std())
-        self.epsilon_spent_ = _advanced_composition(
-            self.epsilon_per_round_, self.delta, self.n_rounds_
-        )
-        self.delta_spent_ = float((self.n_rounds_ + 1) * self.delta)
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every release so far, composed at ``delta``."""
+        ledger = self.__dict__.get("_privacy_ledger")
+        if ledger is None:
+            raise AttributeError("privacy_spent_ is set by fit.")
+        return float(ledger.epsilon(self.delta)), float(self.delta)
 
 
 _fill_docstring(
     DPFedAvgRegressor,
     parameters="""
     epsilon : float, default=1.0
-        Total privacy budget in the paper's convention: each of the
-        ``n_rounds`` rounds gets ``epsilon / sqrt(n_rounds)``. See
-        *Accounting* above for what it does and does not guarantee.
+        Privacy budget of one ``fit`` (its setup and ``n_rounds`` rounds),
+        for any one row; any value > 0 is valid (analytic calibration).
     delta : float in (0, 1), default=1e-5
-        Per-round delta of the Gaussian mechanism.
+        Delta of one ``fit``.
     clip_norm : float, default=1.0
-        L2 bound C on each client's update per round (the sensitivity).""",
+        L2 bound C on each client's update per round (intercept included).""",
     attributes="""
-    epsilon_per_round_ : float
-        ``epsilon / sqrt(n_rounds)``.
+    noise_multiplier_ : float
+        ``z``: noise std per unit of sensitivity, of every release.
     noise_std_ : float
-        Standard deviation of the noise each client adds per coordinate.
-    epsilon_spent_, delta_spent_ : float
-        Guarantee of the ``n_rounds_`` rounds run so far by advanced
-        composition with slack ``delta``: ``delta_spent_ = (n_rounds_ + 1) *
-        delta``. A ``partial_fit`` past ``n_rounds`` keeps spending.""",
+        Standard deviation of the noise each client adds to each coordinate
+        of its update (``z * 2 * clip_norm``); its weight gets ``z``.
+    n_releases_ : int
+        Releases about a row so far (setups and rounds, all fits).
+    privacy_spent_ : tuple of (float, float)
+        ``(epsilon, delta)`` of all releases so far, composed by
+        :class:`~sklearn_fed.privacy.PrivacyLedger`.""",
+    fit_intercept="""fit_intercept : bool, default=True
+        Fit an unpenalized intercept, as one more coordinate of the model
+        (every row gets a constant 1): it is trained, clipped and noised with
+        the coefficients, so no means are released.""",
+    learning_rate="""learning_rate : float, default=0.1
+        Local step size (no ``"auto"``: it would read the data; clipping
+        bounds every round's move anyway).""",
 )

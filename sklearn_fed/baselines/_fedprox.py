@@ -13,8 +13,8 @@ class FedProxRegressor(BaseFederatedSGD):
     """FedProx (Li et al., 2020) for L2-penalized linear regression.
 
     As :class:`FedAvgRegressor`, but each client minimizes
-    ``F_k(w, b) + (mu / 2) ||(w, b) - (w_t, b_t)||^2`` locally, where
-    ``(w_t, b_t)`` is the global model received this round: the proximal term
+    ``F_k(w) + (mu / 2) ||w - w_t||^2`` locally, where ``w_t`` is the
+    global model received this round: the proximal term
     limits how far local steps drift toward the client's own optimum. With
     ``mu=0`` it is exactly FedAvg. Aggregation and messages are FedAvg's.
 
@@ -56,7 +56,7 @@ class FedProxRegressor(BaseFederatedSGD):
         *,
         mu=0.01,
         fit_intercept=True,
-        learning_rate=0.01,
+        learning_rate="auto",
         local_epochs=5,
         batch_size=None,
         n_rounds=100,
@@ -72,6 +72,8 @@ class FedProxRegressor(BaseFederatedSGD):
         self.n_rounds = n_rounds
         self.client_fraction = client_fraction
         self.random_state = random_state
+
+    _protocol = "sgd.fedprox"
 
     def _proximal_mu(self):
         return float(self.mu)

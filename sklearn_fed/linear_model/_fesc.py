@@ -1,18 +1,37 @@
-"""FESCRidge: one-shot averaging of local ridge models, weighted by sample size (FESC)."""
+"""FESCRidge: one-shot averaging of local ridge models, weighted by sample size (FESC).
 
-import copy
+The protocol ``ridge.fesc`` (what a site sends is what the FESC paper's
+clients send, nothing more):
+
+* with ``alpha="auto"`` (``1 / sqrt(N)``) the server first needs ``N``: a
+  *count* round in which every site sends its size ``n_i`` (row count, or
+  total sample weight);
+* a *model* round: the task carries ``alpha``; every site fits ridge on its
+  own rows and replies ``(n_i, theta_i, b_i)``; the server combines the local
+  models with the weights of ``n`` (Eq. 9-10) and keeps only those messages.
+"""
+
 import math
 from numbers import Real
 
 import numpy as np
 
-from .._clients import label_array
+from .._clients import count_rows, label_array
 from .._compat import Interval, StrOptions, _fit_context
-from ._base import BaseFederatedRidge, solve_ridge
+from ..protocol import (
+    Client,
+    InvalidClientMessage,
+    Server,
+    atomic,
+    label_key,
+    run_simulation,
+    sorted_labels,
+)
+from ..protocol._fields import reply_array, reply_keys, reply_number
+from ..statistics import ClientStatistics
+from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["FESCRidge", "fesc_weights"]
-
-_FLOAT64 = 8
 
 
 def fesc_weights(n_samples):
@@ -77,6 +96,195 @@ def _combination_weights(sizes, weighting):
     return np.full(sizes.shape[0], 1.0 / sizes.shape[0])
 
 
+class _SiteRows:
+    """What a simulated site keeps of its rows between ``partial_fit`` calls.
+
+    Its size and the sufficient statistics of all its rows so far: enough to
+    refit its local ridge on all of them. It stands in for the data a real
+    site holds; it never crosses the wire.
+    """
+
+    __slots__ = ("size", "statistics")
+
+    def __init__(self, size, statistics):
+        self.size = size
+        self.statistics = statistics
+
+
+class FESCClient(Client):
+    """A site of :class:`FESCRidge`: answers with its size, then its local ridge model.
+
+    A ``"count"`` task asks for the size ``n_i`` (rows, or total sample
+    weight); a ``"model"`` task gives ``alpha`` and ``centered``, and the
+    site replies ``n_i``, the coefficients of ridge fitted on its rows and
+    (with ``centered``) the intercept.
+
+    In a deployment a site passes all its rows to :meth:`respond` every time.
+    The simulation of :meth:`FESCRidge.partial_fit` gives each site only its
+    new rows and keeps its earlier ones as ``sites`` (label -> running
+    statistics, updated with each model round).
+    """
+
+    protocol = "ridge.fesc"
+
+    def __init__(self, estimator, *, key=None, policy=None, site=None, sites=None):
+        super().__init__(estimator, key=key, policy=policy, site=site)
+        self.sites = sites
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        step = task_field(task, "step", str)
+        if step not in ("count", "model"):
+            raise InvalidClientMessage(f"server: unknown FESC task step {step!r}.", "server")
+        earlier = None if self.sites is None else self.sites.get(label_key(task.site))
+        n = count_rows(X.shape[0], rows)
+        take = slice(None) if rows is None else rows
+        size = 0.0 if n == 0 else float(
+            n if sample_weight is None else np.sum(sample_weight[take])
+        )
+        if earlier is not None:
+            size += earlier.size
+        if not size > 0:
+            raise ValueError(
+                f"site {task.site!r} has total sample weight 0: it has no rows to fit a "
+                "local model on."
+            )
+        if step == "count":
+            return {"size": size}, {}
+        alpha = task_field(task, "alpha", float)
+        centered = task_field(task, "centered", bool)
+        if not (math.isfinite(alpha) and alpha >= 0):
+            raise InvalidClientMessage(f"server: alpha must be >= 0, got {alpha!r}.", "server")
+        stats = None if n == 0 else ClientStatistics.from_data(  # rows checked at the site
+            X, y, sample_weight, centered=centered, rows=rows, check_input=False
+        )
+        if earlier is not None:
+            if earlier.statistics.centered != centered:
+                raise ValueError("fit_intercept changed since the first partial_fit; call fit.")
+            stats = earlier.statistics if stats is None else earlier.statistics.merge(stats)
+        if self.sites is not None:
+            self.sites[label_key(task.site)] = _SiteRows(size, stats)
+        coef = solve_ridge(stats.gram, stats.moment, alpha)  # (t, d)
+        arrays = {"coef": coef[0] if stats.single_target else coef}
+        if centered:
+            intercept = stats.y_mean - coef @ stats.x_mean
+            arrays["intercept"] = np.asarray(intercept[0] if stats.single_target else intercept)
+        return {"size": size}, arrays
+
+
+class FESCServer(Server):
+    """Server of :class:`FESCRidge`: (count round,) model round, combine.
+
+    With ``warm_start`` (``partial_fit``) the sites that do not reply keep
+    the model they sent before; with ``alpha="auto"`` their earlier sizes
+    count in ``N``.
+    """
+
+    protocol = "ridge.fesc"
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        self.alpha = None if estimator.alpha == "auto" else float(estimator.alpha)
+        self._counted = None  # label key -> size, from the count round
+        self._done = False
+
+    def _earlier(self):
+        """``{label key: (label, size, coef, intercept)}`` of the fitted model (warm start)."""
+        estimator = self.estimator
+        if not (self.warm_start and hasattr(estimator, "local_coefs_")):
+            return {}
+        return {
+            label_key(label): (label, size, coef, intercept)
+            for label, size, coef, intercept in zip(
+                estimator.clients_.tolist(), estimator.client_sizes_,
+                estimator.local_coefs_, estimator.local_intercepts_,
+            )
+        }
+
+    def _plan(self, sites):
+        if self._done:
+            return {}
+        if self.alpha is None:
+            return {site: ({"step": "count"}, {}) for site in sites}
+        if self._counted is not None:
+            sites = [site for site in sites if label_key(site) in self._counted]
+        fields = {"step": "model", "alpha": self.alpha,
+                  "centered": bool(self.estimator.fit_intercept)}
+        return {site: (dict(fields), {}) for site in sites}
+
+    def _read_reply(self, site, frame):
+        centered = bool(self.estimator.fit_intercept)
+        if self.alpha is None:  # the count round
+            reply_keys(frame, site, fields=["size"])
+            return reply_number(frame, "size", site, high=2.0**63)
+        reply_keys(frame, site, fields=["size"],
+                   arrays=["coef", "intercept"] if centered else ["coef"])
+        size = reply_number(frame, "size", site, high=2.0**63)
+        counted = None if self._counted is None else self._counted.get(label_key(site))
+        if counted is not None and size != counted:
+            raise InvalidClientMessage(
+                f"client {site!r}: sent size {size} in the model round but {counted} in the "
+                "count round.", site)
+        if not size > 0:
+            raise InvalidClientMessage(f"client {site!r}: size must be positive.", site)
+        d, t = frame.schema["n_features"], frame.schema["n_targets"]
+        coef = frame.arrays["coef"]
+        shape = (d,) if coef.ndim == 1 and t == 1 else (t, d)
+        coef = reply_array(frame, "coef", shape, site)
+        if centered:
+            intercept = reply_array(frame, "intercept", shape[:-1], site)
+        else:
+            intercept = np.zeros(shape[:-1])
+        return size, coef, intercept
+
+    def _apply(self, replies, ledger):
+        earlier = self._earlier()
+        if self.alpha is None:  # the count round: now N, hence alpha, is known
+            self._counted = {label_key(site): size for site, size in replies.items()}
+            kept = [size for key, (_, size, _, _) in earlier.items() if key not in self._counted]
+            total = math.fsum([*(replies[s] for s in sorted_labels(replies)), *kept])
+            self.alpha = 1.0 / math.sqrt(total)
+            return
+        estimator = self.estimator
+        models = dict(earlier)
+        for site in sorted_labels(replies):
+            models[label_key(site)] = (site, *replies[site])
+        ndim = next(iter(models.values()))[2].ndim
+        for site in sorted_labels(replies):
+            if replies[site][1].ndim != ndim:
+                raise InvalidClientMessage(
+                    f"client {site!r}: its targets are {replies[site][1].ndim}-D, the other "
+                    f"sites' {ndim}-D.", site)
+        labels = [label for label, _, _, _ in models.values()]
+        sizes = np.array([size for _, size, _, _ in models.values()])
+        coefs = np.stack([coef for _, _, coef, _ in models.values()])
+        intercepts = np.stack([b for _, _, _, b in models.values()])
+        weights = _combination_weights(sizes, estimator.weighting)
+        coef = np.tensordot(weights, coefs, axes=1)
+        intercept = weights @ intercepts
+        n_features = coefs.shape[-1]
+        n_targets = 1 if coefs.ndim == 2 else coefs.shape[1]
+        ledger.n_parameters = estimator._n_parameters(n_features, n_targets)
+        dtype = np.float32 if self._dtype == "float32" else np.float64
+        # commit: nothing above touched the estimator
+        estimator.alpha_ = self.alpha
+        estimator._centered = bool(estimator.fit_intercept)
+        estimator.clients_ = label_array(labels)
+        estimator.n_clients_ = len(labels)
+        estimator.client_sizes_ = sizes
+        estimator.client_weights_ = weights
+        estimator.n_selected_clients_ = int(np.count_nonzero(weights))
+        estimator.local_coefs_ = coefs
+        estimator.local_intercepts_ = intercepts
+        estimator.communication_ = ledger
+        estimator._set_schema(self.schema, n_features)
+        estimator.coef_ = coef.astype(dtype)
+        if estimator.fit_intercept:
+            estimator.intercept_ = float(intercept) if coefs.ndim == 2 else intercept.astype(dtype)
+        else:
+            estimator.intercept_ = 0.0 if coefs.ndim == 2 else np.zeros(n_targets, dtype)
+        self._done = True
+
+
 class FESCRidge(BaseFederatedRidge):
     """One-shot model averaging of local ridge fits, weighted by client size (FESC).
 
@@ -89,15 +297,18 @@ class FESCRidge(BaseFederatedRidge):
     mean squared error (see :func:`fesc_weights`), dropping the smallest
     clients entirely.
 
-    Read more in the :ref:`User Guide <fesc>`.
+    The fitted model keeps exactly what the clients sent (``client_sizes_``,
+    ``local_coefs_``, ``local_intercepts_``), never their statistics. With
+    ``alpha="auto"`` the protocol has two rounds (sizes, then models), since
+    ``alpha`` depends on the total size. Read more in the
+    :ref:`User Guide <fesc>`.
 
     Parameters
     ----------
     alpha : "auto" or float, default="auto"
         L2 penalty of every local ridge fit. ``"auto"`` is the FESC paper's
         ``1 / sqrt(N)``, with ``N`` the total number of rows (total sample
-        weight) of all clients; in a real deployment the server broadcasts
-        ``N`` before clients fit.
+        weight) of all clients, which the clients announce in a first round.
     weighting : {"fesc", "proportional", "uniform"}, default="fesc"
         How local models are combined: ``"fesc"`` (Eq. 9-10 of the FESC
         paper), ``"proportional"`` (``w_i = n_i / N``, the plain federated
@@ -126,12 +337,11 @@ class FESCRidge(BaseFederatedRidge):
         Number of clients with a positive weight (``K`` of Eq. 10 for FESC).
     local_coefs_ : ndarray of shape (n_clients, n_features) or \
             (n_clients, n_targets, n_features)
-        Local ridge coefficients ``theta_i``.
+        Local ridge coefficients ``theta_i``, as sent.
     local_intercepts_ : ndarray of shape (n_clients,) or (n_clients, n_targets)
-        Local intercepts.
+        Local intercepts, as sent (zeros when ``fit_intercept=False``).
     communication_ : CommunicationLedger
-        Bytes of the messages ``(n_i, theta_i, intercept_i)`` (float64 each)
-        and of the model broadcast.
+        Bytes of every task and reply (``rounds`` is 2 with ``alpha="auto"``).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features,)
@@ -155,6 +365,8 @@ class FESCRidge(BaseFederatedRidge):
     ([0.794, 0.206, 0.0], 2)
     >>> bool(np.abs(est.coef_ - [1.0, 2.0, 3.0]).max() < 0.2)
     True
+    >>> est.communication_.rounds  # sizes, then local models
+    2
     """
 
     _parameter_constraints: dict = {
@@ -163,6 +375,8 @@ class FESCRidge(BaseFederatedRidge):
         "fit_intercept": ["boolean"],
     }
 
+    _server_role = FESCServer
+    _client_role = FESCClient
     # what fit does without clients (MissingClientsWarning)
     _without_clients = "there is one local model and nothing to weigh (plain ridge on all rows)"
 
@@ -171,7 +385,15 @@ class FESCRidge(BaseFederatedRidge):
         self.weighting = weighting
         self.fit_intercept = fit_intercept
 
+    def __getstate__(self):
+        # The simulated sites' rows (partial_fit) are not part of the model:
+        # a saved model holds only what the protocol sent.
+        state = dict(super().__getstate__())
+        state.pop("_site_states", None)
+        return state
+
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None):
         """Fit one local ridge per client and combine them.
 
@@ -194,17 +416,24 @@ class FESCRidge(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
-        return self._absorb(X, y, sample_weight, labels, rows, reset=True)
+        self._check_alpha()
+        sites = {}
+        self._simulate(X, y, sample_weight, labels, rows, sites, warm_start=False)
+        self._site_states = sites
+        return self
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def partial_fit(self, X, y, sample_weight=None, clients=None):
-        """Add rows of existing or new clients and refit the affected local models.
+        """Add rows of existing or new clients; those clients refit on all their rows.
 
-        Per-client sufficient statistics (not rows) are kept, so after any
-        sequence of calls the model equals :meth:`fit` on all rows seen, with
-        the same client labels. With ``alpha="auto"`` the penalty depends on
-        the total size, so every local model is re-solved; with a fixed alpha
-        only the clients that received rows are. A call that raises leaves the
+        Each simulated client keeps its rows so far (as running statistics,
+        the way a site keeps its data; they are not part of the model and
+        are not pickled), so after any sequence of calls the model equals
+        :meth:`fit` on all rows seen, with the same client labels. Each call
+        is one run of the protocol: the clients with new rows send a new
+        ``(n_i, theta_i, b_i)``; with ``alpha="auto"`` ``N`` changed, so every
+        client announces its size and refits. A call that raises leaves the
         estimator unchanged.
 
         Parameters
@@ -216,98 +445,42 @@ class FESCRidge(BaseFederatedRidge):
         -------
         self : FESCRidge
         """
-        first_call = getattr(self, "_statistics", None) is None
-        X, y, sample_weight, labels, rows = self._validate_more_rows(
-            X, y, sample_weight, clients,
-            seen=None if first_call else (self._n_targets, self._centered),
-        )
-        return self._absorb(X, y, sample_weight, labels, rows, reset=first_call)
-
-    # ------------------------------------------------------------- internals
-    def _absorb(self, X, y, sample_weight, labels, rows, *, reset):
-        """Merge a batch into per-client statistics, re-solve, assign at the end."""
-        previous = None if reset else self._statistics
-        statistics = {} if previous is None else dict(previous)
-        local = {} if previous is None else dict(self._local)
-        touched = []
-        for label, stats in self._statistics_by_client(X, y, sample_weight, labels, rows):
-            key = label.item() if hasattr(label, "item") else label
-            statistics[key] = stats if key not in statistics else statistics[key].merge(stats)
-            touched.append(key)
-        order = list(statistics) if previous is None else list(self._order)
-        known = set(order)
-        order += [key for key in touched if key not in known]
-        sizes = np.array([statistics[key].weight_sum for key in order])
-        empty = np.flatnonzero(sizes <= 0)
-        if empty.size:
+        self._validate_params()  # sklearn skips this once fitted; set_params may have changed them
+        self._check_alpha()
+        first_call = not hasattr(self, "coef_")
+        if not first_call and not hasattr(self, "_site_states"):
             raise ValueError(
-                f"client {order[empty[0]]!r} has total sample weight 0: it has no "
-                "rows to fit a local model on."
+                "this FESCRidge was unpickled: the simulated clients' rows are not saved "
+                "with a model (only what the protocol sent is), so partial_fit cannot refit "
+                "them. Call fit on all rows."
             )
-        alpha = self._resolve_alpha(math.fsum(sizes))
-        if previous is None or self.alpha == "auto" or alpha != self.alpha_:
-            refit = order
-        else:
-            refit = touched
-        for key in refit:
-            local[key] = self._local_fit(statistics[key], alpha)
-
-        weights = _combination_weights(sizes, self.weighting)
-        coefs = np.stack([local[key][0] for key in order])  # (m, t, d)
-        intercepts = np.stack([local[key][1] for key in order])  # (m, t)
-        coef = np.einsum("m,mtd->td", weights, coefs)
-        intercept = weights @ intercepts
-
-        n_targets, n_features = coefs.shape[1], coefs.shape[2]
-        if previous is None:
-            ledger = self._new_ledger(n_features, n_targets)
-        else:
-            ledger = copy.deepcopy(self.communication_)
-        message_bytes = _FLOAT64 * (1 + n_targets * (n_features + 1))
-        for key in refit:
-            ledger.record_upload(key, message_bytes)
-        ledger.record_broadcast(len(order), ledger.n_parameters)
-
-        # Commit: nothing above touched self.
-        single = next(iter(statistics.values())).single_target
-        dtype = X.dtype
-        self._statistics = statistics
-        self._local = local
-        self._order = order
-        self._n_targets = n_targets
-        self._centered = self.fit_intercept
-        self.alpha_ = alpha
-        self.clients_ = label_array(order)
-        self.n_clients_ = len(order)
-        self.client_sizes_ = sizes
-        self.client_weights_ = weights
-        self.n_selected_clients_ = int(np.count_nonzero(weights))
-        self.communication_ = ledger
-        if single:
-            self.coef_ = coef[0].astype(dtype)
-            self.intercept_ = float(intercept[0]) if self.fit_intercept else 0.0
-            self.local_coefs_ = coefs[:, 0, :]
-            self.local_intercepts_ = intercepts[:, 0]
-        else:
-            self.coef_ = coef.astype(dtype)
-            self.intercept_ = intercept.astype(dtype)
-            self.local_coefs_ = coefs
-            self.local_intercepts_ = intercepts
+        seen = None if first_call else (
+            1 if self.local_coefs_.ndim == 2 else self.local_coefs_.shape[1], self._centered
+        )
+        X, y, sample_weight, labels, rows = self._validate_more_rows(
+            X, y, sample_weight, clients, seen=seen
+        )
+        if not first_call and (np.ndim(y) == 1) != (self.local_coefs_.ndim == 2):
+            raise ValueError("y changed between 1-D and 2-D since the first call.")
+        sites = {} if first_call else dict(self._site_states)
+        if self.alpha == "auto" and not first_call:  # N changed: every client refits
+            new = {label_key(label) for label in labels}
+            earlier = [label for label in self.clients_.tolist() if label_key(label) not in new]
+            labels = [*earlier, *labels]
+            rows = [np.zeros(0, dtype=np.intp)] * len(earlier) + list(rows)
+        self._simulate(X, y, sample_weight, labels, rows, sites, warm_start=not first_call)
+        self._site_states = sites
         return self
 
-    def _resolve_alpha(self, total_size):
-        if isinstance(self.alpha, str):  # "auto": the FESC paper's 1 / sqrt(N)
-            return 1.0 / math.sqrt(total_size)
-        alpha = float(self.alpha)
-        if not math.isfinite(alpha):
+    # ------------------------------------------------------------- internals
+    def _check_alpha(self):
+        if self.alpha != "auto" and not math.isfinite(float(self.alpha)):
             raise ValueError(f"alpha must be finite, got {self.alpha!r}.")
-        return alpha
 
-    def _local_fit(self, stats, alpha):
-        """One client's ridge: coefficients (t, d) and intercept (t,)."""
-        coef = solve_ridge(stats.gram, stats.moment, alpha)
-        if self.fit_intercept:
-            intercept = stats.y_mean - coef @ stats.x_mean
-        else:
-            intercept = np.zeros(stats.n_targets)
-        return coef, intercept
+    def _simulate(self, X, y, sample_weight, labels, rows, sites, *, warm_start):
+        """The protocol run in process; ``sites`` (simulated site rows) is updated."""
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else [str(name) for name in names]
+        server = self.make_server(feature_names=names, warm_start=warm_start)
+        client = self._client_role(self, sites=sites)
+        run_simulation(server, client, X, y, sample_weight, labels, rows, names)

@@ -40,6 +40,7 @@ import scipy.sparse as sp
 from scipy import linalg
 from scipy.linalg.blas import dsyrk
 
+from .._clients import count_rows
 from .._compat import Interval, Options, StrOptions, _fit_context
 from ..privacy import PrivacyLedger, gaussian_noise_std
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
@@ -352,7 +353,7 @@ class PrivateClient(Client):
             X, y, sample_weight, rows, fields["feature_bound"], fields["target_bound"],
             fields["fit_intercept"],
         )
-        n_rows = _count(X.shape[0], rows)
+        n_rows = count_rows(X.shape[0], rows)
         self.clipped_[label_key(task.site)] = (task.site, n_clipped, n_rows)
         generator = release_generator(self.estimator.random_state, fields["release"], task.site)
         noise = rounded_gaussian(generator, math.ldexp(plan.site_std, -plan.exponent), p)
@@ -373,12 +374,6 @@ class PrivateClient(Client):
         if not local:
             self._pair_keys.clear()  # the last site of this process has masked
         return reply_fields, {"masked": masked}
-
-
-def _count(n_samples, rows):
-    if rows is None:
-        return n_samples
-    return len(range(n_samples)[rows]) if isinstance(rows, slice) else len(rows)
 
 
 def _bounded(encoded, n_sites, site):

@@ -17,6 +17,7 @@ from sklearn.random_projection import (
 )
 from sklearn.utils import check_random_state
 
+from .._clients import count_rows
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import InvalidClientMessage, atomic
 from ..statistics import ClientStatistics
@@ -92,9 +93,7 @@ class ProjectedClient(StatisticsClient):
     def _compute(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
         if step == "count":
-            n_rows = X.shape[0] if rows is None else len(range(X.shape[0])[rows]) if isinstance(
-                rows, slice) else len(rows)
-            return {"n_samples": int(n_rows)}, {}
+            return {"n_samples": int(count_rows(X.shape[0], rows))}, {}
         if step != "statistics":
             raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
         centered = task_field(task, "centered", bool)

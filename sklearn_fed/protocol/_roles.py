@@ -178,6 +178,23 @@ class Client(ABC):
     def _reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
         fields, arrays = self._compute(task, X, y, sample_weight, rows)
+        return self._reply_frame(task, X, y, names, fields, arrays)
+
+    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+        """Replies of many simulated sites that share one ``X``: ``{site: frame}``.
+
+        ``rows[site]`` selects each site's rows. The simulation calls this
+        once per round; a family may override it to compute its sites
+        together (one batched product for many sites) provided every frame
+        is exactly the one :meth:`_reply` would build for that site alone.
+        """
+        return {
+            site: self._reply(task, X, y, sample_weight, rows[site], names)
+            for site, task in tasks.items()
+        }
+
+    def _reply_frame(self, task, X, y, names, fields, arrays):
+        """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
         return Frame(
             kind=f"{self.protocol}/reply",
             federation=task.federation,

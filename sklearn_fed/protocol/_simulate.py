@@ -68,23 +68,33 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     through_bytes = getattr(_config, "through_bytes", False)
     labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
     position = {label_key(label): i for i, label in enumerate(labels)}
+    per_site = isinstance(clients, dict)
     tasks = server._next_frames(labels)
     while tasks:
-        replies, sizes = {}, {}
-        for site, task in tasks.items():
-            client = clients[site] if isinstance(clients, dict) else clients
-            site_rows = rows[position[label_key(site)]]
-            if through_bytes:
-                task = decode(encode(task, key=server._key(site)), key=client.key,
-                              client="server")
-                client._check_task(task)
-            reply = client._reply(task, X, y, sample_weight, site_rows, names)
-            if through_bytes:
-                data = encode(reply, key=client.key)
+        if through_bytes:
+            tasks = {
+                site: decode(encode(task, key=server._key(site)),
+                             key=(clients[site] if per_site else clients).key, client="server")
+                for site, task in tasks.items()
+            }
+            for site, task in tasks.items():
+                (clients[site] if per_site else clients)._check_task(task)
+        site_rows = {site: rows[position[label_key(site)]] for site in tasks}
+        if per_site:
+            replies = {
+                site: clients[site]._reply(task, X, y, sample_weight, site_rows[site], names)
+                for site, task in tasks.items()
+            }
+        else:  # one role for every site: it may compute them together
+            replies = clients._reply_many(tasks, X, y, sample_weight, site_rows, names)
+        sizes = {}
+        if through_bytes:
+            for site, reply in replies.items():
+                key = (clients[site] if per_site else clients).key
+                data = encode(reply, key=key)
                 sizes[site] = len(data)
-                reply = decode(data, key=server._key(site), client=site,
-                               max_bytes=server.max_message_bytes)
-            replies[site] = reply
+                replies[site] = decode(data, key=server._key(site), client=site,
+                                       max_bytes=server.max_message_bytes)
         server._receive_frames(replies, sizes)
         tasks = server._next_frames(labels)
     return server

@@ -29,10 +29,10 @@ and types, and that the declared array sizes add up to exactly the payload's
 length. JSON is parsed by the standard library; nothing is ever unpickled.
 """
 
+import functools
 import hashlib
 import hmac
 import json
-from json.encoder import encode_basestring_ascii as _encode_json_string
 import math
 import struct
 from dataclasses import dataclass, field
@@ -63,6 +63,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 31
 _DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u8", "|u1", "|i1"}
 _MAX_NDIM = 4
 _META_KEYS = {"kind", "federation", "round", "site", "schema", "fields", "arrays"}
+_JSON = json.JSONEncoder(separators=(",", ":"))
 #: The federation id of a message made outside any federation (e.g. ``to_bytes``).
 STANDALONE = "0" * 32
 
@@ -133,7 +134,7 @@ class Frame:
             "fields": self.fields,
             "arrays": table,
         }
-        return json.dumps(meta, separators=(",", ":")).encode("utf-8")
+        return _JSON.encode(meta).encode("utf-8")
 
     @property
     def payload_bytes(self):
@@ -152,13 +153,16 @@ class Frame:
 
 
 def _wire_dtype(dtype, name):
-    if dtype.str in _DTYPES:  # already little-endian (or byte-sized): the common case
-        return dtype.str
-    dtype = np.dtype(dtype)
-    code = dtype.newbyteorder("<").str if dtype.byteorder not in "|" else dtype.str
+    code = _dtype_code(dtype)
     if code not in _DTYPES:
         raise TypeError(f"array {name!r} has dtype {dtype}, which the wire format cannot carry.")
     return code
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_code(dtype):
+    dtype = np.dtype(dtype)
+    return dtype.newbyteorder("<").str if dtype.byteorder not in "|" else dtype.str
 
 
 def plain_label(label):
@@ -190,12 +194,14 @@ def label_key(label):
     >>> label_key(1) == label_key(np.int64(1)) != label_key("1")
     True
     """
-    kind = type(label)  # fast paths, same text as json.dumps (labels are keyed every round)
-    if kind is int:
-        return int.__repr__(label)
-    if kind is str:
-        return _encode_json_string(label)
+    if type(label) is str or type(label) is int:  # the usual labels: asked for every round
+        return _cached_label_key(label)
     return json.dumps(plain_label(label), sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cached_label_key(label):
+    return json.dumps(label, separators=(",", ":"))
 
 
 def sorted_labels(labels):

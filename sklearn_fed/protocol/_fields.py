@@ -1,0 +1,61 @@
+"""Reading the values of an untrusted reply: one number or one array, checked."""
+
+import math
+
+import numpy as np
+
+from ._errors import InvalidClientMessage
+
+__all__ = ["reply_array", "reply_keys", "reply_number"]
+
+
+def reply_number(frame, name, site, *, low=0.0, high=math.inf, integer=False):
+    """A numeric field of a reply, checked to be finite and in ``[low, high]``.
+
+    Examples
+    --------
+    >>> from sklearn_fed.protocol import Frame
+    >>> reply_number(Frame("x/reply", fields={"size": 3}), "size", "a", low=1)
+    3.0
+    """
+    value = frame.fields.get(name)
+    ok = type(value) is int if integer else type(value) in (int, float)
+    if not (ok and math.isfinite(value) and low <= value <= high):
+        kind = "an integer" if integer else "a finite number"
+        raise InvalidClientMessage(
+            f"client {site!r}: field {name!r} must be {kind} in [{low}, {high}], got {value!r}.",
+            site,
+        )
+    return int(value) if integer else float(value)
+
+
+def reply_array(frame, name, shape, site):
+    """A float64 array of a reply with exactly this shape and only finite values.
+
+    Examples
+    --------
+    >>> from sklearn_fed.protocol import Frame
+    >>> reply_array(Frame("x/reply", arrays={"w": np.ones(2)}), "w", (2,), "a")
+    array([1., 1.])
+    """
+    value = frame.arrays.get(name)
+    if not isinstance(value, np.ndarray) or value.dtype != np.float64:
+        raise InvalidClientMessage(f"client {site!r}: array {name!r} must be float64.", site)
+    if value.shape != tuple(shape):
+        raise InvalidClientMessage(
+            f"client {site!r}: array {name!r} has shape {value.shape}, expected {tuple(shape)}.",
+            site,
+        )
+    if not np.all(np.isfinite(value)):
+        raise InvalidClientMessage(f"client {site!r}: array {name!r} is not finite.", site)
+    return value
+
+
+def reply_keys(frame, site, fields=(), arrays=()):
+    """Check that a reply carries exactly these fields and arrays."""
+    if set(frame.fields) != set(fields) or set(frame.arrays) != set(arrays):
+        raise InvalidClientMessage(
+            f"client {site!r}: expected fields {sorted(fields)} and arrays {sorted(arrays)}, "
+            f"got {sorted(frame.fields)} and {sorted(frame.arrays)}.",
+            site,
+        )
