@@ -25,8 +25,13 @@ from flwr.app import Context, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fed import (  # noqa: E402
+    DPFedAvgRegressor,
+    FedAvgRegressor,
     FederatedRidge,
     FederatedRidgeCV,
+    FedNovaRegressor,
+    FedProxRegressor,
+    FESCRidge,
     IncrementalFederatedRidge,
     InvalidClientMessage,
     PrivateFederatedRidge,
@@ -59,6 +64,14 @@ FLOWER_CASES = [
                           noise="distributed", random_state=0),
     # streaming: rows arrive in N_ROUNDS rounds; a site holds rows below min_samples
     IncrementalFederatedRidge(alpha=1.0, min_samples=100, random_state=0),
+    FESCRidge(),  # two rounds: sizes, then local models
+]
+# Also through the apps in process (a real federation costs seconds per round per site).
+APPS_ONLY_CASES = [
+    FedAvgRegressor(n_rounds=4, batch_size=7, client_fraction=0.7, random_state=0),
+    FedProxRegressor(n_rounds=3),
+    FedNovaRegressor(n_rounds=3, batch_size=11, random_state=0),
+    DPFedAvgRegressor(n_rounds=3, epsilon=10.0, random_state=0),
 ]
 SITES = ("a", "b", "c")
 
@@ -136,7 +149,7 @@ def test_flower_is_imported_only_when_used_and_its_absence_names_the_extra(monke
 
 
 # ----------------------------------------------------------------- run config
-@pytest.mark.parametrize("estimator", FLOWER_CASES, ids=_case_id)
+@pytest.mark.parametrize("estimator", FLOWER_CASES + APPS_ONLY_CASES, ids=_case_id)
 def test_run_config_names_the_estimator_and_its_changed_params(estimator):
     config = estimator_to_config(estimator)
     assert set(config) <= set(RUN_CONFIG_DEFAULTS)
@@ -339,7 +352,7 @@ def _run_config(estimator, tmp_path, keys=None, **overrides):
 KEYS = {site: f"{site}-secret-key-of-32-characters!" for site in SITES}
 
 
-@pytest.mark.parametrize("estimator", FLOWER_CASES, ids=_case_id)
+@pytest.mark.parametrize("estimator", FLOWER_CASES + APPS_ONLY_CASES, ids=_case_id)
 def test_apps_give_the_in_process_fit(estimator, tmp_path, task_identity):
     sites = _site_rows()
     grid = FakeGrid(_node_configs(tmp_path, sites, KEYS),
