@@ -492,15 +492,20 @@ class LocalFederation:
             _tool("flwr"), "run", str(self.workdir / "app"), CONNECTION,
             "--run-config", str(overrides), "--stream",
         ], "cli")
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._stop_run(log_name)
-            _end_all([process], grace=5.0)
-            raise TimeoutError(self._explain(
-                f"the Flower run of {type(estimator).__name__} took longer than {timeout:g} s "
-                "and was stopped.", log_name)) from None
+        # the ServerApp writes the model (atomically) as its last step: done when it is
+        # there, without waiting for the CLI's log stream to wind down; failed when the
+        # CLI exits without it
         model = Path(config["model-path"])
+        deadline = time.monotonic() + timeout
+        while not model.exists() and process.poll() is None:
+            if time.monotonic() > deadline:
+                self._stop_run(log_name)
+                _end_all([process], grace=5.0)
+                raise TimeoutError(self._explain(
+                    f"the Flower run of {type(estimator).__name__} took longer than "
+                    f"{timeout:g} s and was stopped.", log_name))
+            time.sleep(0.1)
+        _end_all([process], grace=0)  # the CLI only streams the finished run's log
         if not model.exists():
             raise RuntimeError(self._explain(
                 f"the Flower run of {type(estimator).__name__} failed (no model was saved).",
