@@ -49,6 +49,8 @@ bench-baselines: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated
 
-# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples).
+# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples)
+# and of the uplink codecs' decoders (the suite runs 300).
 fuzz: $(STAMP)
 	$(PY) tests/fuzz_statistics.py 200000
+	SKLEARN_FED_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/test_codecs.py -k fuzzed

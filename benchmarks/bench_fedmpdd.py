@@ -1,99 +1,244 @@
-"""FedMPDD round cost: vectorized vs per-client gradients, encode+decode share, codec memory.
+"""FedMPDD round cost, before and after, and where the time goes.
 
-Run: python benchmarks/bench_fedmpdd.py [--participants 50] [--m 600] [--repeats 5]
+Run: python benchmarks/bench_fedmpdd.py [--threads 1 2] [--batches 1 16 64] [--repeats 5]
+     [--before main] [--participants 50] [--m 600]
 
-Setting: the paper's LeNet (d = 13,426) on 28x28 inputs, ``participants``
-clients per round (100 clients, beta = 0.5 gives 50), per-client minibatch 1
-as in the paper, and larger minibatches to show where the codec's share of a
-round falls. Timings are medians over ``repeats`` interleaved runs in one
-process. "codec" is every participant's encode plus the server's decode.
+Setting: the paper's LeNet (d = 13,426) on 28x28 inputs, 100 clients of which
+``participants`` take part in each round (beta = 0.5), m directions, the
+per-client minibatch of the paper (1) and larger ones. In one process,
+interleaved, median (min-max) of ``repeats`` runs, wall and process CPU time:
+
+- **after**: one protocol round in process (the server's tasks, every site's
+  gradient and encoding, the server's checks, decoding and step), computed
+  exactly as each site computes alone (``vectorize=False``, the default) and
+  with participants batched in one ``vmap`` call (``vectorize=True``);
+  "codec" is ``encode_many`` of all participants plus ``decode_mean`` of
+  their messages, timed on their own.
+- **before** (``--before REF``, default ``main``): the same round of the
+  package at git ref REF, imported side by side from ``git archive``
+  (its round: ``vmap`` gradients, one encode per client, one decode loop).
+
+``--threads`` sets torch's threads and the codec's threads (the machine
+has 2 cores).
 """
 
 import argparse
+import importlib
+import os
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 import tracemalloc
+import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from sklearn_fed.neural_network import FedMPDDClassifier, LeNet
-from sklearn_fed.neural_network._codecs import MPDDCodec
-from sklearn_fed.neural_network._sign_kernels import HAVE_NUMBA
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sklearn_fed.neural_network import FedMPDDClassifier, LeNet  # noqa: E402
+from sklearn_fed.neural_network import _sign_kernels as kernels  # noqa: E402
+from sklearn_fed.neural_network._codecs import MPDDCodec  # noqa: E402
+from sklearn_fed.protocol import Frame  # noqa: E402
 
 
 def _timed(fn):
-    t = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _import_ref(ref, where):
+    """The ``sklearn_fed`` package at git ``ref``, imported as ``sklearn_fed_before``."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "sklearn_fed"],
+                             check=True, capture_output=True).stdout
+    target = Path(where) / "sklearn_fed_before"
+    with tempfile.TemporaryFile() as tmp:
+        tmp.write(archive)
+        tmp.seek(0)
+        with tarfile.open(fileobj=tmp) as tar:
+            tar.extractall(where, filter="data")
+    os.rename(Path(where) / "sklearn_fed", target)
+    sys.path.insert(0, str(where))
+    return importlib.import_module("sklearn_fed_before.neural_network._fedmpdd")
+
+
+def _after_round(batch_size, args, X, y, vectorize):
+    """A callable that runs one protocol round of the current code."""
+    net = FedMPDDClassifier(LeNet, client_fraction=0.5, n_directions=args.m,
+                            batch_size=batch_size, optimizer=torch.optim.SGD, lr=0.0,
+                            max_epochs=10**6, vectorize=vectorize, random_state=0)
+    clients = np.arange(len(y)) % (2 * args.participants)
+    labels = list(range(2 * args.participants))
+    rows = {c: np.flatnonzero(clients == c) for c in labels}
+    server, site = net.make_server(), net.make_client()
+    server._receive_frames(site._reply_many(server._next_frames(labels), X, y, None, rows, None),
+                           {})  # the first round: sites report their labels
+
+    def one_round():
+        tasks = server._next_frames(labels)
+        server._receive_frames(site._reply_many(tasks, X, y, None, rows, None), {})
+
+    return net, server, site, rows, labels, one_round
+
+
+def _codec_parts(net, participants, codec):
+    """Encode-all and decode-all of one round's participants, as callables.
+
+    Gradient values do not change the codec's cost, so random ones stand in.
+    """
+    d = net._n_trainable()
+    G = np.random.default_rng(0).standard_normal((participants, d)).astype(np.float32)
+    seeds = [int(s) for s in np.random.default_rng(1).integers(0, 2**62, participants)]
+    frames = [Frame(kind=codec.kind, fields=f, arrays=a) for f, a in codec.encode_many(G, seeds)]
+    return (lambda: codec.encode_many(G, seeds)), (lambda: codec.decode_mean(frames, d))
+
+
+def _before_round(module, batch_size, args, X, y):
+    net = module.FedMPDDClassifier(LeNet, n_clients=2 * args.participants, client_fraction=0.5,
+                                   n_directions=args.m, batch_size=batch_size, lr=0.0,
+                                   max_epochs=0, random_state=0)
+    with warnings.catch_warnings():  # whatever that version warns about a 0-round fit
+        warnings.simplefilter("ignore")
+        net.fit(X, y)
+    net.history.new_epoch()
+    batch = next(iter(net.get_iterator(net.get_dataset(X, y), training=True)))
+    grads = net._gradients_vmap(*batch[:4])[0].detach()
+    codec = module.make_codec("mpdd", n_directions=args.m)
+    d = grads.shape[1]
+
+    def codec_all():
+        codec.decode_mean([codec.encode(g, seed=i) for i, g in enumerate(grads)], d)
+
+    return (lambda: net.train_step(batch)), codec_all
+
+
+def _summary(samples):
+    walls = [w for w, _ in samples]
+    cpus = [c for _, c in samples]
+    return statistics.median(walls), min(walls), max(walls), statistics.median(cpus)
+
+
+def _measure(args, threads, X, y, before):
+    torch.set_num_threads(threads)
+    kernels._workers = lambda: threads
+    codec = MPDDCodec(args.m)
+    out = []
+    for batch_size in args.batches:
+        timers = {}
+        net, server, site, rows, labels, exact = _after_round(batch_size, args, X, y, False)
+        timers["after exact"] = exact
+        timers["after vmap"] = _after_round(batch_size, args, X, y, True)[-1]
+        timers["encode"], timers["decode"] = _codec_parts(net, args.participants, codec)
+        if before is not None:
+            timers["before round"], timers["before codec"] = _before_round(
+                before, batch_size, args, X, y)
+        for fn in timers.values():  # warm up (numba, vmap)
+            fn()
+        samples = {name: [] for name in timers}
+        for _ in range(args.repeats):  # interleaved
+            for name, fn in timers.items():
+                samples[name].append(_timed(fn))
+        out.append((batch_size, {k: _summary(v) for k, v in samples.items()}))
+    return net._n_trainable(), out
+
+
+def _report(args, threads, d, rows_out):
+    print(f"\nLeNet d={d}, {args.participants} participants, m={args.m}, {threads} torch and "
+          f"codec thread(s), numba={kernels.HAVE_NUMBA}, load average "
+          f"{os.getloadavg()[0]:.1f}; median (min-max) of {args.repeats} interleaved runs, "
+          "ms per round; cpu = process CPU time")
+    print(f"{'batch':>5} {'':>12} {'round wall':>22} {'round cpu':>10} {'codec wall':>11} "
+          f"{'codec share':>11}")
+    for batch_size, med in rows_out:
+        codec_after = med["encode"][0] + med["decode"][0]
+        lines = []
+        if "before round" in med:
+            lines.append(("before", med["before round"], med["before codec"][0]))
+        lines.append(("after exact", med["after exact"], codec_after))
+        lines.append(("after vmap", med["after vmap"], codec_after))
+        for name, (wall, lo, hi, cpu), codec_wall in lines:
+            print(f"{batch_size:>5} {name:>12} {1e3 * wall:>8.1f} ({1e3 * lo:.0f}-{1e3 * hi:.0f})"
+                  f"{'':>3} {1e3 * cpu:>10.1f} {1e3 * codec_wall:>11.1f} "
+                  f"{100 * codec_wall / wall:>10.1f}%")
+        if "before round" in med:
+            print(f"{'':>5} {'ratio':>12} round after exact / before "
+                  f"{med['after exact'][0] / med['before round'][0]:.2f}, after vmap / before "
+                  f"{med['after vmap'][0] / med['before round'][0]:.2f}; codec after / before "
+                  f"{codec_after / med['before codec'][0]:.2f}")
+
+
+def _vmap_vs_sites(args, X, y):
+    """How many gradient entries a batched vmap call rounds differently from the sites."""
+    print("\nvmap vs each site's own gradient (uplink='full', the same round's tasks)")
+    for batch_size in (b for b in args.batches if b < 64):
+        grads = []
+        for vectorize in (False, True):
+            net = FedMPDDClassifier(LeNet, client_fraction=0.5, uplink="full",
+                                    batch_size=batch_size, max_epochs=2, vectorize=vectorize,
+                                    optimizer=torch.optim.SGD, lr=0.0, random_state=0)
+            labels = list(range(2 * args.participants))
+            rows = {c: np.arange(c, len(y), len(labels)) for c in labels}
+            server, site = net.make_server(), net.make_client()
+            server._receive_frames(site._reply_many(server._next_frames(labels), X, y, None,
+                                                    rows, None), {})
+            replies = site._reply_many(server._next_frames(labels), X, y, None, rows, None)
+            grads.append(np.stack([replies[s].arrays["g"] for s in sorted(replies)]))
+        exact, batched = grads
+        print(f"  minibatch {batch_size}: {np.mean(exact != batched):.0%} of the entries differ, "
+              f"by up to {np.abs(exact - batched).max() / np.abs(exact).max():.1e} of the "
+              "largest")
+
+
+def _memory(args):
+    """Peak traced memory of one round's encode and decode as m grows."""
+    d = sum(p.numel() for p in LeNet().parameters())
+    G = np.random.default_rng(0).standard_normal((args.participants, d)).astype(np.float32)
+    seeds = list(range(1, args.participants + 1))
+    print(f"\nCodec peak memory (tracemalloc), {args.participants} participants, d={d}: "
+          "encode_many, then decode_mean of their messages")
+    print(f"{'m':>7} {'dense U per site MB':>20} {'gradients MB':>13} {'peak MB':>8}")
+    for m in (100, 1000, 10000):
+        codec = MPDDCodec(m)
+        codec.decode_mean([codec.encode(G[0], seed=1)], d)  # compiled before tracing
+        tracemalloc.start()
+        frames = [Frame(kind=codec.kind, fields=f, arrays=a)
+                  for f, a in codec.encode_many(G, seeds)]
+        codec.decode_mean(frames, d)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"{m:>7} {m * d * 4 / 2**20:>20.1f} {G.nbytes / 2**20:>13.1f} "
+              f"{peak / 2**20:>8.1f}")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--participants", type=int, default=50)
     p.add_argument("--m", type=int, default=600)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64],
                    help="per-client minibatch sizes (the paper's LeNet runs use 1)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                   help="torch and codec threads (one table each)")
+    p.add_argument("--before", default="main",
+                   help="git ref of the code to compare with ('' to skip)")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-
     rng = np.random.default_rng(0)
     n_clients = 2 * args.participants
-    X = rng.random((max(64, args.batches[-1]) * n_clients, 784), dtype=np.float32)
+    X = rng.random((max(64, max(args.batches)) * n_clients, 784), dtype=np.float32)
     y = rng.integers(0, 10, len(X))
-    codec = MPDDCodec(args.m)
-    rows = []
-    for batch_size in args.batches:
-        net = FedMPDDClassifier(LeNet, n_clients=n_clients, client_fraction=0.5,
-                                n_directions=args.m, batch_size=batch_size, lr=0.0,
-                                max_epochs=0, random_state=0).fit(X, y)
-        net.history.new_epoch()
-        batch = next(iter(net.get_iterator(net.get_dataset(X, y), training=True)))
-        Xb, yb, wb, nb, part = batch
-        d = sum(q.numel() for q in net.module_.parameters())
-        grads = net._gradients_vmap(Xb, yb, wb, nb)[0].detach()
-
-        def codec_all():
-            codec.decode_mean([codec.encode(g, seed=i) for i, g in enumerate(grads)], d)
-
-        times = {"grad_vmap": [], "grad_loop": [], "codec": [], "round_vmap": [],
-                 "round_loop": []}
-        for _ in range(args.repeats):  # interleaved
-            times["grad_vmap"].append(_timed(lambda: net._gradients_vmap(Xb, yb, wb, nb)))
-            times["grad_loop"].append(_timed(lambda: net._gradients_loop(Xb, yb, wb, nb)))
-            times["codec"].append(_timed(codec_all))
-            net.set_params(vectorize=True)
-            times["round_vmap"].append(_timed(lambda: net.train_step(batch)))
-            net.set_params(vectorize=False)
-            times["round_loop"].append(_timed(lambda: net.train_step(batch)))
-        rows.append((batch_size, {k: statistics.median(v) for k, v in times.items()}))
-
-    print(f"LeNet d={d}, {args.participants} participants, m={args.m}, "
-          f"torch threads={args.threads}, numba codec loops={HAVE_NUMBA}, "
-          f"median of {args.repeats} interleaved runs; times in ms per round")
-    print(f"{'batch':>5} {'grad vmap':>9} {'grad loop':>9} {'vmap/loop':>9} "
-          f"{'round vmap':>10} {'round loop':>10} {'codec':>7} {'codec/client':>12} "
-          f"{'codec share':>11}")
-    for batch_size, med in rows:
-        print(f"{batch_size:>5} {1e3 * med['grad_vmap']:>9.1f} {1e3 * med['grad_loop']:>9.1f} "
-              f"{med['grad_loop'] / med['grad_vmap']:>8.1f}x "
-              f"{1e3 * med['round_vmap']:>10.1f} {1e3 * med['round_loop']:>10.1f} "
-              f"{1e3 * med['codec']:>7.1f} {1e3 * med['codec'] / args.participants:>12.2f} "
-              f"{100 * med['codec'] / med['round_vmap']:>10.1f}%")
-    print("targets (batch 1, the paper's setting): vmap/loop >= 3x; codec share <= 50%")
-
-    print("\nCodec peak memory (tracemalloc, one encode+decode) as m*d grows, d=13426")
-    print(f"{'m':>7} {'m*d*4 (dense U) MB':>19} {'peak MB':>9}")
-    g = torch.randn(d)
-    for m in (100, 1000, 10000):
-        c = MPDDCodec(m)
-        tracemalloc.start()
-        c.decode(c.encode(g, seed=1), d)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        print(f"{m:>7} {m * d * 4 / 2**20:>19.1f} {peak / 2**20:>9.1f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        before = _import_ref(args.before, tmp) if args.before else None
+        for threads in args.threads:
+            _report(args, threads, *_measure(args, threads, X, y, before))
+    _vmap_vs_sites(args, X, y)
+    _memory(args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Federated checks shared by every estimator (see sklearn_fed.utils.estimator_checks)."""
 
+import importlib.util
+
 from sklearn_fed import (
     DPFedAvgRegressor,
     FedAvgRegressor,
@@ -33,6 +35,16 @@ ESTIMATORS = [
         fit_intercept=False, random_state=0,
     ),
 ]
+
+if all(importlib.util.find_spec(m) for m in ("torch", "skorch")):  # the `nn` extra
+    from sklearn_fed import FedMPDDClassifier
+
+    ESTIMATORS += [
+        FedMPDDClassifier(n_directions=16, max_epochs=4, batch_size=8, random_state=0),
+        FedMPDDClassifier(uplink="qsgd", quantization_levels=15, max_epochs=3,
+                          client_fraction=1.0, random_state=0),
+        FedMPDDClassifier(uplink="laplace", noise_scale=0.01, max_epochs=3, random_state=0),
+    ]
 
 
 @parametrize_with_federated_checks(ESTIMATORS)

@@ -8,9 +8,10 @@ one of its names is first used.
 import importlib
 import importlib.util
 
-__all__ = ["FedMPDDClassifier", "LeNet", "MLP", "make_codec"]
+__all__ = ["CommunicationLog", "FedMPDDClassifier", "LeNet", "MLP", "make_codec"]
 
 _WHERE = {
+    "CommunicationLog": "._fedmpdd",
     "FedMPDDClassifier": "._fedmpdd",
     "LeNet": "._modules",
     "MLP": "._modules",

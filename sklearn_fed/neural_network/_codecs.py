@@ -1,19 +1,29 @@
 """Uplink codecs: what a client sends instead of its gradient, and how the server reads it.
 
-Every codec turns a flat float32 gradient ``g`` of length ``d`` into a
-:class:`Message` and back into an estimate of ``g``. ``Message.nbytes`` is the
-exact size of what goes over the wire, so ledgers count real bytes:
+Every codec turns a flat float32 gradient ``g`` of length ``d`` into the
+fields and arrays of a :class:`~sklearn_fed.protocol.Frame` and back into an
+estimate of ``g``. On its own a codec message is a frame of kind
+``"codec.<name>"`` (:meth:`encode`; :func:`sklearn_fed.protocol.encode` turns
+it into bytes); inside :class:`FedMPDDClassifier`'s protocol the same fields
+and arrays are a site's reply. The payload, in bytes (the frame adds its
+header, JSON metadata and 32-byte trailer):
 
 ========================  =========================================  ==========
-codec                     payload                                    bytes
+codec                     payload arrays (+ JSON fields)             bytes
 ========================  =========================================  ==========
-``MPDDCodec`` (m)         m float32 directional derivatives + seed   4 m + 8
-``FullCodec``             d float32                                  4 d
-``QSGDCodec`` (s levels)  float32 norm + per coordinate sign and      4 + ceil(d (1 + ceil(log2(s + 1))) / 8)
-                          level in {0..s}
-``TopKCodec`` (k)         k float32 values + k int32 indices          8 k
-``LDPCodec``              d float32 (gradient plus noise)             4 d
+``MPDDCodec`` (m)         ``s``: m float32 derivatives (+ ``seed``)  4 m
+``FullCodec``             ``g``: d float32                           4 d
+``QSGDCodec`` (s levels)  ``norm``: float32; ``bits``: per            4 + ceil(d (1 + ceil(log2(s + 1))) / 8)
+                          coordinate a sign bit and a level in 0..s
+``TopKCodec`` (k)         ``values``: k float32, ``indices``: k      8 k
+                          int32, increasing
+``LDPCodec``              ``g``: d float32 (gradient plus noise)     4 d
 ========================  =========================================  ==========
+
+Messages from sites are untrusted: :meth:`read` checks every field and array
+(names, dtypes, shapes, finiteness, seed range, index range and order, level
+range, padding bits) and raises :class:`~sklearn_fed.InvalidClientMessage`
+naming the client before anything is decoded.
 
 The MPDD directions are never stored as one ``m x d`` float matrix:
 Rademacher signs are packed bits (one byte holds the signs of 8 directions at
@@ -22,25 +32,30 @@ seed, made one group of 8 directions at a time and applied through 256-entry
 histograms and lookup tables that stay in cache
 (:mod:`~sklearn_fed.neural_network._sign_kernels`). Direction ``j`` depends
 only on ``(seed, j, d)``, so the server regenerates exactly the client's
-directions from the seed alone.
+directions from the seed alone, and many participants are encoded or decoded
+in one parallel call with the same bits as one at a time.
 """
 
 import math
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 
-from ._sign_kernels import decode_groups, encode_groups, sign_rows
+from ..protocol import Frame, InvalidClientMessage
+from ..protocol._errors import who
+from ._sign_kernels import decode_many, encode_many, sign_rows
 
 __all__ = [
     "BLOCK_ELEMENTS",
     "FullCodec",
     "LDPCodec",
     "MPDDCodec",
-    "Message",
     "QSGDCodec",
     "TopKCodec",
+    "UPLINKS",
+    "codec_from_settings",
     "derive_seed",
     "make_codec",
 ]
@@ -50,62 +65,195 @@ BLOCK_ELEMENTS = 1 << 20
 
 _FLOAT32 = 4
 _INT32 = 4
-_SEED = 8
+#: Seeds are 63-bit, as made by :func:`derive_seed`.
+SEED_LIMIT = 1 << 63
+# Caps on what a task may ask of a site (a hostile server must not make it allocate).
+_MAX_DIRECTIONS = 1 << 24
+_MAX_LEVELS = 1 << 16
 
 
-def derive_seed(random_state, round_index, client_index):
+def derive_seed(random_state, round_index, client_index, stream=0):
     """The 63-bit seed of one client in one round, from ``(random_state, round, client)``.
 
     Uses :class:`numpy.random.SeedSequence`, so nearby triples give
-    unrelated streams.
+    unrelated streams; ``stream`` separates seeds drawn for different
+    purposes from the same triple.
 
     Examples
     --------
     >>> derive_seed(0, 3, 7) == derive_seed(0, 3, 7) != derive_seed(0, 3, 8)
     True
+    >>> derive_seed(0, 3, 7) != derive_seed(0, 3, 7, stream=1)
+    True
     """
     entropy = [int(random_state), int(round_index), int(client_index)]
+    if stream:
+        entropy.append(int(stream))
     state = np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0]
     return int(state >> np.uint64(1))
 
 
-@dataclass
-class Message:
-    """One client's upload.
+def _is_seed(seed):
+    return isinstance(seed, Integral) and not isinstance(seed, bool) and 0 <= seed < SEED_LIMIT
 
-    Attributes
-    ----------
-    codec : str
-        Name of the codec that wrote it.
-    payload : dict
-        Tensors and integers; exactly what the client sends.
-    nbytes : int
-        Size of the payload on the wire, in bytes.
-    """
 
-    codec: str
-    payload: dict = field(default_factory=dict)
-    nbytes: int = 0
+def _check_seed(seed):
+    if not _is_seed(seed):
+        raise ValueError(f"a seed must be an integer in [0, 2**63), got {seed!r}")
+    return int(seed)
+
+
+def _as_rows(G):
+    """Gradients as a C-contiguous float64 array of shape (n, d), from float32 values."""
+    if isinstance(G, torch.Tensor):
+        G = G.detach().cpu().numpy()
+    G = np.asarray(G)
+    if G.ndim == 1:
+        raise ValueError("encode_many needs a 2-D array of gradients, one per row")
+    if G.ndim != 2:
+        raise ValueError(f"gradients must have shape (n, d), got {G.shape}")
+    return np.ascontiguousarray(G.astype(np.float32, copy=False), dtype=np.float64)
 
 
 def _as_flat(g):
-    g = torch.as_tensor(g)
+    if isinstance(g, torch.Tensor):
+        g = g.detach().cpu().numpy()
+    g = np.asarray(g)
     if g.ndim != 1:
-        raise ValueError(
-            f"a gradient must be a flat vector, got shape {tuple(g.shape)}"
-        )
-    return g.to(torch.float32)
+        raise ValueError(f"a gradient must be a flat vector, got shape {g.shape}")
+    return g
 
 
-class _Codec:
-    """What every codec shares: averaging decoded messages on the server."""
+class _Codec(ABC):
+    """What every codec shares: standalone frames, validation, averaging on the server.
 
-    def decode_mean(self, messages, d):
-        """Average of the decoded estimates of ``messages`` (the server's aggregate)."""
-        out = torch.zeros(int(d), dtype=torch.float64)
-        for message in messages:
-            out += self.decode(message, d)
-        return (out / len(messages)).to(torch.float32)
+    Subclasses implement ``_payloads(G, seeds)`` (the client: one ``(fields,
+    arrays)`` per row of ``G``), ``_check(fields, arrays, d, fail)`` (the
+    server: validate one message) and ``_add(frames, out)`` (``out += `` the
+    sum of the decoded estimates, float64).
+    """
+
+    name = None
+    #: JSON fields a message carries besides its arrays.
+    fields = ()
+    #: Whether the estimate depends on the seed: MPDD's directions do; the
+    #: other codecs use it only for their own randomness.
+    seeded = False
+
+    @property
+    def kind(self):
+        """Kind of a standalone message of this codec."""
+        return f"codec.{self.name}"
+
+    def settings(self):
+        """The codec's configuration as JSON fields (what a task tells a site)."""
+        return {"uplink": self.name}
+
+    def encode(self, g, *, seed=None):
+        """One gradient's message, as a standalone :class:`~sklearn_fed.protocol.Frame`.
+
+        Parameters
+        ----------
+        g : array-like or tensor of shape (d,)
+        seed : int, default=None
+            In ``[0, 2**63)``: the directions' seed (MPDD, required) or the
+            seed of the client's own randomness (QSGD rounding, local noise;
+            ``None`` draws it from the operating system).
+        """
+        fields, arrays = self.encode_many(_as_flat(g)[None], [seed])[0]
+        return Frame(kind=self.kind, fields=fields, arrays=arrays)
+
+    def encode_many(self, G, seeds):
+        """Messages of many gradients: a list of ``(fields, arrays)``, one per row of ``G``.
+
+        Parameters
+        ----------
+        G : array-like or tensor of shape (n, d)
+            Float32 gradients, one per row.
+        seeds : sequence of int
+            One seed per row (see :meth:`encode`).
+        """
+        G = _as_rows(G)
+        seeds = [seed if seed is None and not self.seeded else _check_seed(seed)
+                 for seed in seeds]
+        if len(seeds) != G.shape[0]:
+            raise ValueError(f"{G.shape[0]} gradients but {len(seeds)} seeds")
+        if not np.isfinite(G).all():
+            raise ValueError("gradients must be finite")
+        return self._payloads(G, seeds)
+
+    def read(self, frame, d, *, client=None):
+        """Check an untrusted message for a model of ``d`` parameters; return it.
+
+        Raises
+        ------
+        InvalidClientMessage
+            Naming ``client`` and the field that is wrong.
+        """
+
+        def fail(reason):
+            raise InvalidClientMessage(f"{who(client)}: {self.name} message {reason}", client)
+
+        fields, arrays = frame.fields, frame.arrays
+        if not isinstance(fields, dict) or set(fields) != set(self.fields):
+            fail(f"must have the fields {sorted(self.fields)}, got "
+                 f"{sorted(fields) if isinstance(fields, dict) else fields!r}.")
+        if not isinstance(arrays, dict):
+            fail("has no arrays.")
+        self._check(fields, arrays, int(d), fail)
+        return frame
+
+    def decode(self, frame, d):
+        """The server's estimate of the gradient in one message (checked first)."""
+        return self.decode_mean([frame], d)
+
+    def decode_mean(self, frames, d):
+        """Average of the estimates of ``frames``, accumulated in float64; float32 tensor.
+
+        Every message is checked before any is decoded.
+        """
+        frames = list(frames)
+        if not frames:
+            raise ValueError("decode_mean needs at least one message")
+        for i, frame in enumerate(frames):
+            self.read(frame, d, client=i)
+        out = np.zeros(int(d))
+        self._add(frames, out)
+        out /= self._divisor() * len(frames)
+        return torch.from_numpy(out.astype(np.float32))
+
+    def _divisor(self):
+        return 1.0
+
+    @abstractmethod
+    def _payloads(self, G, seeds):
+        """The client: one ``(fields, arrays)`` per row of ``G`` (float64 of float32 values)."""
+
+    @abstractmethod
+    def _check(self, fields, arrays, d, fail):
+        """The server: validate one message's fields and arrays; ``fail(reason)`` raises."""
+
+    @abstractmethod
+    def _add(self, frames, out):
+        """``out += `` the sum of the decoded estimates of checked ``frames`` (float64)."""
+
+
+def _float_array(arrays, name, shape, fail):
+    """``arrays[name]``, a finite float32 array of ``shape``."""
+    value = arrays.get(name)
+    if not isinstance(value, np.ndarray) or value.dtype != np.float32:
+        fail(f"array {name!r} must be float32, got "
+             f"{getattr(value, 'dtype', type(value).__name__)}.")
+    if value.shape != shape:
+        fail(f"array {name!r} must have shape {shape}, got {value.shape}.")
+    if not np.isfinite(value).all():
+        fail(f"array {name!r} holds non-finite values.")
+    return value
+
+
+def _only_arrays(arrays, names, fail):
+    if set(arrays) != set(names):
+        fail(f"must have the arrays {sorted(names)}, got {sorted(arrays)}.")
 
 
 class MPDDCodec(_Codec):
@@ -127,24 +275,32 @@ class MPDDCodec(_Codec):
     >>> import torch
     >>> codec = MPDDCodec(n_directions=50)
     >>> g = torch.linspace(-1, 1, 200)
-    >>> msg = codec.encode(g, seed=123)
-    >>> msg.nbytes
-    208
-    >>> codec.decode(msg, d=200).shape
+    >>> message = codec.encode(g, seed=123)
+    >>> message.fields, message.arrays["s"].shape
+    ({'seed': 123}, (50,))
+    >>> codec.decode(message, d=200).shape
     torch.Size([200])
     """
 
     name = "mpdd"
+    fields = ("seed",)
+    seeded = True
 
     def __init__(self, n_directions, direction="rademacher"):
-        if int(n_directions) < 1:
-            raise ValueError(f"n_directions must be >= 1, got {n_directions}")
+        if not (isinstance(n_directions, Integral) and 1 <= n_directions <= _MAX_DIRECTIONS):
+            raise ValueError(
+                f"n_directions must be an integer in [1, {_MAX_DIRECTIONS}], got {n_directions!r}"
+            )
         if direction not in ("rademacher", "gaussian"):
             raise ValueError(
                 f"direction must be 'rademacher' or 'gaussian', got {direction!r}"
             )
         self.n_directions = int(n_directions)
         self.direction = direction
+
+    def settings(self):
+        return {"uplink": self.name, "n_directions": self.n_directions,
+                "direction": self.direction}
 
     def block_rows(self, d):
         """Directions per generated block for a model of size ``d`` (a multiple of 64)."""
@@ -185,66 +341,52 @@ class MPDDCodec(_Codec):
         gen = torch.Generator()
         for b, start in enumerate(range(0, self.n_directions, rows)):
             n = min(rows, self.n_directions - start)
-            gen.manual_seed((int(seed) + b) % (1 << 63))
+            gen.manual_seed((int(seed) + b) % SEED_LIMIT)
             yield start, torch.randn((n, d), generator=gen, dtype=torch.float32)
 
-    def _groups(self):
-        return (self.n_directions + 7) // 8
+    def _padded(self):
+        return 8 * ((self.n_directions + 7) // 8)  # the last group may be partial
 
     def nbytes(self, d):
-        """Bytes of one message: ``4 m + 8``."""
-        return _FLOAT32 * self.n_directions + _SEED
+        """Payload bytes of one message: ``4 m`` (the seed travels as a JSON field)."""
+        return _FLOAT32 * self.n_directions
 
     # Rademacher: the loops of _sign_kernels generate and use one row of sign
     # bytes at a time, so no float U (nor the whole packed U) is ever formed.
-    def encode(self, g, *, seed):
-        """Directional derivatives ``s = U^T g`` of a flat gradient ``g``."""
-        g = _as_flat(g)
-        d = g.shape[0]
-        s = np.empty(self.n_directions, dtype=np.float64)
+    def _payloads(self, G, seeds):
+        m = self.n_directions
         if self.direction == "rademacher":
-            padded = np.empty(8 * self._groups())  # the last group may be partial
-            encode_groups(seed, g.detach().cpu().numpy().astype(np.float64), padded)
-            s[:] = padded[:self.n_directions]
+            S = np.empty((G.shape[0], self._padded()))
+            encode_many(seeds, G, S)
+            S = S[:, :m]
         else:
-            for start, block in self.directions(seed, d):
-                s[start:start + block.shape[0]] = (block.double() @ g.double()).numpy()
-        s = torch.from_numpy(s.astype(np.float32))
-        return Message(self.name, {"s": s, "seed": int(seed)}, self.nbytes(d))
+            S = np.empty((G.shape[0], m))
+            for s, g, seed in zip(S, G, seeds):
+                for start, block in self.directions(seed, G.shape[1]):
+                    s[start:start + block.shape[0]] = block.double().numpy() @ g
+        return [({"seed": seed}, {"s": s.astype(np.float32)}) for s, seed in zip(S, seeds)]
 
-    def _checked_values(self, message):
-        s = torch.as_tensor(message.payload["s"], dtype=torch.float32)
-        if s.shape != (self.n_directions,) or not torch.isfinite(s).all():
-            raise ValueError(
-                f"MPDD message must hold {self.n_directions} finite values, got shape "
-                f"{tuple(s.shape)}"
-            )
-        return s.numpy().astype(np.float64)
+    def _check(self, fields, arrays, d, fail):
+        if not _is_seed(fields["seed"]):
+            fail(f"seed must be an integer in [0, 2**63), got {fields['seed']!r}.")
+        _only_arrays(arrays, ("s",), fail)
+        _float_array(arrays, "s", (self.n_directions,), fail)
 
-    def _add_decoded(self, message, out):
-        """``out += U s`` (float64), with ``U`` regenerated from the message's seed."""
-        s = self._checked_values(message)
-        d = out.shape[0]
-        seed = message.payload["seed"]
+    def _add(self, frames, out):
+        seeds = [frame.fields["seed"] for frame in frames]
         if self.direction == "rademacher":
-            padded = np.zeros(8 * self._groups())  # directions past m count 0
-            padded[:self.n_directions] = s
-            decode_groups(seed, padded, out)
-        else:
-            for start, block in self.directions(seed, d):
+            S = np.zeros((len(frames), self._padded()))  # directions past m count 0
+            for row, frame in zip(S, frames):
+                row[:self.n_directions] = frame.arrays["s"]
+            decode_many(seeds, S, out)
+            return
+        for seed, frame in zip(seeds, frames):
+            s = frame.arrays["s"].astype(np.float64)
+            for start, block in self.directions(seed, out.shape[0]):
                 out += block.double().T.numpy() @ s[start:start + block.shape[0]]
 
-    def decode(self, message, d):
-        """The server's estimate ``(1/m) U s``, with ``U`` regenerated from the seed."""
-        return self.decode_mean([message], d)
-
-    def decode_mean(self, messages, d):
-        """Average of the decoded estimates of ``messages``, accumulated in float64."""
-        out = np.zeros(int(d), dtype=np.float64)
-        for message in messages:
-            self._add_decoded(message, out)
-        out /= self.n_directions * len(messages)
-        return torch.from_numpy(out.astype(np.float32))
+    def _divisor(self):
+        return float(self.n_directions)
 
 
 class FullCodec(_Codec):
@@ -253,33 +395,39 @@ class FullCodec(_Codec):
     Examples
     --------
     >>> import torch
-    >>> FullCodec().encode(torch.ones(10), seed=0).nbytes
+    >>> FullCodec().encode(torch.ones(10)).arrays["g"].nbytes
     40
     """
 
     name = "full"
 
     def nbytes(self, d):
-        """Bytes of one message: ``4 d``."""
+        """Payload bytes of one message: ``4 d``."""
         return _FLOAT32 * int(d)
 
-    def encode(self, g, *, seed=None):
-        g = _as_flat(g)
-        return Message(self.name, {"g": g.clone()}, self.nbytes(g.shape[0]))
+    def _payloads(self, G, seeds):
+        return [({}, {"g": g.astype(np.float32)}) for g in G]
 
-    def decode(self, message, d):
-        return torch.as_tensor(message.payload["g"], dtype=torch.float32).clone()
+    def _check(self, fields, arrays, d, fail):
+        _only_arrays(arrays, ("g",), fail)
+        _float_array(arrays, "g", (d,), fail)
+
+    def _add(self, frames, out):
+        for frame in frames:
+            out += frame.arrays["g"]
 
 
 class QSGDCodec(_Codec):
     """QSGD stochastic quantization with ``s`` levels (unbiased).
 
-    Coordinate ``i`` is sent as its sign and a level ``l_i`` in ``{0..s}`` with
-    ``E[l_i / s] = |g_i| / ||g||``; the norm goes as one float32.
+    Coordinate ``i`` is sent as a sign bit and a level ``l_i`` in ``{0..s}``
+    with ``E[l_i / s] = |g_i| / ||g||``, packed in ``1 + ceil(log2(s + 1))``
+    bits (big-endian, coordinate after coordinate, the last byte padded with
+    zeros); the norm goes as one float32.
 
     Parameters
     ----------
-    levels : int, default=256
+    levels : int, default=255
         Number of quantization levels ``s`` (``s=255`` is 8-bit QSGD).
 
     Examples
@@ -292,36 +440,71 @@ class QSGDCodec(_Codec):
     name = "qsgd"
 
     def __init__(self, levels=255):
-        if int(levels) < 1:
-            raise ValueError(f"QSGD levels must be >= 1, got {levels}")
+        if not (isinstance(levels, Integral) and 1 <= levels < _MAX_LEVELS):
+            raise ValueError(
+                f"QSGD levels must be an integer in [1, {_MAX_LEVELS}), got {levels!r}"
+            )
         self.levels = int(levels)
+
+    def settings(self):
+        return {"uplink": self.name, "levels": self.levels}
 
     def bits_per_coordinate(self):
         return 1 + math.ceil(math.log2(self.levels + 1))
 
     def nbytes(self, d):
+        """Payload bytes of one message."""
         return _FLOAT32 + math.ceil(int(d) * self.bits_per_coordinate() / 8)
 
-    def encode(self, g, *, seed):
-        g = _as_flat(g)
-        norm = torch.linalg.vector_norm(g)
-        gen = torch.Generator().manual_seed(int(seed))
-        if norm == 0:
-            level = torch.zeros_like(g)
-        else:
-            scaled = g.abs() / norm * self.levels
-            low = torch.floor(scaled)
-            level = low + (torch.rand(g.shape, generator=gen) < (scaled - low)).float()
-        return Message(
-            self.name,
-            {"norm": float(norm), "sign": torch.sign(g).to(torch.int8),
-             "level": level.to(torch.int32)},
-            self.nbytes(g.shape[0]),
-        )
+    def _shifts(self):
+        return np.arange(self.bits_per_coordinate() - 1, -1, -1, dtype=np.uint32)
 
-    def decode(self, message, d):
-        p = message.payload
-        return p["norm"] * p["sign"].float() * p["level"].float() / self.levels
+    def _payloads(self, G, seeds):
+        b = self.bits_per_coordinate() - 1
+        out = []
+        for g, seed in zip(G, seeds):
+            norm = np.float32(np.sqrt(g @ g))
+            level = np.zeros(g.shape[0], dtype=np.uint32)
+            if norm > 0:
+                scaled = np.minimum(np.abs(g) / float(norm) * self.levels, self.levels)
+                low = np.floor(scaled)
+                up = np.random.default_rng(seed).random(g.shape[0]) < scaled - low
+                level = (low + up).astype(np.uint32)
+            code = ((g < 0).astype(np.uint32) << np.uint32(b)) | level
+            bits = ((code[:, None] >> self._shifts()) & 1).astype(np.uint8)
+            out.append(({}, {"norm": np.array([norm], dtype=np.float32),
+                             "bits": np.packbits(bits.ravel())}))
+        return out
+
+    def _check(self, fields, arrays, d, fail):
+        _only_arrays(arrays, ("norm", "bits"), fail)
+        norm = _float_array(arrays, "norm", (1,), fail)
+        if norm[0] < 0:
+            fail("norm must be non-negative.")
+        bits = arrays["bits"]
+        n_bits = d * self.bits_per_coordinate()
+        if not isinstance(bits, np.ndarray) or bits.dtype != np.uint8 or bits.shape != (
+            -(-n_bits // 8),
+        ):
+            fail(f"array 'bits' must be {-(-n_bits // 8)} bytes (uint8) for d={d}.")
+        unpacked = np.unpackbits(bits)
+        if unpacked[n_bits:].any():
+            fail("has non-zero padding bits.")
+        if (self._unpack(bits, d)[1] > self.levels).any():
+            fail(f"has a level above {self.levels}.")
+
+    def _unpack(self, bits, d):
+        """Sign bits (1: negative) and levels of ``d`` coordinates."""
+        b = self.bits_per_coordinate() - 1
+        weights = np.uint32(1) << self._shifts()
+        code = np.unpackbits(bits)[:d * (b + 1)].reshape(d, -1).astype(np.uint32) @ weights
+        return code >> np.uint32(b), code & np.uint32((1 << b) - 1)
+
+    def _add(self, frames, out):
+        for frame in frames:
+            negative, level = self._unpack(frame.arrays["bits"], out.shape[0])
+            sign = 1.0 - 2.0 * negative
+            out += float(frame.arrays["norm"][0]) * sign * level / self.levels
 
 
 class TopKCodec(_Codec):
@@ -331,31 +514,46 @@ class TopKCodec(_Codec):
     --------
     >>> import torch
     >>> codec = TopKCodec(k=2)
-    >>> codec.decode(codec.encode(torch.tensor([0.1, -3.0, 2.0, 0.5]), seed=0), 4)
+    >>> codec.decode(codec.encode(torch.tensor([0.1, -3.0, 2.0, 0.5])), 4)
     tensor([ 0., -3.,  2.,  0.])
     """
 
     name = "topk"
 
     def __init__(self, k=400):
-        if int(k) < 1:
-            raise ValueError(f"top-k k must be >= 1, got {k}")
+        if not (isinstance(k, Integral) and 1 <= k < 2**31):
+            raise ValueError(f"top-k k must be an integer in [1, 2**31), got {k!r}")
         self.k = int(k)
 
+    def settings(self):
+        return {"uplink": self.name, "k": self.k}
+
     def nbytes(self, d):
+        """Payload bytes of one message: ``8 min(k, d)``."""
         return (_FLOAT32 + _INT32) * min(self.k, int(d))
 
-    def encode(self, g, *, seed=None):
-        g = _as_flat(g)
-        k = min(self.k, g.shape[0])
-        idx = torch.topk(g.abs(), k).indices
-        payload = {"values": g[idx].clone(), "indices": idx.to(torch.int32)}
-        return Message(self.name, payload, self.nbytes(g.shape[0]))
-
-    def decode(self, message, d):
-        out = torch.zeros(int(d), dtype=torch.float32)
-        out[message.payload["indices"].long()] = message.payload["values"]
+    def _payloads(self, G, seeds):
+        k = min(self.k, G.shape[1])
+        out = []
+        for g in G:
+            idx = np.sort(np.argpartition(-np.abs(g), k - 1)[:k])
+            out.append(({}, {"values": g[idx].astype(np.float32),
+                             "indices": idx.astype(np.int32)}))
         return out
+
+    def _check(self, fields, arrays, d, fail):
+        _only_arrays(arrays, ("values", "indices"), fail)
+        k = min(self.k, d)
+        _float_array(arrays, "values", (k,), fail)
+        idx = arrays["indices"]
+        if not isinstance(idx, np.ndarray) or idx.dtype != np.int32 or idx.shape != (k,):
+            fail(f"array 'indices' must be {k} int32 values.")
+        if k and (idx[0] < 0 or idx[-1] >= d or (np.diff(idx) <= 0).any()):
+            fail(f"indices must be increasing and in [0, {d}).")
+
+    def _add(self, frames, out):
+        for frame in frames:
+            out[frame.arrays["indices"]] += frame.arrays["values"]
 
 
 class LDPCodec(_Codec):
@@ -371,34 +569,39 @@ class LDPCodec(_Codec):
     Examples
     --------
     >>> import torch
-    >>> LDPCodec("laplace", scale=0.5).encode(torch.zeros(3), seed=1).nbytes
-    12
+    >>> LDPCodec("laplace", scale=0.5).encode(torch.zeros(3), seed=1).arrays["g"].shape
+    (3,)
     """
 
     def __init__(self, noise, scale=0.1):
         if noise not in ("gaussian", "laplace"):
             raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
-        if not float(scale) >= 0:
-            raise ValueError(f"noise scale must be >= 0, got {scale}")
+        if not (isinstance(scale, Real) and 0 <= scale < math.inf):
+            raise ValueError(f"noise scale must be finite and >= 0, got {scale!r}")
         self.name = noise
         self.noise = noise
         self.scale = float(scale)
 
+    def settings(self):
+        return {"uplink": self.name, "noise_scale": self.scale}
+
     def nbytes(self, d):
+        """Payload bytes of one message: ``4 d``."""
         return _FLOAT32 * int(d)
 
-    def encode(self, g, *, seed):
-        g = _as_flat(g)
-        gen = torch.Generator().manual_seed(int(seed))
-        if self.noise == "gaussian":
-            noise = torch.randn(g.shape, generator=gen) * self.scale
-        else:
-            u = torch.rand(g.shape, generator=gen).clamp_(1e-7, 1 - 1e-7) - 0.5
-            noise = -self.scale * torch.sign(u) * torch.log1p(-2 * u.abs())
-        return Message(self.name, {"g": g + noise}, self.nbytes(g.shape[0]))
+    def _payloads(self, G, seeds):
+        out = []
+        for g, seed in zip(G, seeds):
+            rng = np.random.default_rng(seed)
+            if self.noise == "gaussian":
+                noise = rng.standard_normal(g.shape[0]) * self.scale
+            else:
+                noise = rng.laplace(0.0, self.scale, g.shape[0])
+            out.append(({}, {"g": (g + noise).astype(np.float32)}))
+        return out
 
-    def decode(self, message, d):
-        return torch.as_tensor(message.payload["g"], dtype=torch.float32).clone()
+    _check = FullCodec._check
+    _add = FullCodec._add
 
 
 UPLINKS = ("mpdd", "full", "qsgd", "topk", "gaussian", "laplace")
@@ -411,7 +614,7 @@ def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, 
     Examples
     --------
     >>> make_codec("mpdd", n_directions=10).nbytes(1000)
-    48
+    40
     """
     if uplink == "mpdd":
         return MPDDCodec(n_directions, direction)
@@ -424,3 +627,37 @@ def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, 
     if uplink in ("gaussian", "laplace"):
         return LDPCodec(uplink, noise_scale)
     raise ValueError(f"uplink must be one of {UPLINKS}, got {uplink!r}")
+
+
+_SETTING_NAMES = {
+    "mpdd": {"n_directions": "n_directions", "direction": "direction"},
+    "full": {},
+    "qsgd": {"levels": "levels"},
+    "topk": {"k": "k"},
+    "gaussian": {"noise_scale": "noise_scale"},
+    "laplace": {"noise_scale": "noise_scale"},
+}
+
+
+def codec_from_settings(settings):
+    """The codec a task's fields describe (the inverse of ``codec.settings()``).
+
+    Raises ``ValueError`` when the settings are malformed or out of range.
+
+    Examples
+    --------
+    >>> codec_from_settings(MPDDCodec(12).settings()).n_directions
+    12
+    """
+    uplink = settings.get("uplink")
+    if uplink not in _SETTING_NAMES:
+        raise ValueError(f"unknown uplink {uplink!r}")
+    names = _SETTING_NAMES[uplink]
+    missing = [name for name in names if name not in settings]
+    if missing:
+        raise ValueError(f"the {uplink!r} codec needs the settings {missing}")
+    kwargs = {argument: settings[name] for name, argument in names.items()}
+    for name in ("n_directions", "levels", "k"):
+        if name in kwargs and (not isinstance(kwargs[name], int) or isinstance(kwargs[name], bool)):
+            raise ValueError(f"codec setting {name!r} must be an integer, got {kwargs[name]!r}")
+    return make_codec(uplink, **kwargs)

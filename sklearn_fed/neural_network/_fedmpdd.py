@@ -1,113 +1,126 @@
-"""FedMPDDClassifier: skorch-wrapped federated training with tiny uplinks.
+"""FedMPDDClassifier: a skorch network trained by the FedMPDD protocol.
 
 How skorch's loop maps onto the protocol
 -----------------------------------------
-One skorch **epoch is one communication round**, so ``max_epochs`` is the
-number of rounds and ``net.history`` has one row per round. In a round the
-training iterator (:meth:`FedMPDDClassifier.get_iterator`) yields a single
-"batch": the minibatches of the sampled participants, stacked and padded.
-:meth:`FedMPDDClassifier.train_step` then
-
-1. computes every participant's stochastic gradient at the current model
-   (``torch.func.vmap(grad)`` over clients, or a per-client loop),
-2. encodes each with the uplink codec (the client side) and decodes it with
-   the seed alone (the server side),
-3. averages the decoded estimates, writes them into ``.grad`` and lets the
-   skorch optimizer take its step,
-4. records the round's ledger in ``history``: ``uplink_bytes``,
-   ``uplink_bytes_total``, ``downlink_bytes``, ``downlink_bytes_total``,
-   ``participants``, ``round``.
+``fit`` runs the protocol's roles (:mod:`._roles`) in process:
+``run_simulation`` asks the server for each round's tasks, every sampled site
+answers from its own rows, and the server's ``_apply`` runs **one skorch
+epoch per round** whose single "batch" is the round's decoded replies:
+skorch's ``train_step`` zeroes the gradients, calls
+:meth:`FedMPDDClassifier.train_step_single` (which writes the decoded average
+into ``.grad``), notifies ``on_grad_computed`` (so ``GradientNormClipping``
+works) and steps the optimizer. ``max_epochs`` is the number of rounds,
+``history`` has one row per round, and the :class:`CommunicationLog`
+callback records each round's bytes in it. A hand-driven run of
+``make_server``/``make_client`` goes through exactly the same code.
 """
 
 import copy
+import inspect
 import math
 import numbers
+import sys
+import warnings
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from skorch import NeuralNetClassifier
-from skorch.utils import TeeGenerator
-from sklearn.exceptions import NotFittedError
-from sklearn.preprocessing import LabelEncoder
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from skorch import NeuralNetClassifier
+from skorch.callbacks import Callback, EpochTimer, PassthroughScoring, PrintLog
+from skorch.history import History
 
-from .._clients import group_rows_by_client, take_clients
+from .._clients import _user_stacklevel, group_rows_by_client, label_array, take_clients
 from .._compat import (
     Interval,
     StrOptions,
     _check_sample_weight,
+    _fit_context,
     validate_data,
     validate_parameter_constraints,
 )
-from ..protocol import CommunicationLedger
+from ..protocol import FederatedMixin, atomic, label_key, run_simulation
 from ._codecs import UPLINKS, derive_seed, make_codec
 from ._modules import MLP
+from ._roles import SERVER_STREAM, FedMPDDClient, FedMPDDServer, Round, seeded_torch
 
-__all__ = ["FedMPDDClassifier"]
-
-_SERVER = (1 << 32) - 1  # pseudo client index for the server's own randomness
-
-
-class _RoundIterator:
-    """Yields one padded batch per round: the sampled participants' minibatches."""
-
-    def __init__(self, net, X, y, client_rows, sample_weight=None):
-        self.net, self.X, self.y = net, X, y
-        self.sample_weight = sample_weight
-        self.client_rows = [r for r in client_rows if len(r)]
-
-    def __len__(self):
-        return 1
-
-    def __iter__(self):
-        net = self.net
-        round_index = len(net.history) - 1
-        rng = np.random.default_rng(derive_seed(net.seed_, round_index, _SERVER))
-        n = len(self.client_rows)
-        n_part = max(1, math.ceil(net.client_fraction * n - 1e-12))
-        participants = np.sort(rng.choice(n, n_part, replace=False))
-        picks = []
-        for c in participants:
-            rows = self.client_rows[c]
-            full = net.batch_size in (-1, None) or net.batch_size >= len(rows)
-            picks.append(rows if full else np.sort(rng.choice(rows, net.batch_size,
-                                                              replace=False)))
-        width = max(len(p) for p in picks)
-        Xb = torch.zeros((n_part, width) + tuple(self.X.shape[1:]), dtype=self.X.dtype)
-        yb = torch.zeros((n_part, width), dtype=self.y.dtype)
-        wb = torch.zeros((n_part, width), dtype=torch.float32)
-        for i, p in enumerate(picks):
-            idx = torch.as_tensor(p)
-            Xb[i, :len(p)] = self.X[idx]
-            yb[i, :len(p)] = self.y[idx]
-            sw = self.sample_weight
-            wb[i, :len(p)] = 1.0 if sw is None else sw[idx]
-        counts = torch.as_tensor([len(p) for p in picks], dtype=torch.float32)
-        yield Xb, yb, wb, counts, torch.as_tensor(participants)
+__all__ = ["CommunicationLog", "FedMPDDClassifier"]
 
 
-class FedMPDDClassifier(NeuralNetClassifier):
+class CommunicationLog(Callback):
+    """Records each round's bytes in ``net.history``, from the protocol's ledger.
+
+    Columns: ``round``, ``participants``, ``uplink_bytes`` (this round),
+    ``uplink_bytes_total``, ``downlink_bytes``, ``downlink_bytes_total``
+    (totals include the first round, in which sites report their labels).
+    """
+
+    def on_batch_end(self, net, batch=None, training=None, **kwargs):
+        if not isinstance(batch, Round):
+            return
+        ledger, previous = batch.ledger, batch.previous
+        up, down = ledger.uplink_bytes, ledger.downlink_bytes
+        history = net.history
+        history.record("round", batch.index)
+        history.record("participants", len(batch))
+        history.record("uplink_bytes", up - (previous.uplink_bytes if previous else 0))
+        history.record("uplink_bytes_total", up)
+        history.record("downlink_bytes", down - (previous.downlink_bytes if previous else 0))
+        history.record("downlink_bytes_total", down)
+
+
+class _PrintLog(PrintLog):
+    """skorch's table, coloured only when it goes to a terminal (no ANSI codes in log files)."""
+
+    def format_row(self, row, key, color):
+        if not (self.sink is print and sys.stdout.isatty()):
+            row = {k: v for k, v in row.items() if k != key + "_best"}
+        return super().format_row(row, key, color)
+
+
+def _short_repr(value):
+    """``repr`` without memory addresses: classes by name, components by their parameters."""
+    if isinstance(value, type):
+        return value.__name__
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_short_repr(item) for item in value)
+        if isinstance(value, list):
+            return f"[{items}]"
+        return f"({items}{',' if len(value) == 1 else ''})"
+    if type(value).__repr__ is object.__repr__:
+        params = value.get_params() if hasattr(value, "get_params") else {}
+        inner = ", ".join(f"{k}={_short_repr(v)}" for k, v in params.items())
+        return f"{type(value).__name__}({inner})"
+    return repr(value)
+
+
+class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
     """Federated classifier whose clients upload m directional derivatives (FedMPDD).
 
-    Rows are split into simulated clients (``partition`` or an explicit
-    ``clients`` array). Each round (= one skorch epoch) the server samples
-    ``ceil(client_fraction * n_clients)`` clients; each computes a minibatch
-    gradient ``g`` at the current model, draws ``m`` directions ``U`` from a
-    seed derived from ``(random_state, round, client)`` and uploads ``U^T g``
-    plus the seed. The server regenerates ``U``, decodes ``(1/m) U U^T g``,
-    averages over participants and takes the optimizer step.
-    ``n_directions=1`` is FedPDD. ``uplink`` switches to the baselines
-    (FedSGD, QSGD, top-k, FedSGD with Gaussian/Laplace noise) in the same loop.
+    Rows are split into clients (an explicit ``clients`` array, or
+    ``partition`` into ``n_clients``). Each round (= one skorch epoch) the
+    server samples ``ceil(client_fraction * n_clients)`` clients and sends
+    each the model and a seed; each computes a minibatch gradient ``g`` on
+    its own rows, draws ``m`` Rademacher directions ``U`` from the seed and
+    replies ``U^T g`` (``m`` numbers). The server regenerates ``U``, decodes
+    ``(1/m) U U^T g``, averages over participants and takes the optimizer
+    step. ``n_directions=1`` is FedPDD. ``uplink`` switches to the baselines
+    (FedSGD, QSGD, top-k, FedSGD with Gaussian/Laplace noise) in the same
+    protocol. ``fit`` runs the protocol's client and server roles in process
+    (:meth:`make_server`, :meth:`make_client`): the same code, and the same
+    bytes, as separate sites and a server would run.
+
+    Read more in the :ref:`User Guide <fedmpdd>`.
 
     Parameters
     ----------
     module : torch module class or instance, default=None
         ``None`` uses :class:`~sklearn_fed.neural_network.MLP`, whose
         ``n_features`` and ``n_classes`` are inferred at fit. The module must
-        return logits for the default criterion.
-    n_clients : int, default=100
+        return logits for the default criterion. Sites build the same module
+        from this configuration; only parameters travel.
+    n_clients : int, default=10
         Number of simulated clients when ``clients`` is not given to ``fit``.
     client_fraction : float in (0, 1], default=0.5
         Fraction ``beta`` of clients taking part in each round.
@@ -123,32 +136,55 @@ class FedMPDDClassifier(NeuralNetClassifier):
     topk : int, default=400
         Entries kept by ``uplink="topk"``.
     noise_scale : float, default=0.1
-        Std (Gaussian) or scale (Laplace) of the local noise.
+        Std (Gaussian) or scale (Laplace) of the local noise. The noise comes
+        from the site's own randomness: from the operating system unless
+        ``random_state`` is an integer (reproducible, so not private from
+        whoever knows it).
     dirichlet_alpha : float, default=0.5
         Concentration for ``partition="dirichlet"``.
-    vectorize : {"auto", True, False}, default="auto"
-        Compute participants' gradients with ``vmap(grad)``; ``"auto"`` falls
-        back to a per-client loop when the module cannot be vmapped.
+    vectorize : {False, True, "auto"}, default=False
+        ``False``: every participant's gradient is computed as its site
+        computes it, so a simulated round has the bytes of a deployed one.
+        ``True``/``"auto"``: participants whose minibatch has fewer than 64
+        rows share one ``vmap(grad)`` call (faster for small minibatches);
+        a batched kernel rounds differently, so their replies equal a
+        site's only to float32 round-off. ``"auto"`` falls back to the exact
+        path for modules ``vmap`` cannot handle.
     random_state : int, RandomState or None, default=None
-        Seeds the module initialization, partition, client sampling and the
-        directions.
-    criterion, optimizer, lr, batch_size, max_epochs, train_split, verbose, **kwargs
-        As in :class:`skorch.NeuralNetClassifier`; ``batch_size`` is the
+        Seeds the module initialization, partition, client sampling, the
+        directions and the sites' minibatches.
+    criterion, optimizer, lr, batch_size, max_epochs, verbose, **kwargs
+        As in :class:`skorch.NeuralNetClassifier`. The optimizer is the
+        server's: it steps with the decoded average gradient. The default,
+        Adam with ``lr=0.01`` (as in FedAdam), trains well on raw and
+        standardized features alike; the paper's FedMPDD is plain SGD
+        (``optimizer=torch.optim.SGD, lr=0.1``). ``batch_size`` is the
         per-client minibatch (-1: all the client's rows) and ``max_epochs``
-        the number of rounds.
+        the number of rounds per call.
+    train_split : None, default=None
+        Must be ``None``: a federated server holds no validation rows (score a
+        held-out set after ``fit`` instead).
 
     Attributes
     ----------
     classes_ : ndarray
+        Class labels (the union of the labels the sites reported).
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        When ``X`` has string column names.
     clients_ : ndarray
-        Client labels, in the order of :attr:`client_rows_`.
+        Labels of the sites that took part in the federation.
     client_rows_ : list of ndarray
-        Row indices of each client.
+        Rows of the last call's ``X`` held by each client of ``clients_``
+        (``fit``/``partial_fit`` only).
+    n_rounds_ : int
+        Training rounds run so far (over every call).
+    seed_ : int
+        The seed every random choice of the protocol derives from.
     communication_ : CommunicationLedger
-        Bytes uploaded per client and broadcast, over all rounds.
+        Bytes of every task and reply, per client, over all rounds.
     history : skorch History
-        One row per round with the ledger columns.
+        One row per round, with the :class:`CommunicationLog` columns.
 
     Examples
     --------
@@ -156,21 +192,22 @@ class FedMPDDClassifier(NeuralNetClassifier):
     >>> from sklearn.preprocessing import scale
     >>> X, y = load_iris(return_X_y=True)
     >>> net = FedMPDDClassifier(n_clients=10, n_directions=20, max_epochs=30,
-    ...                         lr=0.5, random_state=0).fit(scale(X), y)
-    >>> net.history[-1, "uplink_bytes"] == 5 * (4 * 20 + 8)
-    True
-    >>> net.score(scale(X), y) > 0.6
-    True
+    ...                         random_state=0).fit(scale(X), y)
+    >>> net.history[-1, "participants"], net.score(scale(X), y) > 0.8
+    (5, True)
     """
+
+    _server_role = FedMPDDServer
+    _client_role = FedMPDDClient
 
     _fed_constraints = {
         "n_clients": [Interval(numbers.Integral, 1, None, closed="left")],
         "client_fraction": [Interval(numbers.Real, 0, 1, closed="right")],
-        "n_directions": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_directions": [Interval(numbers.Integral, 1, 1 << 24, closed="both")],
         "direction": [StrOptions({"rademacher", "gaussian"})],
         "partition": [StrOptions({"iid", "shards", "dirichlet"})],
         "uplink": [StrOptions(set(UPLINKS))],
-        "quantization_levels": [Interval(numbers.Integral, 1, None, closed="left")],
+        "quantization_levels": [Interval(numbers.Integral, 1, 1 << 16, closed="left")],
         "topk": [Interval(numbers.Integral, 1, None, closed="left")],
         "noise_scale": [Interval(numbers.Real, 0, None, closed="left")],
         "dirichlet_alpha": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -178,6 +215,7 @@ class FedMPDDClassifier(NeuralNetClassifier):
         "random_state": ["random_state"],
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left"),
                        StrOptions({"-1"}), None],
+        "max_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
     }
 
     @property
@@ -190,7 +228,7 @@ class FedMPDDClassifier(NeuralNetClassifier):
         self,
         module=None,
         *,
-        n_clients=100,
+        n_clients=10,
         client_fraction=0.5,
         n_directions=400,
         direction="rademacher",
@@ -200,11 +238,11 @@ class FedMPDDClassifier(NeuralNetClassifier):
         topk=400,
         noise_scale=0.1,
         dirichlet_alpha=0.5,
-        vectorize="auto",
+        vectorize=False,
         random_state=None,
         criterion=torch.nn.CrossEntropyLoss,
-        optimizer=torch.optim.SGD,
-        lr=0.1,
+        optimizer=torch.optim.Adam,
+        lr=0.01,
         batch_size=32,
         max_epochs=100,
         train_split=None,
@@ -235,62 +273,107 @@ class FedMPDDClassifier(NeuralNetClassifier):
         self.vectorize = vectorize
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ tags
+    # ----------------------------------------------------- sklearn and skorch
+    @property
+    def _default_callbacks(self):
+        return [
+            ("epoch_timer", EpochTimer()),
+            ("train_loss", PassthroughScoring(name="train_loss", on_train=True)),
+            ("communication", CommunicationLog()),
+            ("print_log", _PrintLog()),
+        ]
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         tags.input_tags.allow_nan = False
         return tags
 
-    # ----------------------------------------------------------- validation
+    def __repr__(self):
+        """The parameters that differ from their defaults, as scikit-learn shows them.
+
+        (skorch's repr shows only the module.) Defaults come from this class's
+        signature and from skorch's, whose arguments it passes on.
+        """
+        defaults = {}
+        for cls in reversed(type(self).__mro__):
+            init = cls.__dict__.get("__init__")
+            if init is not None and cls is not object:
+                defaults.update(
+                    (name, p.default) for name, p in inspect.signature(init).parameters.items()
+                    if p.default is not inspect.Parameter.empty
+                )
+        shown = []
+        for name, value in self.get_params(deep=False).items():
+            default = defaults.get(name, inspect.Parameter.empty)
+            if value is default or (
+                type(value) is type(default) and not hasattr(value, "__array__")
+                and repr(value) == repr(default)
+            ):
+                continue
+            shown.append(f"{name}={_short_repr(value)}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    def set_params(self, **params):
+        """Set parameters; callbacks are built from them at the next fit.
+
+        skorch builds the callbacks from the *old* list before storing a new
+        one, so one unusable value (say ``callbacks=np.inf``) would break
+        every later call; here the values are stored first and checked when
+        they are used.
+        """
+        callbacks = {k: v for k, v in params.items() if k.startswith("callbacks")}
+        super().set_params(**{k: v for k, v in params.items() if k not in callbacks})
+        if callbacks:
+            vars(self).update(callbacks)
+            self._params_to_validate.update(k for k in callbacks if k != "callbacks")
+            if self.initialized_:
+                self._initialize_callbacks()
+        return self
+
+    def _get_param_names(self):
+        # skorch keeps its bookkeeping set `_params_to_validate` in __dict__;
+        # it is rebuilt from the keyword arguments, so it is not a parameter.
+        return [k for k in super()._get_param_names() if k != "_params_to_validate"]
+
+    # ------------------------------------------------------------ validation
+    def _validate_params(self):
+        # Called by scikit-learn's _fit_context and by skorch's initialize:
+        # the constraints of our parameters, then skorch's check of prefixed
+        # names (module__..., optimizer__...), which needs the modules built.
+        self._check_fed_params()
+        if self._modules:
+            super()._validate_params()
+
     def _check_fed_params(self):
         params = {k: getattr(self, k) for k in self._fed_constraints}
         if params["batch_size"] == -1:
             params["batch_size"] = "-1"
-        validate_parameter_constraints(
-            self._fed_constraints, params, type(self).__name__
-        )
-
-    def _validate_X(self, X, reset):
-        X = validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1)
-        return X
-
-    def _client_partition(self, y_enc, clients, n_samples, seed):
-        if clients is not None:
-            clients = np.asarray(clients)
-            if clients.shape != (n_samples,):
-                raise ValueError(
-                    f"clients must have one label per row: got shape {clients.shape} for "
-                    f"{n_samples} samples"
-                )
-            labels, rows = group_rows_by_client(clients, n_samples)
-            # contiguous clients come as slices; the round iterator needs index arrays
-            return np.asarray(labels), [np.arange(n_samples)[r] for r in rows]
-        if self.n_clients > n_samples:
+        validate_parameter_constraints(self._fed_constraints, params, type(self).__name__)
+        if self.train_split is not None:
             raise ValueError(
-                f"n_clients={self.n_clients} exceeds n_samples={n_samples}: every simulated "
-                "client needs at least one row; lower n_clients or pass `clients`."
+                "train_split must be None: a federated server holds no validation rows "
+                "(score a held-out set after fit instead)."
             )
-        from ..simulation._partition import (
-            partition_dirichlet,
-            partition_iid,
-            partition_label_shards,
+
+    def _codec(self):
+        return make_codec(
+            self.uplink, n_directions=self.n_directions, direction=self.direction,
+            levels=self.quantization_levels, k=self.topk, noise_scale=self.noise_scale,
         )
 
-        if self.partition == "iid":
-            assign = partition_iid(n_samples, self.n_clients, random_state=seed)
-        elif self.partition == "shards":
-            assign = partition_label_shards(y_enc, self.n_clients, classes_per_client=2,
-                                            random_state=seed)
-        else:
-            assign = partition_dirichlet(
-                y_enc, self.n_clients, alpha=self.dirichlet_alpha, random_state=seed
-            )
-        assign = np.asarray(assign)
-        labels = np.unique(assign)
-        return labels, [np.flatnonzero(assign == c) for c in labels]
+    def _new_seed(self):
+        state = self.random_state
+        if isinstance(state, numbers.Integral):
+            return int(state)
+        return int(check_random_state(state).randint(np.iinfo(np.int32).max))
+
+    def _is_trained(self):
+        return bool(self.initialized_) and hasattr(self, "n_rounds_")
 
     # ------------------------------------------------------------------- fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
     def fit(self, X, y, sample_weight=None, clients=None, **fit_params):
         """Train for ``max_epochs`` rounds from a fresh model (unless ``warm_start``).
 
@@ -304,258 +387,264 @@ class FedMPDDClassifier(NeuralNetClassifier):
         clients : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` partitions rows by ``partition``.
         **fit_params
-            Passed on to skorch.
+            Not supported: nothing but the protocol's tasks reaches a site.
 
         Returns
         -------
         self
         """
-        reset = not (self.warm_start and self.initialized_)
-        return self._fit(X, y, sample_weight, clients, reset, fit_params)
+        reset = not (self.warm_start and self._is_trained())
+        return self._fit(X, y, sample_weight, clients, reset=reset, fit_params=fit_params)
 
-    def partial_fit(
-        self, X, y, classes=None, sample_weight=None, clients=None, **fit_params
-    ):
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic
+    def partial_fit(self, X, y, classes=None, sample_weight=None, clients=None, **fit_params):
         """Run ``max_epochs`` more rounds, continuing from the current model.
 
-        Parameters are as in :meth:`fit`; ``classes`` lists every label when
-        the first call does not see them all.
-        """
-        reset = not self.initialized_
-        return self._fit(
-            X, y, sample_weight, clients, reset, fit_params, classes=classes
-        )
+        A call that raises leaves the estimator as it was.
 
-    def _fit(self, X, y, sample_weight, clients, reset, fit_params, classes=None):
-        self._check_fed_params()
-        if y is None:
-            raise ValueError(
-                f"{type(self).__name__} requires y to be passed, "
-                "but the target y is None."
+        Parameters
+        ----------
+        X, y, sample_weight, clients
+            As in :meth:`fit`.
+        classes : array-like, default=None
+            Every label, when the first call does not see them all.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, y, sample_weight, clients, reset=not self._is_trained(),
+                         classes=classes, fit_params=fit_params)
+
+    def _fit(self, X, y, sample_weight, clients, *, reset, classes=None, fit_params=None):
+        if fit_params:
+            raise TypeError(
+                f"{type(self).__name__}.fit takes no extra fit parameters (got "
+                f"{sorted(fit_params)}): a site receives only the protocol's tasks."
             )
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target "
+                             "y is None.")
         clients = take_clients(self, X, clients)
-        X, y = validate_data(
-            self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1
-        )
+        X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1)
         check_classification_targets(y)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float32)
-        if reset:
-            encoder = LabelEncoder().fit(y if classes is None else classes)
-            classes_ = encoder.classes_
-        else:
-            classes_ = self.classes_
-            unknown = np.setdiff1d(np.unique(y), classes_)
+        if not reset:
+            unknown = np.setdiff1d(np.unique(y), self.classes_)
             if len(unknown):
-                raise ValueError(
-                    f"y has labels {unknown.tolist()} not seen at the first fit"
-                )
-        y_enc = np.searchsorted(classes_, y).astype(np.int64)
-        if reset:
-            rs = self.random_state
-            seed = (int(rs) if isinstance(rs, numbers.Integral)
-                    else int(check_random_state(rs).randint(np.iinfo(np.int32).max)))
-        else:
-            seed = self.seed_
-        labels, rows = self._client_partition(y_enc, clients, X.shape[0], seed)
-        # all checks passed: now touch state
-        self.seed_ = seed
-        self.classes_inferred_ = classes_
-        self.clients_ = labels
-        self.client_rows_ = rows
-        self.sample_weight_ = sample_weight
-        if reset:
-            self.communication_ = None
-            self.initialize()
-        self._n_classes_ = len(classes_)
-        try:
-            super().partial_fit(X, y_enc, **fit_params)
-        finally:
-            self.sample_weight_ = None  # do not keep a copy of the data weights
-        self.classes_inferred_ = classes_
+                raise ValueError(f"y has labels {unknown.tolist()} not seen at the first fit")
+        labels, rows = self._client_partition(y, clients, X.shape[0], reset)
+        names = getattr(self, "feature_names_in_", None)
+        names = None if names is None else [str(name) for name in names]
+        if not reset:  # train copies: a call that raises leaves the originals as they were
+            self._copy_training_state()
+        server = self.make_server(feature_names=names, warm_start=not reset, classes=classes)
+        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        where = {label_key(label): r for label, r in zip(labels, rows)}
+        self.client_rows_ = [
+            np.arange(X.shape[0])[where[label_key(c)]] if label_key(c) in where
+            else np.empty(0, dtype=np.intp)
+            for c in self.clients_
+        ]
         return self
 
-    def check_data(self, X, y):
-        # classes_ are set by _fit from the original labels, not the encoded ones
-        if y is None:
-            super().check_data(X, y)
+    def _client_partition(self, y, clients, n_samples, reset):
+        if clients is not None:
+            return group_rows_by_client(clients, n_samples)
+        if self.n_clients > n_samples:
+            raise ValueError(
+                f"n_clients={self.n_clients} exceeds n_samples={n_samples}: every simulated "
+                "client needs at least one row; lower n_clients or pass `clients`."
+            )
+        from ..simulation._partition import (
+            partition_dirichlet,
+            partition_iid,
+            partition_label_shards,
+        )
 
-    def initialize_module(self):
+        seed = self._new_seed() if reset else self.seed_
+        if self.partition == "iid":
+            assign = partition_iid(n_samples, self.n_clients, random_state=seed)
+        elif self.partition == "shards":
+            assign = partition_label_shards(y, self.n_clients, classes_per_client=2,
+                                            random_state=seed)
+        else:
+            assign = partition_dirichlet(y, self.n_clients, alpha=self.dirichlet_alpha,
+                                         random_state=seed)
+        return group_rows_by_client(np.asarray(assign), n_samples)
+
+    def _copy_training_state(self):
+        names = [n for n in ("module_", "criterion_", "optimizer_", "history_", "callbacks_")
+                 if n in self.__dict__]
+        try:  # one deepcopy keeps the optimizer (and schedulers) tied to the copied module
+            copies = copy.deepcopy([self.__dict__[n] for n in names])
+        except Exception:  # a callback that cannot be copied (an open writer...) is shared
+            names.remove("callbacks_")
+            copies = copy.deepcopy([self.__dict__[n] for n in names])
+        self.__dict__.update(zip(names, copies))
+
+    # -------------------------------------------------------- the network
+    def _build_network(self, n_features, n_classes):
+        """A module and criterion built from this configuration (what a site runs)."""
+        with seeded_torch(0):  # its parameters are overwritten by the server's
+            module = self._new_module(n_features, n_classes)
+        criterion = self.initialized_instance(self.criterion, self.get_params_for("criterion"))
+        return module, criterion
+
+    def _new_module(self, n_features, n_classes):
         kwargs = self.get_params_for("module")
         module = MLP if self.module is None else self.module
         if module is MLP:
-            if not hasattr(self, "n_features_in_"):
-                raise ValueError(
-                    "the default module infers its input size at fit; call fit first or "
-                    "pass module__n_features and module__n_classes"
-                )
-            kwargs.setdefault("n_features", self.n_features_in_)
-            kwargs.setdefault("n_classes", len(self.classes_inferred_))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(getattr(self, "seed_", 0), 0, _SERVER - 1))
-            self.module_ = self.initialized_instance(module, kwargs)
+            kwargs.setdefault("n_features", n_features)
+            kwargs.setdefault("n_classes", n_classes)
+        instance = self.initialized_instance(module, kwargs)
+        if instance is self.module:  # an instance passed by the user is theirs
+            instance = copy.deepcopy(instance)
+        if any(p.dtype != torch.float32 for p in instance.parameters()):
+            raise ValueError("the module's parameters must be float32.")
+        return instance
+
+    def initialize_module(self):
+        """The server's module, initialized from ``seed_``."""
+        if not hasattr(self, "n_features_in_") or not hasattr(self, "classes_inferred_"):
+            raise NotFittedError(
+                "the module is built when the protocol starts (its input size and classes "
+                "come from the sites); call fit first."
+            )
+        with seeded_torch(derive_seed(self.seed_, 0, SERVER_STREAM - 1)):
+            self.module_ = self._new_module(self.n_features_in_, len(self.classes_inferred_))
         return self
 
-    def initialize_criterion(self):
-        super().initialize_criterion()
+    def initialize_history(self):
+        self.history_ = History()  # replaced, not cleared: a failed fit restores the old one
         return self
 
-    # ------------------------------------------------------------ the round
-    def get_iterator(self, dataset, training=False):
-        """Per-round participant batches when training, skorch's DataLoader otherwise."""
-        if not training:
-            return super().get_iterator(dataset, training=False)
-        base, keep = dataset, None
-        if isinstance(dataset, torch.utils.data.Subset):
-            base, keep = dataset.dataset, np.asarray(dataset.indices)
-        X = torch.as_tensor(np.asarray(base.X), dtype=torch.float32)
-        y = torch.as_tensor(np.asarray(base.y), dtype=torch.int64)
-        rows = self.client_rows_
-        if keep is not None:
-            rows = [np.intersect1d(r, keep) for r in rows]
-        sw = self.sample_weight_
-        if sw is not None:
-            sw = torch.as_tensor(sw, dtype=torch.float32)
-        return _RoundIterator(self, X, y, rows, sw)
+    def _start(self, seed, classes, schema, sites, ledger):
+        """The server's first round is applied: build the network (commit)."""
+        self.seed_ = seed
+        self.classes_inferred_ = classes
+        self.n_features_in_ = schema.n_features
+        if schema.feature_names is not None:
+            self.feature_names_in_ = np.asarray(schema.feature_names, dtype=object)
+        else:
+            self.__dict__.pop("feature_names_in_", None)
+        self.initialize()
+        self.n_rounds_ = 0
+        ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
+        self.communication_ = ledger
+        self.clients_ = label_array(sites)
+        self._client_keys = frozenset(label_key(s) for s in sites)
 
-    def _codec(self):
-        return make_codec(
-            self.uplink, n_directions=self.n_directions, direction=self.direction,
-            levels=self.quantization_levels, k=self.topk, noise_scale=self.noise_scale,
-        )
+    def _parameters(self):
+        return [p for p in self.module_.parameters() if p.requires_grad]
 
-    def _per_sample_loss(self, logits, y):
-        crit = self.criterion_
-        if isinstance(crit, torch.nn.CrossEntropyLoss) and crit.weight is None:
-            return F.cross_entropy(logits, y, reduction="none",
-                                   label_smoothing=crit.label_smoothing)
-        crit = copy.copy(crit)
-        crit.reduction = "none"
-        if isinstance(crit, torch.nn.NLLLoss):
-            logits = torch.log(logits + torch.finfo(logits.dtype).eps)
-        return crit(logits, y)
+    def _n_trainable(self):
+        return sum(p.numel() for p in self._parameters())
 
-    def _params(self):
-        return [(k, p) for k, p in self.module_.named_parameters() if p.requires_grad]
+    def _flat_parameters(self):
+        """Every parameter of the module, flat, as the float32 array a task carries."""
+        return torch.cat([p.detach().reshape(-1) for p in self.module_.parameters()]).cpu().numpy()
 
-    def _gradients_vmap(self, Xb, yb, wb, nb):
-        from torch.func import functional_call, grad_and_value, vmap
+    # --------------------------------------------------------- one round
+    def _train_round(self, batch):
+        """Run one round as a skorch epoch; returns True when a callback stopped training.
 
-        names = [k for k, _ in self._params()]
-        params = {k: p.detach() for k, p in self._params()}
-        buffers = dict(self.module_.named_buffers())
-        module = self.module_
-
-        def loss_fn(params, x, y, w, n):
-            logits = functional_call(module, (params, buffers), (x,))
-            return (self._per_sample_loss(logits, y) * w).sum() / n
-
-        g, loss = vmap(grad_and_value(loss_fn), in_dims=(None, 0, 0, 0, 0))(
-            params, Xb, yb, wb, nb)
-        return torch.cat([g[k].reshape(Xb.shape[0], -1) for k in names], 1), loss
-
-    def _gradients_loop(self, Xb, yb, wb, nb):
-        params = [p for _, p in self._params()]
-        grads, losses = [], []
-        for x, y, w, n in zip(Xb, yb, wb, nb):
-            k = int(n)  # rows past n are padding
-            logits = self.module_(x[:k])
-            loss = (self._per_sample_loss(logits, y[:k]) * w[:k]).sum() / n
-            gs = torch.autograd.grad(loss, params)
-            grads.append(torch.cat([g.reshape(-1) for g in gs]))
-            losses.append(loss.detach())
-        return torch.stack(grads), torch.stack(losses)
-
-    def client_gradients(self, Xb, yb, wb, nb):
-        """Each participant's minibatch gradient, flat: shape ``(n_participants, d)``.
-
-        ``Xb``, ``yb``, ``wb`` are padded to a common minibatch width; ``nb``
-        holds each participant's true number of rows.
+        A round that raises is undone (parameters, optimizer state, history).
         """
-        mode = self.vectorize
-        if mode is False or getattr(self, "_vmap_failed_", False):
-            return self._gradients_loop(Xb, yb, wb, nb)
+        params = [p.detach().clone() for p in self.module_.parameters()]
+        optimizer_state = copy.deepcopy(self.optimizer_.state_dict())
+        n_rows = len(self.history)
+        stop = False
         try:
-            return self._gradients_vmap(Xb, yb, wb, nb)
-        except Exception:
-            if mode is True:
-                raise
-            # e.g. in-place ops or data-dependent control flow in the module
-            self._vmap_failed_ = True
-            return self._gradients_loop(Xb, yb, wb, nb)
+            if batch.first:
+                self.notify("on_train_begin", X=None, y=None)
+            self.notify("on_epoch_begin", dataset_train=None, dataset_valid=None)
+            try:
+                self.run_single_epoch([batch], training=True, prefix="train",
+                                      step_fn=self.train_step)
+                self.notify("on_epoch_end", dataset_train=None, dataset_valid=None)
+            except KeyboardInterrupt:  # skorch's way to stop early (EarlyStopping)
+                stop = True
+            if stop or batch.last:
+                self.notify("on_train_end", X=None, y=None)
+        except BaseException:
+            with torch.no_grad():
+                for p, saved in zip(self.module_.parameters(), params):
+                    p.copy_(saved)
+            self.optimizer_.load_state_dict(optimizer_state)
+            del self.history[n_rows:]
+            raise
+        return stop
 
-    def train_step(self, batch, **fit_params):
-        """One communication round: gradients, encode, decode, average, step, ledger."""
-        Xb, yb, wb, nb, participants = batch
+    def train_step_single(self, batch, **fit_params):
+        """The server's half of a round: the decoded average gradient becomes ``.grad``.
+
+        skorch's ``train_step`` calls this between zeroing the gradients and
+        the optimizer's step.
+        """
         self._set_training(True)
-        Xb, yb, wb, nb = (t.to(self.device) for t in (Xb, yb, wb, nb))
-        grads, losses = self.client_gradients(Xb, yb, wb, nb)
-        grads = grads.detach().to("cpu", torch.float32)
-        n_part, d = grads.shape
-        round_index = len(self.history) - 1
-        bad = ~torch.isfinite(grads).all(1)
-        if bad.any():
-            who = self.clients_[participants[bad].tolist()[0]]
+        offset = 0
+        for p in self._parameters():
+            n = p.numel()
+            p.grad = batch.estimate[offset:offset + n].view_as(p).to(p.device, p.dtype).clone()
+            offset += n
+        return {"loss": torch.tensor(batch.loss), "y_pred": None}
+
+    def _step_optimizer(self, step_fn):
+        super()._step_optimizer(step_fn)
+        if not all(torch.isfinite(p).all() for p in self.module_.parameters()):
             raise FloatingPointError(
-                f"client {who!r} computed a non-finite gradient in round {round_index}; "
+                f"round {self.n_rounds_}: the optimizer's step made the model non-finite; "
                 "lower lr or scale the features (e.g. StandardScaler)."
             )
-        codec = self._codec()
-        messages = [  # each client encodes its own gradient
-            codec.encode(g, seed=derive_seed(self.seed_, round_index, c))
-            for g, c in zip(grads, participants.tolist())
-        ]
-        estimate = codec.decode_mean(messages, d)  # the server, from the messages alone
-        if self.communication_ is None:
-            self.communication_ = CommunicationLedger(n_parameters=d)
-        for message, c in zip(messages, participants.tolist()):
-            self.communication_.record_upload(self.clients_[c], message.nbytes)
-        uplink = sum(message.nbytes for message in messages)
-        self.communication_.record_broadcast(n_part, d, itemsize=4)
 
-        self._zero_grad_optimizer()
-        offset = 0
-        for _, p in self._params():
-            n = p.numel()
-            chunk = estimate[offset:offset + n].view_as(p)
-            p.grad = chunk.to(p.device, p.dtype).clone()
-            offset += n
-        # callbacks such as skorch's GradientNormClipping see the decoded average
-        learnable = TeeGenerator(self.get_all_learnable_params())
-        self.notify("on_grad_computed", named_parameters=learnable, batch=batch,
-                    training=True)
-        self._step_optimizer(None)
-        self._record_ledger(round_index, n_part, uplink, n_part * d * 4)
-        return {"loss": losses.mean(), "y_pred": None}
+    def _commit_round(self, batch):
+        batch.ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
+        self.communication_ = batch.ledger
+        self.n_rounds_ = batch.index + 1
+        new = [s for s in batch.participants if label_key(s) not in self._client_keys]
+        if new:
+            self.clients_ = label_array(list(self.clients_) + new)
+            self._client_keys = self._client_keys | {label_key(s) for s in new}
 
-    def _record_ledger(self, round_index, n_part, uplink, downlink):
-        previous = self.history[-2] if len(self.history) > 1 else {}
-        h = self.history
-        h.record("round", round_index)
-        h.record("participants", n_part)
-        h.record("uplink_bytes", int(uplink))
-        up_total = previous.get("uplink_bytes_total", 0) + uplink
-        h.record("uplink_bytes_total", int(up_total))
-        h.record("downlink_bytes", int(downlink))
-        h.record("downlink_bytes_total",
-                 int(previous.get("downlink_bytes_total", 0) + downlink))
+    def _warn_if_stalled(self, losses, fresh):
+        """A ConvergenceWarning when a new model ends no better than it started.
+
+        The reference is the first round's loss, or, for cross-entropy, the
+        loss ``ln K`` of guessing uniformly among K classes if that is lower:
+        a model whose last rounds stay above 90% of it has learnt (almost)
+        nothing, or diverged.
+        """
+        if not fresh or len(losses) < 10:
+            return
+        reference = losses[0]
+        n_classes = len(self.classes_)
+        if isinstance(self.criterion_, torch.nn.CrossEntropyLoss) and n_classes > 1:
+            reference = min(reference, math.log(n_classes))
+        end = float(np.mean(losses[-max(1, len(losses) // 10):]))
+        if reference > 1e-6 and not end < 0.9 * reference:
+            warnings.warn(
+                f"{type(self).__name__}: training did not progress: the loss is {end:.3g} "
+                f"after {len(losses)} rounds (it started at {losses[0]:.3g}). Scale the "
+                "features (e.g. make_pipeline(StandardScaler(), FedMPDDClassifier())), "
+                "tune lr, or run more rounds.",
+                ConvergenceWarning,
+                stacklevel=_user_stacklevel(),
+            )
 
     # -------------------------------------------------------------- predict
     def predict_proba(self, X):
         """Class probabilities (softmax of the module's logits)."""
-        if not self.initialized_ or not hasattr(self, "classes_inferred_"):
+        if not self._is_trained():
             raise NotFittedError(
                 f"This {type(self).__name__} instance is not fitted yet; call 'fit' first."
             )
-        X = self._validate_X(X, reset=False)
+        X = validate_data(self, X, reset=False, dtype=np.float32, ensure_min_samples=1)
         return super().predict_proba(X)
 
     def predict(self, X):
         """Predicted class labels."""
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(axis=1)]
-
-    def _get_param_names(self):
-        # skorch keeps its bookkeeping set `_params_to_validate` in __dict__;
-        # it is rebuilt from the keyword arguments, so it is not a parameter.
-        return [k for k in super()._get_param_names() if k != "_params_to_validate"]

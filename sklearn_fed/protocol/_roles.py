@@ -110,6 +110,8 @@ class Client(ABC):
     protocol = None
     accept_sparse = True
     needs_y = True
+    #: Whether ``y`` must be numeric (regression) or may hold class labels.
+    y_numeric = True
     #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
     accepts_no_rows = False
 
@@ -159,7 +161,8 @@ class Client(ABC):
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
         X, y, sample_weight, names = check_site_data(
             X, y, sample_weight, schema=schema, site=task.site,
-            accept_sparse=self.accept_sparse, ensure_min_samples=0 if self.accepts_no_rows else 1,
+            accept_sparse=self.accept_sparse, y_numeric=self.y_numeric,
+            ensure_min_samples=0 if self.accepts_no_rows else 1,
         )
         if self.policy is not None:
             self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)

@@ -11,8 +11,8 @@ The checks:
 
 - :func:`check_fit_equals_protocol_run`: ``fit(X, y, clients=c)`` and a run
   of ``make_server``/``make_client``/``next_tasks``/``respond``/``receive``
-  driven by hand with bytes give the same model (bit for bit) and the same
-  byte counts.
+  driven by hand with bytes give the same model (bit for bit: coefficients,
+  or a network's parameters), the same predictions and the same byte counts.
 - :func:`check_ledger_matches_bytes`: ``communication_`` counts exactly the
   bytes of the tasks and replies.
 - :func:`check_label_round_trip`: ``clients_`` keeps each label's type.
@@ -117,15 +117,18 @@ def _rounds_of(estimator):
 
 
 def check_fit_equals_protocol_run(estimator):
-    """``fit`` is an in-process run of the roles: same model, same bytes."""
+    """``fit`` is an in-process run of the roles: same model, predictions and bytes."""
     X, y, clients = _data(estimator)
     fitted = clone(estimator).fit(X, y, clients=clients)
     server, _ = run_protocol_by_hand(
         clone(estimator), X, y, clients, max_rounds=_rounds_of(estimator)
     )
     by_hand = server.estimator
-    for a, b in zip(_model_state(fitted), _model_state(by_hand)):
+    for a, b in zip(_model_state(fitted), _model_state(by_hand), strict=True):
         np.testing.assert_array_equal(a, b)
+    for method in ("predict", "predict_proba"):
+        if hasattr(fitted, method):
+            np.testing.assert_array_equal(getattr(fitted, method)(X), getattr(by_hand, method)(X))
     assert _ledger(fitted) == _ledger(by_hand)
 
 
