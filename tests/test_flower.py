@@ -26,6 +26,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fed import (  # noqa: E402
     DPFedAvgRegressor,
+    FedMPDDClassifier,
     FedAvgRegressor,
     FederatedRidge,
     FederatedRidgeCV,
@@ -65,6 +66,9 @@ FLOWER_CASES = [
     # streaming: rows arrive in N_ROUNDS rounds; a site holds rows below min_samples
     IncrementalFederatedRidge(alpha=1.0, min_samples=100, random_state=0),
     FESCRidge(),  # two rounds: sizes, then local models
+    # three rounds: the sites' classes, then two training rounds; torch at every site
+    FedMPDDClassifier(n_directions=16, max_epochs=2, batch_size=16, client_fraction=1.0,
+                      random_state=0),
 ]
 # Also through the apps in process (a real federation costs seconds per round per site).
 APPS_ONLY_CASES = [
@@ -155,7 +159,8 @@ def test_run_config_names_the_estimator_and_its_changed_params(estimator):
     assert set(config) <= set(RUN_CONFIG_DEFAULTS)
     rebuilt = estimator_from_config(config)
     assert type(rebuilt) is type(estimator)
-    assert repr(rebuilt.get_params()) == repr(estimator.get_params())
+    assert estimator_to_config(rebuilt) == config
+    assert repr(rebuilt) == repr(estimator)
 
 
 def test_run_config_carries_arrays_and_refuses_what_it_cannot_carry():
