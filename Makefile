@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-incremental bench-baselines flower-demo clean venv fuzz
+.PHONY: demo test docs bench bench-incremental bench-baselines flower-demo clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -35,6 +35,14 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_federated_ridge.py
+
+# FederatedRidge's precision per regime against a 60-digit reference (the docs' table).
+accuracy: $(STAMP)
+	$(PY) benchmarks/numerical_accuracy.py
+
+# The ridge property tests with 25,000 examples (the suite runs 2,000).
+property: $(STAMP)
+	SKLEARN_FED_PROPERTY_EXAMPLES=6250 $(PY) -m pytest -n 2 tests/test_ridge_properties.py
 
 # IncrementalFederatedRidge per round vs scikit-learn-intelex (if installed), flatness, routes.
 bench-incremental: $(STAMP)

@@ -14,18 +14,32 @@ steps are exact in exact arithmetic and lose no digits to the offset. Blocks
 whose columns all have mean^2 <= variance (standardized data, say) have no
 offset to lose digits to (the cancellation factor is at most 2), so they are
 read in place, saving the copy.
+
+Two forms of the same statistics travel on the wire. The *Gram form* sends
+``G``, ``h`` and the target sums of squares; the *factor form* sends instead
+the triangular factor ``R`` of a QR decomposition of the client's
+sqrt-weighted (centered) rows ``[X, y]``, from which ``R^T R`` gives all three.
+Both cost about ``(d + t)(d + t + 1) / 2`` numbers; the factor form never
+squares the condition number of ``X`` (a Gram of features with singular values
+``s`` holds ``s^2``, so everything below ``sqrt(eps) s_max`` is round-off),
+so a server can solve ridge from it as accurately as scikit-learn's ``svd``
+solver on the pooled rows. Factors are merged exactly like the Gram form:
+stack both factors and the Chan mean-shift row, and take the ``R`` of a QR
+of the stack (TSQR).
 """
 
+import dataclasses
 import hashlib
 import hmac
 import math
 import struct
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
+from scipy.linalg.lapack import get_lapack_funcs
 
 from ._clients import count_rows
 from .protocol._errors import InvalidClientMessage, who as _who
@@ -43,6 +57,10 @@ __all__ = [
 #: Message kind of a statistics reply (the payload of :class:`ClientStatistics`).
 STATISTICS_KIND = "ridge.statistics/reply"
 _ARRAYS = ("x_mean", "y_mean", "gram", "moment", "target_ss")
+_FACTOR_ARRAYS = ("x_mean", "y_mean", "factor")
+_FIELDS = {"n_samples", "weight_sum", "centered", "single_target"}
+#: Values of ``ClientStatistics.form``.
+FORMS = ("gram", "factor")
 
 # Rows per block are chosen so one centered float64 block takes about this much
 # memory: large enough for BLAS to run at full speed, small next to X.
@@ -76,6 +94,31 @@ _TINY = 1e-300
 _PSD_TOLERANCE = 1e-7
 
 
+class _FactorProduct:
+    """A Gram-form field (``gram``, ``moment`` or ``target_ss``) of :class:`ClientStatistics`.
+
+    Statistics in factor form compute all three from ``R^T R`` on first use
+    (a server merging factors never needs them); the values are cached but
+    not pickled, so reading them does not change a fitted estimator's state.
+    """
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, stats, owner=None):
+        if stats is None:
+            return None  # the dataclass default: not given
+        value = stats.__dict__.get(self.slot)
+        if value is None and stats.__dict__.get("factor") is not None:
+            stats._expand_factor()
+            value = stats.__dict__[self.slot]
+        return value
+
+    def __set__(self, stats, value):
+        # __init__ passes the field's default, this descriptor, when not given.
+        stats.__dict__[self.slot] = None if isinstance(value, _FactorProduct) else value
+
+
 @dataclass(eq=False)
 class ClientStatistics:
     """Sufficient statistics of one client's rows for ridge regression.
@@ -83,6 +126,11 @@ class ClientStatistics:
     With ``centered=True`` (used when an intercept is fitted) the matrices are
     taken around the client's weighted means; with ``centered=False`` they are
     the raw weighted products. ``sw`` is the sample weight of each row.
+
+    The statistics come in one of two forms (see the module docstring):
+    the *Gram form* holds ``gram``, ``moment`` and ``target_ss``; the *factor
+    form* holds ``factor``, and ``gram``, ``moment`` and ``target_ss`` are
+    computed from it when read.
 
     Parameters
     ----------
@@ -105,6 +153,13 @@ class ClientStatistics:
         Whether the statistics are centered.
     single_target : bool
         Whether ``y`` was one-dimensional.
+    factor : ndarray of shape (n_rows, n_features + n_targets), default=None
+        Factor form: an upper trapezoidal ``R`` with ``R^T R`` equal to the
+        (centered) products of the sqrt-weighted rows ``[x, y]``, i.e.
+        ``[[gram, moment], [moment^T, Y^T Y]]``; ``n_rows`` is at most
+        ``n_features + n_targets`` (fewer for clients with fewer rows). Give
+        either ``factor`` or ``gram``, ``moment`` and ``target_ss`` (given
+        both, as ``dataclasses.replace`` does, the statistics are in Gram form).
 
     Examples
     --------
@@ -121,17 +176,32 @@ class ClientStatistics:
     >>> ClientStatistics.from_bytes(message).gram
     array([[4.66666667, 3.66666667],
            [3.66666667, 4.66666667]])
+    >>> factored = ClientStatistics.from_data(X, y, factor=True)
+    >>> factored.form, factored.factor.shape
+    ('factor', (2, 3))
+    >>> bool(np.allclose(factored.gram, stats.gram))
+    True
     """
 
     n_samples: int
     weight_sum: float
     x_mean: np.ndarray
     y_mean: np.ndarray
-    gram: np.ndarray
-    moment: np.ndarray
-    target_ss: np.ndarray
+    gram: np.ndarray = field(default=_FactorProduct(), repr=False)
+    moment: np.ndarray = field(default=_FactorProduct(), repr=False)
+    target_ss: np.ndarray = field(default=_FactorProduct(), repr=False)
     centered: bool = True
     single_target: bool = True
+    factor: np.ndarray = field(default=None, repr=False)
+
+    def __post_init__(self):
+        gram_form = [self.__dict__.get(f"_{name}") is not None for name in _ARRAYS[2:]]
+        if all(gram_form):
+            # Given both (e.g. by dataclasses.replace of a factor form, which passes
+            # the products read from the factor): the given products win.
+            self.factor = None
+        elif self.factor is None:
+            raise ValueError("ClientStatistics needs gram, moment and target_ss, or factor.")
 
     @property
     def n_features(self):
@@ -141,9 +211,33 @@ class ClientStatistics:
     def n_targets(self):
         return self.y_mean.shape[0]
 
+    @property
+    def form(self):
+        """``"factor"`` when the statistics hold ``factor``, else ``"gram"``."""
+        return "gram" if self.factor is None else "factor"
+
+    def _expand_factor(self):
+        """Fill the Gram-form fields from ``R^T R`` (one product)."""
+        d = self.n_features
+        products = self.factor.T @ self.factor
+        self.__dict__["_gram"] = np.ascontiguousarray(products[:d, :d])
+        self.__dict__["_moment"] = np.ascontiguousarray(products[:d, d:])
+        self.__dict__["_target_ss"] = np.maximum(np.diag(products)[d:].copy(), 0.0)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if self.factor is not None:  # derived, recomputed on demand
+            for name in ("_gram", "_moment", "_target_ss"):
+                state.pop(name, None)
+        return state
+
+    def to_gram_form(self):
+        """The same statistics in Gram form (``self`` if already in it)."""
+        return self if self.factor is None else dataclasses.replace(self)
+
     # ------------------------------------------------------------------ compute
     @classmethod
-    def from_data(cls, X, y, sample_weight=None, *, centered=True, rows=None,
+    def from_data(cls, X, y, sample_weight=None, *, centered=True, rows=None, factor=False,
                   check_input=True):
         """Compute the statistics of one client's rows.
 
@@ -151,7 +245,9 @@ class ClientStatistics:
         ----------
         X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features)
             Features; float32 is accepted, statistics are accumulated in
-            float64. Sparse input is never densified.
+            float64. Sparse input is never densified as a whole (the factor
+            form, and centering columns with offsets, densify one block of
+            rows at a time).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets.
         sample_weight : ndarray of shape (n_samples,), default=None
@@ -162,6 +258,9 @@ class ClientStatistics:
             Use only these rows of ``X``, ``y`` and ``sample_weight``. Dense rows
             are then gathered block by block, so a client's rows are never
             copied out of a shared ``X`` as a whole.
+        factor : bool, default=False
+            Return the factor form (a QR of the rows, about twice the
+            floating-point work of the Gram form) instead of the Gram form.
         check_input : bool, default=True
             Validate the inputs like scikit-learn does (lists, DataFrames and
             Series are converted; 1-D ``X``, NaN or infinity, mismatched
@@ -182,14 +281,20 @@ class ClientStatistics:
             sample_weight = np.asarray(sample_weight, dtype=np.float64)
             if np.any(sample_weight[rows] < 0):
                 raise ValueError("sample_weight must be non-negative.")
+        n_samples = count_rows(X.shape[0], rows)
+        if factor:
+            weight_sum, mean, triangle = _factor_statistics(X, y2, sample_weight, centered, rows)
+            d = X.shape[1]
+            return cls(n_samples, weight_sum, mean[:d], mean[d:], centered=centered,
+                       single_target=single_target, factor=triangle)
         if sp.issparse(X):
             X = sp.csr_matrix(X)
             sw = None if sample_weight is None else sample_weight[rows]
             parts = _sparse_statistics(X[rows], y2[rows], sw, centered)
-            n_samples = X[rows].shape[0]
+            if parts is None:  # offsets: centering the products would cancel digits
+                parts = _dense_statistics(_DenseRows(X), y2, sample_weight, centered, rows)
         else:
             parts = _dense_statistics(X, y2, sample_weight, centered, rows)
-            n_samples = count_rows(X.shape[0], rows)
         return cls(n_samples, *parts, centered=centered, single_target=single_target)
 
     # -------------------------------------------------------------------- merge
@@ -197,7 +302,9 @@ class ClientStatistics:
         """Statistics of the union of both clients' rows (a new object).
 
         Centered statistics are combined with the pairwise update of Chan et al.,
-        raw ones by plain addition; either way the result is exact.
+        raw ones by plain addition; either way the result is exact. Two factor
+        forms give a factor form (the ``R`` of a QR of both factors and the
+        mean-shift row); if either is in Gram form, so is the result.
         """
         _check_compatible(self, other)
         wa, wb = self.weight_sum, other.weight_sum
@@ -207,31 +314,42 @@ class ClientStatistics:
             y_mean = self.y_mean + (wb / w) * (other.y_mean - self.y_mean)
         else:
             x_mean, y_mean = self.x_mean.copy(), self.y_mean.copy()
+        shifted = self.centered and wa > 0 and wb > 0
+        scale = wa * wb / w if shifted else 0.0
+        dx = other.x_mean - self.x_mean
+        dy = other.y_mean - self.y_mean
+        common = dict(centered=self.centered, single_target=self.single_target)
+        if self.factor is not None and other.factor is not None:
+            parts = [self.factor, other.factor]
+            if shifted:
+                parts.append(np.sqrt(scale) * np.concatenate([dx, dy])[None, :])
+            triangle = _triangular_factor(np.vstack(parts))
+            return type(self)(self.n_samples + other.n_samples, w, x_mean, y_mean,
+                              factor=triangle, **common)
         gram = self.gram + other.gram
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
-        if self.centered and wa > 0 and wb > 0:
-            scale = wa * wb / w
-            dx = other.x_mean - self.x_mean
-            dy = other.y_mean - self.y_mean
+        if shifted:
             gram += scale * np.outer(dx, dx)
             moment += scale * np.outer(dx, dy)
             target_ss += scale * dy * dy
         return type(self)(
-            self.n_samples + other.n_samples,
-            w,
-            x_mean,
-            y_mean,
-            gram,
-            moment,
-            target_ss,
-            centered=self.centered,
-            single_target=self.single_target,
+            self.n_samples + other.n_samples, w, x_mean, y_mean, gram, moment, target_ss,
+            **common,
         )
 
     # -------------------------------------------------------------- serialize
     def to_payload(self):
-        """``(fields, arrays)`` of the statistics message (see :mod:`sklearn_fed.protocol`)."""
+        """``(fields, arrays)`` of the statistics message (see :mod:`sklearn_fed.protocol`).
+
+        Gram form: the fields ``n_samples``, ``weight_sum``, ``centered``,
+        ``single_target`` and the float64 arrays ``x_mean``, ``y_mean``,
+        ``gram`` (a :class:`~sklearn_fed.protocol.SymmetricMatrix`),
+        ``moment`` and ``target_ss``. Factor form: the same fields plus
+        ``factor_rows`` (the number of rows ``p`` of ``R``), and the arrays
+        ``x_mean``, ``y_mean`` and ``factor``, the upper trapezoid of ``R``
+        packed row by row (``p (d + t) - p (p - 1) / 2`` values).
+        """
         fields = {
             "n_samples": int(self.n_samples),
             "weight_sum": float(self.weight_sum),
@@ -241,15 +359,23 @@ class ClientStatistics:
         arrays = {
             "x_mean": np.asarray(self.x_mean, dtype=np.float64),
             "y_mean": np.asarray(self.y_mean, dtype=np.float64),
-            "gram": SymmetricMatrix(self.gram),
-            "moment": np.asarray(self.moment, dtype=np.float64),
-            "target_ss": np.asarray(self.target_ss, dtype=np.float64),
         }
+        if self.factor is not None:
+            fields["factor_rows"] = int(self.factor.shape[0])
+            arrays["factor"] = _pack_trapezoid(self.factor)
+            return fields, arrays
+        arrays.update(
+            gram=SymmetricMatrix(self.gram),
+            moment=np.asarray(self.moment, dtype=np.float64),
+            target_ss=np.asarray(self.target_ss, dtype=np.float64),
+        )
         return fields, arrays
 
     @classmethod
     def from_payload(cls, fields, arrays, *, client=None, validate=True, psd=True):
         """Statistics from a message's fields and arrays; untrusted, so checked.
+
+        Accepts both forms (see :meth:`to_payload`).
 
         Raises
         ------
@@ -262,11 +388,13 @@ class ClientStatistics:
         def fail(reason):
             raise InvalidClientMessage(f"{who}: {reason}", client)
 
-        if set(fields) != {"n_samples", "weight_sum", "centered", "single_target"}:
-            fail(f"statistics fields must be n_samples, weight_sum, centered, single_target; "
-                 f"got {sorted(fields)}.")
-        if set(arrays) != set(_ARRAYS):
-            fail(f"statistics arrays must be {list(_ARRAYS)}; got {sorted(arrays)}.")
+        factored = "factor" in arrays
+        names = _FACTOR_ARRAYS if factored else _ARRAYS
+        expected_fields = _FIELDS | {"factor_rows"} if factored else _FIELDS
+        if set(fields) != expected_fields:
+            fail(f"statistics fields must be {sorted(expected_fields)}; got {sorted(fields)}.")
+        if set(arrays) != set(names):
+            fail(f"statistics arrays must be {list(names)}; got {sorted(arrays)}.")
         n_samples, weight_sum = fields["n_samples"], fields["weight_sum"]
         if not (type(n_samples) is int and 0 < n_samples < 2**63):
             fail(f"n_samples must be a positive integer, got {n_samples!r}.")
@@ -275,7 +403,7 @@ class ClientStatistics:
         if not all(type(fields[k]) is bool for k in ("centered", "single_target")):
             fail("centered and single_target must be booleans.")
         values = {}
-        for name in _ARRAYS:
+        for name in names:
             array = arrays[name]
             if isinstance(array, SymmetricMatrix):  # handed over in process, not packed
                 array = array.matrix
@@ -287,17 +415,27 @@ class ClientStatistics:
             fail("x_mean and y_mean must be non-empty vectors.")
         if fields["single_target"] and t != 1:
             fail(f"declares a single target but has {t}.")
-        stats = cls(
-            n_samples,
-            float(weight_sum),
-            values["x_mean"],
-            values["y_mean"],
-            values["gram"],
-            values["moment"],
-            values["target_ss"],
-            centered=fields["centered"],
-            single_target=fields["single_target"],
-        )
+        common = dict(centered=fields["centered"], single_target=fields["single_target"])
+        if factored:
+            p, packed = fields["factor_rows"], values["factor"]
+            if not (type(p) is int and 0 <= p <= d + t):
+                fail(f"factor_rows must be an integer in [0, {d + t}], got {p!r}.")
+            if packed.shape != (_trapezoid_size(p, d + t),):
+                fail(f"factor has shape {packed.shape}, expected "
+                     f"({_trapezoid_size(p, d + t)},) for {p} rows of {d + t} columns.")
+            stats = cls(n_samples, float(weight_sum), values["x_mean"], values["y_mean"],
+                        factor=_unpack_trapezoid(packed, p, d + t), **common)
+        else:
+            stats = cls(
+                n_samples,
+                float(weight_sum),
+                values["x_mean"],
+                values["y_mean"],
+                values["gram"],
+                values["moment"],
+                values["target_ss"],
+                **common,
+            )
         if validate:
             stats.validate(client=client, psd=psd)
         return stats
@@ -467,7 +605,7 @@ class ClientStatistics:
             fail(f"weight_sum must be a finite number in [0, {_MAX_WEIGHT:g}], got {weight!r}.")
         if not (type(self.centered) is bool and type(self.single_target) is bool):
             fail("centered and single_target must be booleans.")
-        for name in _ARRAYS:
+        for name in _ARRAYS if self.factor is None else _FACTOR_ARRAYS:
             value = getattr(self, name)
             if not (isinstance(value, np.ndarray) and value.dtype == np.float64):
                 fail(f"{name} must be a float64 ndarray, got "
@@ -483,6 +621,8 @@ class ClientStatistics:
             fail(f"has {d} features, expected {n_features}.")
         if n_targets is not None and t != n_targets:
             fail(f"has {t} targets, expected {n_targets}.")
+        if self.factor is not None:
+            return self._validate_factor(fail, weight, n)
         shapes = {
             "gram": (self.gram.shape, (d, d)),
             "moment": (self.moment.shape, (d, t)),
@@ -491,14 +631,8 @@ class ClientStatistics:
         for name, (got, want) in shapes.items():
             if got != want:
                 fail(f"{name} has shape {got}, expected {want}.")
-        for name, cap in (("x_mean", _MAX_MEAN), ("y_mean", _MAX_MEAN), ("gram", _MAX_SECOND),
-                          ("moment", _MAX_SECOND), ("target_ss", _MAX_SECOND)):
-            value = getattr(self, name)
-            if not np.all(np.isfinite(value)):
-                fail(f"{name} contains NaN or infinity.")
-            if np.max(np.abs(value), initial=0.0) > cap:
-                fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
-                     "such values could overflow the merge).")
+        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN, gram=_MAX_SECOND,
+                         moment=_MAX_SECOND, target_ss=_MAX_SECOND)
         diag = np.diag(self.gram)
         root = np.sqrt(np.maximum(diag, 0.0))
         # Round-off allowance of a computed Gram entry, relative to its own pair.
@@ -525,6 +659,36 @@ class ClientStatistics:
                 fail(f"has {why} but non-zero second moments.")
         if psd and not _is_psd(self.gram):
             fail("gram is not positive semi-definite.")
+        return self
+
+    def _check_caps(self, fail, **caps):
+        """Finite values within the magnitude caps that keep merging overflow-free."""
+        for name, cap in caps.items():
+            value = getattr(self, name)
+            if not np.all(np.isfinite(value)):
+                fail(f"{name} contains NaN or infinity.")
+            if np.max(np.abs(value), initial=0.0) > cap:
+                fail(f"{name} has entries beyond {cap:g} in magnitude (no real data does; "
+                     "such values could overflow the merge).")
+
+    def _validate_factor(self, fail, weight, n):
+        """The checks of the factor form. ``R^T R`` is positive semi-definite and
+        obeys Cauchy-Schwarz by construction; what remains is its shape, finite
+        values within the caps (``|R| <= sqrt(cap)`` bounds ``R^T R``), and
+        no second moments from a zero weight sum or a single centered row."""
+        width = self.n_features + self.n_targets
+        shape = self.factor.shape
+        if len(shape) != 2 or shape[1] != width or shape[0] > width:
+            fail(f"factor has shape {shape}, expected (n_rows <= {width}, {width}).")
+        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN,
+                         factor=math.sqrt(_MAX_SECOND))
+        if weight == 0 or (self.centered and n == 1):
+            room = math.sqrt(weight) * _RELATIVE_SLACK * max(
+                float(np.max(np.abs(self.x_mean), initial=0.0)),
+                float(np.max(np.abs(self.y_mean), initial=0.0))) + _TINY
+            if np.max(np.abs(self.factor), initial=0.0) > room:
+                why = "a zero weight sum" if weight == 0 else "one centered row"
+                fail(f"has {why} but non-zero second moments.")
         return self
 
 
@@ -596,13 +760,16 @@ def check_aggregate(aggregate, messages):
     ------
     InvalidClientMessage
     """
-    arrays = (aggregate.gram, aggregate.moment, aggregate.x_mean, aggregate.y_mean,
-              aggregate.target_ss)
+    if aggregate.factor is not None:  # R^T R is PSD by construction
+        arrays = (aggregate.factor, aggregate.x_mean, aggregate.y_mean)
+    else:
+        arrays = (aggregate.gram, aggregate.moment, aggregate.x_mean, aggregate.y_mean,
+                  aggregate.target_ss)
     finite = all(np.all(np.isfinite(a)) for a in arrays) and math.isfinite(aggregate.weight_sum)
-    if finite and _is_psd(aggregate.gram):
+    if finite and (aggregate.factor is not None or _is_psd(aggregate.gram)):
         return
     for label, stats in messages.items():
-        if not _is_psd(stats.gram):
+        if stats.factor is None and not _is_psd(stats.gram):
             raise InvalidClientMessage(
                 f"{_who(label)}: gram is not positive semi-definite.", label
             )
@@ -634,6 +801,58 @@ def _check_compatible(a, b):
         )
     if a.centered != b.centered:
         raise ValueError("cannot merge centered with uncentered statistics.")
+
+
+def _trapezoid_size(n_rows, n_cols):
+    """Number of entries on or above the diagonal of an (n_rows, n_cols) matrix."""
+    return n_rows * n_cols - n_rows * (n_rows - 1) // 2
+
+
+def _pack_trapezoid(factor):
+    """The upper trapezoid of ``factor``, row by row, as one float64 vector."""
+    n_rows, n_cols = factor.shape
+    return np.ascontiguousarray(factor[np.triu_indices(n_rows, m=n_cols)], dtype=np.float64)
+
+
+def _unpack_trapezoid(packed, n_rows, n_cols):
+    factor = np.zeros((n_rows, n_cols))
+    factor[np.triu_indices(n_rows, m=n_cols)] = packed
+    return factor
+
+
+def _triangular_factor(rows):
+    """The ``R`` of a QR decomposition of ``rows`` (``min(m, p)`` rows, upper trapezoidal).
+
+    LAPACK ``geqrf`` (Householder, backward stable); ``Q`` is never formed.
+    """
+    m, p = rows.shape
+    if m == 0:
+        return np.zeros((0, p))
+    work = np.array(rows, dtype=np.float64, order="F")
+    geqrf = get_lapack_funcs("geqrf", (work,))
+    optimal = int(geqrf(work, lwork=-1)[2][0].real)  # workspace query (blocked QR)
+    qr, _, _, info = geqrf(work, lwork=max(optimal, p, 1), overwrite_a=True)
+    if info != 0:
+        raise linalg.LinAlgError(f"geqrf failed (info={info}).")
+    return np.triu(qr[: min(m, p)])
+
+
+def _drop_direction(M, s):
+    """Rows with the Gram of ``M`` and one row fewer, given ``s @ M == 0``.
+
+    A Householder reflection maps ``s`` to a multiple of ``e_1``; the
+    reflected first row is ``(s / |s|) @ M = 0``, so it is dropped. It keeps
+    the row count of a centered block honest (``r`` sqrt-weighted centered
+    rows ``M`` satisfy ``sqrt(w) @ M = 0``, so they have rank ``r - 1``), and
+    turns the ``K`` Chan mean-shift rows of ``K`` groups into ``K - 1``.
+    """
+    norm = np.linalg.norm(s)
+    if M.shape[0] <= 1 or norm == 0:
+        return M[:0]
+    v = s / norm
+    v[0] += 1.0 if v[0] >= 0 else -1.0
+    reflected = M - np.outer(v, (v @ M) * (2.0 / (v @ v)))
+    return reflected[1:]
 
 
 def _scratch(n_rows, n_cols):
@@ -690,8 +909,9 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
 
     Each block is shifted into a work array ``[X - s, y - s_y, 1]`` (rows
     scaled by ``sqrt(w)``), where the shift ``s`` is the mean of the block's
-    first rows (the running mean after the first block): it removes any large
-    offset, so no digits cancel. One BLAS product ``work^T work`` then yields,
+    first rows (the running mean after the first block), then re-centered on
+    the block's own weighted mean: that removes any large offset, so no
+    digits cancel. One BLAS product ``work^T work`` then yields,
     in a single read of the block, the shifted Gram, moment and target sums of
     squares together with the column sums and the weight; the exact centered
     block statistics follow from ``B - S S^T / W``, and blocks are merged with
@@ -715,6 +935,12 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         else:
             take = rows[start : start + block]
         Xv, yv = X[take], y[take]
+        wv = None if sample_weight is None else sample_weight[take]
+        if wv is not None and not np.all(wv > 0):  # rows of weight 0 add nothing
+            keep = wv > 0
+            Xv, yv, wv = Xv[keep], yv[keep], wv[keep]
+            if not len(wv):
+                continue
         if sample_weight is None and Xv.dtype == np.float64:
             fast = _raw_block_products(Xv, yv, centered)
             if fast is not None:  # no offset to cancel: the view was read as is
@@ -733,9 +959,16 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         work = _scratch(Xv.shape[0], p + 1)
         np.subtract(Xv, shift[:d], out=work[:, :d])
         np.subtract(yv, shift[d:], out=work[:, d:p])
+        if centered:
+            # Re-center on the block's own mean: the correction S S^T / W
+            # below is then second order, so it cancels no digits even when
+            # the shift is off by as much as the spread (near-constant columns).
+            residual_mean = np.average(work[:, :p], axis=0, weights=wv)
+            work[:, :p] -= residual_mean
+            shift = shift + residual_mean
         work[:, p] = 1.0
-        if sample_weight is not None:
-            work *= np.sqrt(sample_weight[take])[:, None]
+        if wv is not None:
+            work *= np.sqrt(wv)[:, None]
         products = work.T @ work  # numpy runs syrk and mirrors the triangle
         wsum = products[p, p]
         if wsum == 0:
@@ -744,20 +977,39 @@ def _dense_statistics(X, y, sample_weight, centered, rows):
         block_products = products[:p, :p]
         if centered:
             block_products -= np.outer(sums, sums) / wsum
+            # A column constant on the block has exactly zero centered
+            # products; round-off of its mean must not make them nonzero.
+            constant = np.concatenate([np.ptp(Xv, axis=0), np.ptp(yv, axis=0)]) == 0
+            if np.any(constant):
+                block_products[constant, :] = 0.0
+                block_products[:, constant] = 0.0
         total, mean, weight_sum = _chan_add(
             total, mean, weight_sum, block_products, shift + sums / wsum, wsum, centered
         )
     gram = np.ascontiguousarray(total[:d, :d])
     moment = np.ascontiguousarray(total[:d, d:])
-    return weight_sum, mean[:d], mean[d:], gram, moment, np.diag(total)[d:].copy()
+    # Sums of squares: round-off of a (near-)constant target must not make them negative.
+    return weight_sum, mean[:d], mean[d:], gram, moment, np.maximum(np.diag(total)[d:], 0.0)
+
+
+class _DenseRows:
+    """A sparse matrix whose row blocks read as dense arrays (for the dense path)."""
+
+    def __init__(self, X):
+        self.X, self.shape, self.dtype = X, X.shape, np.float64
+
+    def __getitem__(self, rows):
+        return self.X[rows].toarray()
 
 
 def _sparse_statistics(X, y, sample_weight, centered):
-    """Statistics of sparse rows without densifying X.
+    """Statistics of sparse rows without densifying X, or None.
 
     Centering is done on the d x d products (``X^T W X - W m m^T``), since
-    subtracting the mean from X would make it dense. Sparse features rarely
-    carry large offsets; for those that do, densify blocks of rows upstream.
+    subtracting the mean from X would make it dense. That cancels digits in
+    proportion to mean^2 / variance, so when a column's mean^2 exceeds its
+    variance (an offset) None is returned and the caller takes the dense
+    blocked path on densified blocks of rows instead.
     """
     X = sp.csr_matrix(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -769,6 +1021,8 @@ def _sparse_statistics(X, y, sample_weight, centered):
     y_mean = (w @ y) / denom
     XtW = (X.multiply(w[:, None])).T.tocsr()
     gram = np.asarray((XtW @ X).todense())
+    if centered and np.any(weight_sum * x_mean**2 > 0.5 * np.diag(gram)):
+        return None
     if centered:
         gram -= weight_sum * np.outer(x_mean, x_mean)
         gram = (gram + gram.T) / 2
@@ -779,3 +1033,72 @@ def _sparse_statistics(X, y, sample_weight, centered):
         moment = np.asarray(XtW @ y)
         target_ss = w @ (y * y)
     return weight_sum, x_mean, y_mean, gram, moment.reshape(-1, y.shape[1]), target_ss
+
+
+def _factor_statistics(X, y, sample_weight, centered, rows):
+    """Factor-form statistics: ``(weight_sum, mean of [x, y], R)``.
+
+    Blocks of rows are gathered into a float64 work array ``[x, y]``,
+    centered on their own weighted mean (refined once, so the mean's
+    rounding leaves no first-order trace), scaled by ``sqrt(w)`` and reduced
+    by one QR together with the running ``R`` and the Chan mean-shift row
+    ``sqrt(W W_b / (W + W_b)) (mean_b - mean)``: the TSQR form of the Gram
+    path's pairwise merge. Rows of weight zero are left out.
+    """
+    if isinstance(rows, slice):
+        first, stop, _ = rows.indices(X.shape[0])
+        index = range(first, max(stop, first))
+    else:
+        index = rows
+    n = len(index)
+    d, t = X.shape[1], y.shape[1]
+    p = d + t
+    sparse = sp.issparse(X)
+    if sparse:
+        X = sp.csr_matrix(X)
+    block = max(1, _BLOCK_BYTES // (8 * p))
+    triangle = np.zeros((0, p))
+    mean = np.zeros(p)
+    weight_sum = 0.0
+    for start in range(0, n, block):
+        take = index[start : start + block]
+        take = slice(take.start, take.stop) if isinstance(take, range) else take
+        Xb = X[take].toarray() if sparse else X[take]
+        work = np.empty((Xb.shape[0], p))
+        work[:, :d] = Xb
+        work[:, d:] = y[take]
+        w = None if sample_weight is None else sample_weight[take]
+        if w is not None:
+            keep = w > 0
+            work, w = work[keep], w[keep]
+        block_weight = float(work.shape[0] if w is None else w.sum())
+        if block_weight == 0:
+            continue
+        if centered:
+            block_mean = np.average(work, axis=0, weights=w)
+            work -= block_mean
+            correction = np.average(work, axis=0, weights=w)
+            work -= correction
+            block_mean += correction
+        else:
+            block_mean = np.average(work, axis=0, weights=w)
+        root = None if w is None else np.sqrt(w)
+        if root is not None:
+            work *= root[:, None]
+        parts = [triangle]
+        if centered:
+            if len(work) <= p:  # sqrt(w) @ work == 0: one row fewer has the same Gram
+                work = _drop_direction(work, np.ones(len(work)) if root is None else root)
+            parts.append(work)
+            if weight_sum > 0:
+                scale = np.sqrt(weight_sum * block_weight / (weight_sum + block_weight))
+                parts.append(scale * (block_mean - mean)[None, :])
+        else:
+            parts.append(work)
+        stacked = np.vstack(parts)
+        if stacked.shape[0]:
+            triangle = _triangular_factor(stacked)
+        total = weight_sum + block_weight
+        mean = mean + (block_weight / total) * (block_mean - mean)
+        weight_sum = total
+    return weight_sum, mean, triangle

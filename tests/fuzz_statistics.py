@@ -110,7 +110,7 @@ def run(case, alpha, as_bytes, cv):
     messages = {"ok": honest, "evil": evil}
     if cv:
         messages["ok2"] = honest
-        model = FederatedRidgeCV(alphas=[1e-3, 1.0, 1e3], fit_intercept=centered)
+        model = FederatedRidgeCV(alphas=[1e-3, 1.0, 1e3], fit_intercept=centered, cv="clients")
     else:
         model = FederatedRidge(alpha=alpha, fit_intercept=centered)
     try:

@@ -19,7 +19,9 @@ from sklearn_fed.utils.estimator_checks import parametrize_with_federated_checks
 ESTIMATORS = [
     FederatedRidge(),
     FederatedRidge(fit_intercept=False),
+    FederatedRidge(solver="svd"),
     FederatedRidgeCV(),
+    FederatedRidgeCV(cv="clients", scoring="neg_mean_absolute_error"),  # + a prediction round
     ProjectedFederatedRidge(n_components=2, random_state=0),
     IncrementalFederatedRidge(random_state=0),
     IncrementalFederatedRidge(fit_intercept=False, min_clients=2, random_state=0),

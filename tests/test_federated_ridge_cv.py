@@ -1,29 +1,17 @@
-"""FederatedRidgeCV agrees with brute-force refits and with RidgeCV."""
+"""FederatedRidgeCV: RidgeCV's choice rule in every mode, computed by the sites."""
+
+import pickle
 
 import numpy as np
 import pytest
 from sklearn.linear_model import Ridge, RidgeCV
-from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
+from sklearn.metrics import make_scorer, mean_absolute_error, mean_squared_error
+from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 
-from sklearn_fed import ClientStatistics, FederatedRidge, FederatedRidgeCV
+from sklearn_fed import ClientStatistics, FederatedRidge, FederatedRidgeCV, InvalidClientMessage
+from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
 ALPHAS = (0.01, 0.3, 3.0, 30.0)
-
-
-def _brute_force(X, y, w, clients, alphas, fit_intercept, splits=None):
-    """Held-out weighted SSE per (group, alpha) by refitting sklearn's Ridge."""
-    if splits is None:
-        splits = list(LeaveOneGroupOut().split(X, y, groups=clients))
-    y2 = y.reshape(len(y), -1)
-    sse = np.zeros((len(splits), y2.shape[1], len(alphas)))
-    for g, (train, test) in enumerate(splits):
-        for a, alpha in enumerate(alphas):
-            ridge = Ridge(alpha=alpha, fit_intercept=fit_intercept)
-            ridge.fit(X[train], y[train], None if w is None else w[train])
-            residual = (y2[test] - ridge.predict(X[test]).reshape(len(test), -1)) ** 2
-            weights = np.ones(len(test)) if w is None else w[test]
-            sse[g, :, a] = weights @ residual
-    return sse
 
 
 def _data(n=150, d=5, t=None, seed=0):
@@ -34,98 +22,316 @@ def _data(n=150, d=5, t=None, seed=0):
     return X, y, rng
 
 
+def _held_out_sse(X, y, w, splits, alphas, fit_intercept):
+    """Weighted held-out SSE per (fold, target, alpha) by refitting sklearn's Ridge."""
+    y2 = y.reshape(len(y), -1)
+    sse = np.zeros((len(splits), y2.shape[1], len(alphas)))
+    for g, (train, test) in enumerate(splits):
+        for a, alpha in enumerate(alphas):
+            ridge = Ridge(alpha=alpha, fit_intercept=fit_intercept)
+            ridge.fit(X[train], y[train], None if w is None else w[train])
+            residual = (y2[test] - ridge.predict(X[test]).reshape(len(test), -1)) ** 2
+            sse[g, :, a] = (np.ones(len(test)) if w is None else w[test]) @ residual
+    return sse
+
+
+# ------------------------------------------------------------ cv=None (LOO)
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("t", [None, 1, 3])
+@pytest.mark.parametrize("n_clients", [1, 7])
+def test_leave_one_out_equals_ridgecv(fit_intercept, weighted, t, n_clients):
+    X, y, rng = _data(n=60, t=t)
+    if t == 1:
+        y = y.reshape(-1, 1)
+    w = rng.uniform(0.5, 2, size=len(X)) if weighted else None
+    clients = np.arange(len(X)) % n_clients
+    params = dict(alphas=ALPHAS, fit_intercept=fit_intercept, store_cv_results=True)
+    ours = FederatedRidgeCV(**params).fit(X, y, w, clients=clients)
+    theirs = RidgeCV(**params).fit(X, y, sample_weight=w)
+    assert ours.alpha_ == theirs.alpha_ and type(ours.alpha_) is float
+    assert ours.best_score_ == pytest.approx(theirs.best_score_, rel=1e-10)
+    assert ours.cv_results_.shape == theirs.cv_results_.shape
+    np.testing.assert_allclose(ours.cv_results_, theirs.cv_results_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-10)
+    np.testing.assert_allclose(ours.intercept_, theirs.intercept_, rtol=1e-10, atol=1e-12)
+    assert np.shape(ours.coef_) == np.shape(theirs.coef_)
+    assert np.shape(ours.intercept_) == np.shape(theirs.intercept_)
+    assert ours.communication_.rounds == 2
+
+
+def test_no_intercept_leave_one_out_regression():
+    """Issue 13: LOO with fit_intercept=False used to center: 55% off, another alpha (n=2, d=1)."""
+    X, y = np.array([[1.0], [3.0]]), np.array([1.0, 2.0])
+    alphas = (0.1, 1.0, 10.0)
+    ours = FederatedRidgeCV(alphas=alphas, fit_intercept=False, store_cv_results=True).fit(X, y)
+    theirs = RidgeCV(alphas=alphas, fit_intercept=False, store_cv_results=True).fit(X, y)
+    np.testing.assert_allclose(ours.cv_results_, theirs.cv_results_, rtol=1e-12)
+    assert ours.alpha_ == theirs.alpha_
+    X, y, _ = _data(n=40, t=2)
+    ours = FederatedRidgeCV(alphas=ALPHAS, fit_intercept=False, store_cv_results=True).fit(
+        X, y, clients=np.arange(40) % 5)
+    theirs = RidgeCV(alphas=ALPHAS, fit_intercept=False, store_cv_results=True).fit(X, y)
+    np.testing.assert_allclose(ours.cv_results_, theirs.cv_results_, rtol=1e-10)
+
+
+def _custom_error(y_true, y_pred, **kwargs):
+    return np.mean(np.abs(y_true - y_pred) ** 3)
+
+
+@pytest.mark.parametrize(
+    "scoring",
+    ["r2", "explained_variance", "neg_mean_squared_error", "neg_root_mean_squared_error",
+     make_scorer(mean_squared_error, greater_is_better=False),
+     make_scorer(_custom_error, greater_is_better=False), "neg_mean_absolute_error"],
+)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("alpha_per_target", [False, True])
+def test_leave_one_out_scoring_equals_ridgecv(scoring, weighted, alpha_per_target):
+    X, y, rng = _data(n=50, t=2)
+    w = rng.uniform(0.5, 2, size=len(X)) if weighted else None
+    params = dict(alphas=ALPHAS, scoring=scoring, store_cv_results=True,
+                  alpha_per_target=alpha_per_target)
+    ours = FederatedRidgeCV(**params).fit(X, y, w, clients=np.arange(50) % 4)
+    theirs = RidgeCV(**params).fit(X, y, sample_weight=w)
+    np.testing.assert_array_equal(ours.alpha_, theirs.alpha_)
+    np.testing.assert_allclose(ours.best_score_, theirs.best_score_, rtol=1e-9)
+    np.testing.assert_allclose(ours.cv_results_, theirs.cv_results_, rtol=1e-9)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-10)
+
+
+def test_leave_one_out_replies_carry_no_rows_by_default():
+    """Decomposable scoring, no stored results: sites send sums, never a value per row."""
+    X, y, _ = _data(n=30)
+    clients = np.arange(30) % 3
+    seen = []
+
+    def record(site, reply):
+        seen.append(reply)
+        return reply
+
+    run_protocol_by_hand(FederatedRidgeCV(scoring="r2"), X, y, clients, tamper=record)
+    assert len(seen) == 6  # two rounds of three sites
+    for reply in seen:
+        assert len(reply) < 8 * 30 * 3  # far less than one float per row and alpha
+    stored, _ = run_protocol_by_hand(FederatedRidgeCV(store_cv_results=True), X, y, clients)
+    assert stored.estimator.cv_results_.shape == (30, 3)
+
+
+def test_tampered_leave_one_out_reply_names_the_site():
+    X, y, _ = _data(n=30)
+    clients = np.arange(30) % 3
+    estimator = FederatedRidgeCV()
+    before = pickle.dumps(estimator)
+    state = {"round": 0}
+
+    def tamper(site, reply):
+        if site == 1:
+            state["round"] += 1
+            if state["round"] == 2:  # the leave-one-out round
+                data = bytearray(reply)
+                data[len(data) // 2] ^= 1
+                return bytes(data)
+        return reply
+
+    with pytest.raises(InvalidClientMessage, match="client 1"):
+        run_protocol_by_hand(estimator, X, y, clients, tamper=tamper)
+    assert pickle.dumps(estimator) == before
+
+
+# ------------------------------------------------------------- splitter cv
+@pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error", "explained_variance",
+                                     make_scorer(mean_absolute_error, greater_is_better=False)])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_kfold_equals_ridgecv(scoring, weighted, fit_intercept):
+    X, y, rng = _data(n=80)
+    w = rng.uniform(0.5, 2, size=len(X)) if weighted else None
+    params = dict(alphas=(0.0,) + ALPHAS, scoring=scoring, cv=KFold(5),
+                  fit_intercept=fit_intercept)
+    ours = FederatedRidgeCV(**params).fit(X, y, w, clients=np.arange(80) % 7)
+    theirs = RidgeCV(**params).fit(X, y, sample_weight=w)
+    assert ours.alpha_ == theirs.alpha_
+    assert ours.best_score_ == pytest.approx(theirs.best_score_, rel=1e-9)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-9)
+    assert ours.communication_.rounds == (2 if callable(scoring) else 1)
+
+
+def test_group_splitter_gets_clients_as_groups():
+    X, y, rng = _data(n=120)
+    clients = rng.integers(0, 8, size=len(X))
+    splitter = GroupKFold(n_splits=4)
+    ours = FederatedRidgeCV(alphas=ALPHAS, cv=splitter).fit(X, y, clients=clients)
+    splits = list(splitter.split(X, y, groups=clients))
+    theirs = RidgeCV(alphas=ALPHAS, cv=splits).fit(X, y)
+    assert ours.alpha_ == theirs.alpha_
+    assert ours.best_score_ == pytest.approx(theirs.best_score_, rel=1e-9)
+    assert ours.n_clients_ == 8
+
+
+def test_choice_rule_agrees_with_ridgecv_on_ordinary_data():
+    """Issue 13 found alpha_ agreeing in 9 of 20 trials under the pooled rule."""
+    alphas = np.logspace(-2, 3, 12)
+    for seed in range(20):
+        X, y, rng = _data(n=90, d=8, seed=seed)
+        ours = FederatedRidgeCV(alphas=alphas, cv=KFold(4)).fit(X, y, clients=np.arange(90) % 5)
+        theirs = RidgeCV(alphas=alphas, cv=KFold(4)).fit(X, y)
+        assert ours.alpha_ == theirs.alpha_
+
+
+# ------------------------------------------------------- cv="clients" (LOCO)
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("t", [None, 2])
-def test_leave_one_client_out_matches_brute_force(fit_intercept, weighted, t):
+def test_pooled_leave_one_client_out_matches_brute_force(fit_intercept, weighted, t):
     X, y, rng = _data(t=t)
     w = rng.uniform(0.2, 2, size=len(X)) if weighted else None
     clients = rng.integers(0, 7, size=len(X))
-    cv = FederatedRidgeCV(alphas=ALPHAS, fit_intercept=fit_intercept)
+    cv = FederatedRidgeCV(alphas=ALPHAS, fit_intercept=fit_intercept, cv="clients",
+                          criterion="pooled_squared_error", store_cv_results=True)
     cv.fit(X, y, w, clients=clients)
-    sse = _brute_force(X, y, w, clients, ALPHAS, fit_intercept)
-    expected_results = sse[:, 0, :] if t is None else sse
-    np.testing.assert_allclose(cv.cv_results_, expected_results, rtol=1e-8)
+    splits = list(LeaveOneGroupOut().split(X, y, groups=clients))
+    sse = _held_out_sse(X, y, w, splits, ALPHAS, fit_intercept)
+    np.testing.assert_allclose(cv.cv_results_, sse[:, 0, :] if t is None else sse, rtol=1e-8)
     total_weight = len(X) if w is None else w.sum()
     criterion = sse.sum(axis=(0, 1)) / (total_weight * sse.shape[1])
     assert cv.alpha_ == ALPHAS[int(np.argmin(criterion))]
     assert cv.best_score_ == pytest.approx(-criterion.min(), rel=1e-8)
-    ridge = Ridge(alpha=cv.alpha_, fit_intercept=fit_intercept).fit(X, y, w)
-    np.testing.assert_allclose(cv.coef_, ridge.coef_, rtol=1e-9)
+    np.testing.assert_allclose(cv.coef_, Ridge(alpha=cv.alpha_, fit_intercept=fit_intercept)
+                               .fit(X, y, w).coef_, rtol=1e-9)
+    assert cv.communication_.rounds == 1
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error",
+                                     make_scorer(mean_absolute_error, greater_is_better=False)])
+def test_leave_one_client_out_mean_rule_equals_ridgecv_with_logo(scoring):
+    X, y, rng = _data(n=120)
+    clients = rng.integers(0, 6, size=len(X))
+    ours = FederatedRidgeCV(alphas=ALPHAS, cv="clients", scoring=scoring).fit(
+        X, y, clients=clients)
+    theirs = RidgeCV(alphas=ALPHAS, cv=list(LeaveOneGroupOut().split(X, y, groups=clients)),
+                     scoring=scoring).fit(X, y)
+    assert ours.alpha_ == theirs.alpha_
+    assert ours.best_score_ == pytest.approx(theirs.best_score_, rel=1e-9)
+
+
+def test_pooled_and_mean_rules_disagree_on_unequal_clients():
+    """The User Guide's example: one big, quiet client and three small, noisy ones."""
+    rng = np.random.default_rng(8)
+    sizes = [60, 8, 8, 8]
+    X = rng.normal(size=(sum(sizes), 2))
+    clients = np.repeat(np.arange(4), sizes)
+    y = X @ [1.0, -1.0] + rng.normal(size=len(X)) * np.where(clients == 0, 0.1, 3.0)
+    alphas = [0.1, 10.0, 1000.0]
+    mean = FederatedRidgeCV(alphas=alphas, cv="clients", scoring="neg_mean_squared_error")
+    pooled = FederatedRidgeCV(alphas=alphas, cv="clients", criterion="pooled_squared_error")
+    assert mean.fit(X, y, clients=clients).alpha_ == 0.1
+    assert pooled.fit(X, y, clients=clients).alpha_ == 10.0
 
 
 def test_fit_statistics_equals_fit_on_rows():
     X, y, rng = _data()
     clients = rng.integers(0, 5, size=len(X))
-    messages = {k: ClientStatistics.from_data(X[clients == k], y[clients == k]).to_bytes() for k in range(5)}
-    from_messages = FederatedRidgeCV(alphas=ALPHAS).fit_statistics(messages)
-    from_rows = FederatedRidgeCV(alphas=ALPHAS).fit(X, y, clients=clients)
+    messages = {k: ClientStatistics.from_data(X[clients == k], y[clients == k]).to_bytes()
+                for k in range(5)}
+    params = dict(alphas=ALPHAS, cv="clients", store_cv_results=True)
+    from_messages = FederatedRidgeCV(**params).fit_statistics(messages)
+    from_rows = FederatedRidgeCV(**params).fit(X, y, clients=clients)
     np.testing.assert_allclose(from_messages.cv_results_, from_rows.cv_results_, rtol=1e-10)
     assert from_messages.alpha_ == from_rows.alpha_
 
 
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("t", [None, 3])
-def test_without_clients_agrees_with_ridgecv(weighted, t):
-    X, y, rng = _data(n=60, t=t)
-    w = rng.uniform(0.5, 2, size=len(X)) if weighted else None
-    ours = FederatedRidgeCV(alphas=ALPHAS).fit(X, y, w)
-    theirs = RidgeCV(alphas=ALPHAS, store_cv_results=True).fit(X, y, sample_weight=w)
-    assert ours.alpha_ == theirs.alpha_
-    assert ours.best_score_ == pytest.approx(theirs.best_score_, rel=1e-8)
-    np.testing.assert_allclose(ours.cv_results_, theirs.cv_results_, rtol=1e-8)
-    np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-9)
-
-
-def test_cv_splitter_uses_clients_as_groups():
-    X, y, rng = _data(n=120)
-    clients = rng.integers(0, 8, size=len(X))
-    splitter = GroupKFold(n_splits=4)
-    cv = FederatedRidgeCV(alphas=ALPHAS, cv=splitter).fit(X, y, clients=clients)
-    splits = list(splitter.split(X, y, groups=clients))
-    sse = _brute_force(X, y, None, clients, ALPHAS, True, splits=splits)
-    np.testing.assert_allclose(cv.cv_results_, sse[:, 0, :], rtol=1e-8)
-    assert cv.n_clients_ == 8
-
-
 def test_one_decomposition_per_client(monkeypatch):
-    """Cost: K eigendecompositions however many alphas (no Cholesky per pair)."""
+    """Cost: K decompositions however many alphas (no factorization per pair)."""
     import sklearn_fed.linear_model._federated_ridge_cv as module
 
     calls = []
-    original = module.linalg.eigh
-    monkeypatch.setattr(module.linalg, "eigh", lambda *a, **k: calls.append(1) or original(*a, **k))
-    X, y, rng = _data()
-    FederatedRidgeCV(alphas=np.logspace(-3, 3, 50)).fit(X, y, clients=np.arange(len(X)) % 6)
+    original = module.numerical_range
+    monkeypatch.setattr(module, "numerical_range", lambda g: calls.append(1) or original(g))
+    X, y, _ = _data()
+    FederatedRidgeCV(alphas=np.logspace(-3, 3, 50), cv="clients").fit(
+        X, y, clients=np.arange(len(X)) % 6)
     assert len(calls) == 6
 
 
 def test_agrees_with_federated_ridge_at_chosen_alpha():
     X, y, rng = _data()
     clients = rng.integers(0, 4, size=len(X))
-    cv = FederatedRidgeCV(alphas=ALPHAS).fit(X, y, clients=clients)
-    fed = FederatedRidge(alpha=cv.alpha_).fit(X, y, clients=clients)
-    np.testing.assert_allclose(cv.coef_, fed.coef_, rtol=1e-12)
+    for cv in (None, "clients", KFold(3)):
+        fitted = FederatedRidgeCV(alphas=ALPHAS, cv=cv).fit(X, y, clients=clients)
+        fed = FederatedRidge(alpha=fitted.alpha_).fit(X, y, clients=clients)
+        np.testing.assert_array_equal(fitted.coef_, fed.coef_)
 
 
+def test_ill_conditioned_statistics_are_repeated_as_factors():
+    X, y, _ = _data(n=20, d=40)
+    fitted = FederatedRidgeCV(alphas=(1e-14, 1.0)).fit(X, y, clients=np.arange(20) % 3)
+    assert fitted.communication_.rounds == 3 and fitted.solver_ == "svd"
+    theirs = RidgeCV(alphas=(1e-14, 1.0)).fit(X, y)
+    assert fitted.alpha_ == theirs.alpha_
+
+
+# ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
-    "params, fit_kwargs, error",
+    "params, error, message",
     [
-        (dict(alphas=(0.0, 1.0)), {}, "positive"),
-        (dict(alphas=()), {}, "non-empty"),
-        (dict(), dict(clients=np.zeros(40)), "at least 2 clients"),
+        (dict(alphas=(0.0, 1.0)), ValueError, r"alphas\[0\] == 0.0, must be > 0.0"),
+        (dict(alphas=(1, -1, -100)), ValueError, r"alphas\[1\] == -1, must be > 0.0"),
+        (dict(alphas=(1, 1.0, "1")), TypeError, r"alphas\[2\] must be an instance of float"),
+        (dict(cv=3, store_cv_results=True), ValueError, "cv!=None and store_cv_results"),
+        (dict(cv=3, alpha_per_target=True), ValueError, "cv!=None and alpha_per_target"),
+        (dict(criterion="pooled_squared_error", scoring="r2"), ValueError, "scoring must be None"),
     ],
 )
-def test_bad_input(params, fit_kwargs, error):
+def test_bad_parameters_raise_like_ridgecv(params, error, message):
     X, y, _ = _data(n=40)
-    with pytest.raises(ValueError, match=error):
-        FederatedRidgeCV(**params).fit(X, y, **fit_kwargs)
+    with pytest.raises(error, match=message):
+        FederatedRidgeCV(**params).fit(X, y)
+    if error is not ValueError or "alphas" not in message:
+        return
+    with pytest.raises(error, match=message):  # RidgeCV says the same
+        RidgeCV(**params).fit(X, y)
 
 
-def test_fit_statistics_rejects_cv_and_single_client():
+def test_alpha_zero_is_accepted_with_cv():
     X, y, _ = _data(n=40)
+    for cv in (3, "clients"):
+        FederatedRidgeCV(alphas=(0.0, 1.0), cv=cv).fit(X, y, clients=np.arange(40) % 4)
+
+
+def test_leave_one_client_out_needs_two_clients():
+    X, y, _ = _data(n=40)
+    with pytest.raises(ValueError, match="at least 2 clients"):
+        FederatedRidgeCV(cv="clients").fit(X, y, clients=np.zeros(40))
     message = ClientStatistics.from_data(X, y)
     with pytest.raises(ValueError, match="at least 2 clients"):
-        FederatedRidgeCV().fit_statistics([message])
-    with pytest.raises(ValueError, match="cv must be None"):
-        FederatedRidgeCV(cv=3).fit_statistics([message, message])
+        FederatedRidgeCV(cv="clients").fit_statistics([message])
+    with pytest.raises(ValueError, match="set cv='clients'"):
+        FederatedRidgeCV().fit_statistics([message, message])
+
+
+def test_robust_aggregation_guards_the_cv_server_too():
+    """RobustAggregation on FederatedRidgeCV: bounds go out in the task, an outlier is dropped."""
+    from sklearn_fed.linear_model import RobustAggregation
+
+    rng = np.random.default_rng(0)
+    sites = {}
+    for k in range(8):
+        X = rng.normal(size=(100, 3))
+        sites[f"s{k}"] = (X, X @ [1.0, 2.0, 3.0] + rng.normal(size=100))
+    X_bad = rng.normal(size=(100, 3))
+    sites["evil"] = (X_bad, X_bad @ [-30.0, 20.0, -10.0])  # another relationship entirely
+    honest = np.vstack([sites[f"s{k}"][0] for k in range(8)])
+    target = np.concatenate([sites[f"s{k}"][1] for k in range(8)])
+    for cv in ("clients", None):  # one round; two, the second without the dropped site
+        estimator = FederatedRidgeCV(cv=cv)
+        server = estimator.make_server(robust=RobustAggregation(outlier_threshold=3.0),
+                                       on_invalid="drop")
+        tasks = server.next_tasks(list(sites))
+        while tasks:
+            replies = {s: estimator.make_client().respond(tasks[s], *sites[s]) for s in tasks}
+            server.receive(replies)
+            tasks = server.next_tasks(list(sites))
+        assert "evil" in server.dropped_ and "evil" not in estimator.clients_.tolist()
+        np.testing.assert_allclose(estimator.coef_, Ridge(alpha=estimator.alpha_).fit(
+            honest, target).coef_, rtol=1e-9)

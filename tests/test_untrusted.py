@@ -153,7 +153,7 @@ def test_cv_server_checks_the_merge_too():
     corr = np.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
     evil = dataclasses.replace(_honest(), gram=1e3 * corr, moment=np.zeros((3, 1)))
     with pytest.raises(InvalidClientMessage, match="client 'evil'.*semi-definite"):
-        FederatedRidgeCV().fit_statistics(
+        FederatedRidgeCV(cv="clients").fit_statistics(
             {"a": _honest(seed=1), "b": _honest(seed=2), "evil": evil}
         )
 

@@ -1,6 +1,6 @@
 """The ridge family: federated estimators built on client sufficient statistics."""
 
-from ._base import BaseFederatedRidge, solve_ridge
+from ._base import GRAM_MAX_CONDITION, BaseFederatedRidge, solve_ridge, solve_ridge_factor
 from ._federated_ridge import FederatedRidge
 from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
@@ -10,6 +10,7 @@ from ._projected import ProjectedFederatedRidge
 from ._robust import RobustAggregation
 
 __all__ = [
+    "GRAM_MAX_CONDITION",
     "BaseFederatedRidge",
     "FESCRidge",
     "FederatedRidge",
@@ -20,4 +21,5 @@ __all__ = [
     "ProjectedFederatedRidge",
     "RobustAggregation",
     "solve_ridge",
+    "solve_ridge_factor",
 ]

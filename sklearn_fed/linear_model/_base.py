@@ -1,11 +1,11 @@
 """What every ridge estimator shares: the solver and the statistics-based base class."""
 
-import warnings
 from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
+from scipy.linalg.lapack import get_lapack_funcs
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils.extmath import safe_sparse_dot
 
@@ -23,22 +23,49 @@ from ..protocol import (
 )
 from ._robust import RobustAggregation, check_rows_within_bounds
 from ..statistics import (
+    FORMS,
     ClientStatistics,
     check_aggregate,
     merge_statistics,
     most_extreme_client,
 )
 
-__all__ = ["StatisticsClient", "StatisticsServer", "solve_ridge", "task_field"]
+__all__ = [
+    "GRAM_MAX_CONDITION",
+    "StatisticsClient",
+    "StatisticsServer",
+    "factor_range",
+    "numerical_range",
+    "solve_ridge",
+    "solve_ridge_factor",
+    "solve_statistics",
+    "task_field",
+]
+
+
+#: The Gram path solves ``(G + alpha I) w = h`` by Cholesky while the estimated
+#: condition number of ``G + alpha I`` scaled to a unit diagonal is at most
+#: this: Cholesky's error does not depend on the features' scales (van der
+#: Sluis), and it is then about ``eps * condition``, i.e. at most ~2e-10 (see
+#: the User Guide's "Numerical accuracy" page for the measurements behind it).
+GRAM_MAX_CONDITION = 1e6
+
+_EPS = np.finfo(np.float64).eps
 
 
 def solve_ridge(gram, moment, alpha):
-    """Solve ``(gram + alpha I) w = moment`` for each target.
+    """Solve ``(gram + alpha I) w = moment`` for each target (the Gram path).
 
-    Cholesky on the symmetric positive definite system; if it fails or the
-    system is numerically singular (possible only with ``alpha`` near 0), a
-    :class:`~scipy.linalg.LinAlgWarning` is issued and a minimum-norm
-    least-squares solution is returned instead.
+    Cholesky, for each distinct alpha, while the estimated condition number
+    of ``gram + alpha I`` scaled to a unit diagonal is at most
+    :data:`GRAM_MAX_CONDITION`; otherwise
+    (only with ``alpha`` small against ``gram``, on rank-deficient or
+    ill-conditioned statistics) an eigendecomposition ``gram = Q L Q^T`` in
+    which eigenvalues at the round-off level (``<= d eps max(L)``) are
+    dropped together with the components of ``moment`` along them: in
+    exact arithmetic ``moment = X^T y`` lies in the range of ``gram``, so
+    those components are round-off. As ``alpha -> 0`` this gives the
+    minimum-norm least-squares solution, like scikit-learn's ``Ridge``.
 
     Parameters
     ----------
@@ -53,38 +80,162 @@ def solve_ridge(gram, moment, alpha):
     -------
     coef : ndarray of shape (n_targets, n_features)
 
+    See Also
+    --------
+    solve_ridge_factor : The same solution from a triangular factor (more accurate).
+
     Examples
     --------
     >>> import numpy as np
     >>> solve_ridge(np.eye(2), np.array([[2.0], [4.0]]), 1.0)
     array([[1., 2.]])
+    >>> solve_ridge(np.diag([1.0, 0.0]), np.array([[2.0], [0.0]]), 0.0)  # singular
+    array([[2., 0.]])
+    """
+    return _solve_gram(gram, moment, alpha)[0]
+
+
+def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
+    """``(coef, path)`` of the Gram path; ``path`` is "cholesky" or "eigen".
+
+    With ``cholesky_only``, returns ``(None, "eigen")`` as soon as one alpha
+    needs the eigendecomposition (the caller will ask for factors instead).
     """
     d, t = moment.shape
-    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (t,))
+    alphas = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (t,))
     coef = np.empty((t, d))
-    for value in np.unique(alpha):  # one factorization per distinct alpha
-        targets = np.flatnonzero(alpha == value)
+    path, spectrum = "cholesky", None
+    for value in np.unique(alphas):  # one factorization per distinct alpha
+        targets = np.flatnonzero(alphas == value)
         system = gram + value * np.eye(d)
-        coef[targets] = _solve_spd(system, moment[:, targets]).T
+        trusted = _trusted_cholesky(system)
+        if trusted is not None:
+            factor, scale = trusted  # system = diag(1/scale) factor^T factor diag(1/scale)
+            rhs = scale[:, None] * moment[:, targets]
+            coef[targets] = (scale[:, None] * linalg.cho_solve(
+                (factor, False), rhs, check_finite=False)).T
+            continue
+        if cholesky_only:
+            return None, "eigen"
+        if spectrum is None:
+            spectrum = numerical_range(gram)
+        eigenvalues, Q = spectrum
+        projected = Q.T @ moment[:, targets]
+        coef[targets] = (Q @ (projected / (eigenvalues + value)[:, None])).T
+        path = "eigen"
+    return coef, path
+
+
+def _trusted_cholesky(system):
+    """``(factor, scale)`` with ``system`` scaled to a unit diagonal and factored, or None.
+
+    ``scale = 1 / sqrt(diag(system))`` and ``factor`` is the upper Cholesky
+    factor of ``scale system scale``, returned when LAPACK's ``pocon``
+    estimate of that matrix's 1-norm condition number (``O(d^2)`` next to the
+    ``O(d^3)`` factorization) is at most :data:`GRAM_MAX_CONDITION`.
+    """
+    diag = np.diag(system)
+    if not np.all(diag > 0):
+        return None
+    scale = 1.0 / np.sqrt(diag)
+    scaled = system * scale[:, None] * scale[None, :]
+    try:
+        factor = linalg.cholesky(scaled, lower=False, check_finite=False)
+    except linalg.LinAlgError:
+        return None
+    pocon = get_lapack_funcs("pocon", (factor,))
+    rcond, info = pocon(factor, np.abs(scaled).sum(axis=0).max(), uplo="U")
+    if info != 0 or not rcond * GRAM_MAX_CONDITION >= 1.0:
+        return None
+    return factor, scale
+
+
+def numerical_range(gram):
+    """Eigenpairs of a symmetric PSD ``gram`` above the round-off level.
+
+    Returns ``(eigenvalues, Q)`` with the eigenvalues ``> d eps max(eigenvalues)``
+    (ascending) and their eigenvectors as columns: the numerical range of
+    ``gram``, on which ridge with any ``alpha >= 0`` is solved.
+    """
+    eigenvalues, Q = linalg.eigh(gram, check_finite=False)
+    floor = gram.shape[0] * _EPS * max(eigenvalues[-1], 0.0)
+    keep = eigenvalues > floor
+    return eigenvalues[keep], Q[:, keep]
+
+
+def factor_range(factor, n_features):
+    """Singular triplets of the feature block of a factor, above the round-off level.
+
+    ``factor`` is the triangular factor ``R`` of sqrt-weighted rows
+    ``[x, y]`` (:attr:`ClientStatistics.factor
+    <sklearn_fed.ClientStatistics.factor>`). Returns ``(s, Vt, projected)``:
+    the singular values ``s > max(shape) eps max(s)`` of ``R_x`` (its first
+    ``n_features`` columns), the matching right singular vectors as rows, and
+    ``U^T R_y``; ridge is then ``V diag(s / (s^2 + alpha)) U^T R_y``.
+    """
+    rx, ry = factor[:, :n_features], factor[:, n_features:]
+    if rx.shape[0] == 0:
+        return np.zeros(0), np.zeros((0, n_features)), np.zeros((0, ry.shape[1]))
+    try:
+        U, s, Vt = linalg.svd(rx, full_matrices=False, check_finite=False)
+    except linalg.LinAlgError:  # gesdd did not converge: the slower, sturdier driver
+        U, s, Vt = linalg.svd(rx, full_matrices=False, check_finite=False,
+                              lapack_driver="gesvd")
+    keep = s > max(rx.shape) * _EPS * (s[0] if s.size else 0.0)
+    return s[keep], Vt[keep], U[:, keep].T @ ry
+
+
+def solve_ridge_factor(factor, n_features, alpha):
+    """Ridge from the triangular factor of the pooled rows (the factor path).
+
+    ``R^T R`` holds the products of the sqrt-weighted rows ``[x, y]``, so
+    ridge on the rows is ridge on ``(R_x, R_y)``: ``min |R_x w - R_y|^2 +
+    alpha |w|^2``, solved as scikit-learn's ``svd`` solver does, by an SVD of
+    ``R_x`` (singular values at the round-off level dropped). The condition
+    number of ``X`` is never squared, and ``alpha -> 0`` gives the
+    minimum-norm least-squares solution.
+
+    Parameters
+    ----------
+    factor : ndarray of shape (n_rows, n_features + n_targets)
+        Upper trapezoidal factor.
+    n_features : int
+    alpha : float or ndarray of shape (n_targets,)
+
+    Returns
+    -------
+    coef : ndarray of shape (n_targets, n_features)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.linalg import qr
+    >>> X, y = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]), np.array([1.0, 2.0, 2.0])
+    >>> R = qr(np.column_stack([X, y]), mode="economic")[1]
+    >>> bool(np.allclose(solve_ridge_factor(R, 2, 0.5), solve_ridge(X.T @ X, (X.T @ y)[:, None], 0.5)))
+    True
+    """
+    t = factor.shape[1] - n_features
+    alphas = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (t,))
+    s, Vt, projected = factor_range(factor, n_features)
+    coef = np.empty((t, n_features))
+    for value in np.unique(alphas):
+        targets = np.flatnonzero(alphas == value)
+        scale = s / (s * s + value)
+        coef[targets] = (Vt.T @ (scale[:, None] * projected[:, targets])).T
     return coef
 
 
-def _solve_spd(system, rhs):
-    try:
-        factor = linalg.cho_factor(system, lower=False, check_finite=False)
-        pivots = np.abs(np.diag(factor[0]))
-        # cond(system) ~ (max pivot / min pivot)^2 for a Cholesky factor.
-        if pivots.min() > np.sqrt(np.finfo(float).eps * system.shape[0]) * pivots.max():
-            return linalg.cho_solve(factor, rhs, check_finite=False)
-    except linalg.LinAlgError:
-        pass
-    warnings.warn(
-        "The regularized Gram matrix is singular or ill-conditioned; using a "
-        "least-squares solution instead of Cholesky. Increase alpha to avoid this.",
-        linalg.LinAlgWarning,
-        stacklevel=3,
-    )
-    return linalg.lstsq(system, rhs, lapack_driver="gelsd", check_finite=False)[0]
+def solve_statistics(stats, alpha):
+    """``(coef, solver)`` of ridge on merged statistics, by their form.
+
+    Factor form: :func:`solve_ridge_factor` (``solver="svd"``); Gram form:
+    :func:`solve_ridge` (``"cholesky"``, or ``"eigen"`` when the system is too
+    ill-conditioned for Cholesky).
+    """
+    if stats.factor is not None:
+        return solve_ridge_factor(stats.factor, stats.n_features, alpha), "svd"
+    return _solve_gram(stats.gram, stats.moment, alpha)
 
 
 def task_field(task, name, kind):
@@ -102,10 +253,12 @@ def task_field(task, name, kind):
 class StatisticsClient(Client):
     """A site of the statistics protocol: it sends its :class:`~sklearn_fed.ClientStatistics`.
 
-    The task says whether to center (``fit_intercept``); the reply is the
-    site's row count, weight sum, means, Gram, moment and target sums of
-    squares (see :meth:`ClientStatistics.to_payload
-    <sklearn_fed.ClientStatistics.to_payload>`).
+    The task says whether to center (``centered``, from ``fit_intercept``)
+    and, in its optional field ``form``, whether to send the Gram form (the
+    default: row count, weight sum, means, Gram, moment and target sums of
+    squares) or the factor form (the triangular factor of a QR of the
+    site's rows instead of the Gram, moment and sums of squares); see
+    :meth:`ClientStatistics.to_payload <sklearn_fed.ClientStatistics.to_payload>`.
     """
 
     protocol = "ridge.statistics"
@@ -116,16 +269,34 @@ class StatisticsClient(Client):
             site_rows = slice(None) if rows is None else rows
             check_rows_within_bounds(task.fields, X[site_rows], y[site_rows], task.site)
         stats = ClientStatistics.from_data(
-            X, y, sample_weight, centered=centered, rows=rows, check_input=False
+            X, y, sample_weight, centered=centered, rows=rows, check_input=False,
+            factor=requested_form(task) == "factor",
         )
         return stats.to_payload()
 
 
-class StatisticsServer(Server):
-    """One round in which every site sends its statistics; subclasses solve.
+def requested_form(task):
+    """The statistics form a task asks for: its ``form`` field, ``"gram"`` if absent."""
+    form = task.fields.get("form", "gram")
+    if form not in FORMS:
+        raise InvalidClientMessage(
+            f"server: task field 'form' must be one of {list(FORMS)}, got {form!r}.", "server"
+        )
+    return form
 
-    Replies are merged in the order of their site labels (not of arrival),
-    so any run over the same sites gives the same aggregate, bit for bit.
+
+class StatisticsServer(Server):
+    """Rounds in which every site sends its statistics; subclasses solve.
+
+    The first round asks for the Gram form (the factor form with
+    ``solver="svd"``, or when a streaming model is already in factor form);
+    ``_apply`` may call :meth:`request_round` to ask for one more round,
+    e.g. of factors, otherwise the protocol ends after one round. Replies
+    are merged in the order of their site labels (not of arrival), so any
+    run over the same sites gives the same aggregate, bit for bit. A site
+    may answer a factor task with Gram statistics (as sites of earlier
+    releases do): they are accepted, and the merged aggregate is then in
+    Gram form.
     """
 
     protocol = "ridge.statistics"
@@ -135,13 +306,27 @@ class StatisticsServer(Server):
         if robust is not None and not isinstance(robust, RobustAggregation):
             raise TypeError(f"robust must be a RobustAggregation; got {robust!r}.")
         self.robust = robust
+        previous = self._previous()
+        solver = getattr(estimator, "solver", "cholesky")
+        factored = solver == "svd" or (
+            solver == "auto" and previous is not None and previous.factor is not None
+        )
+        self.form = "factor" if factored else "gram"
+        # The fields of the tasks of round _next_round; no tasks in any other round.
+        self._next, self._next_round = {"form": self.form}, 0
+
+    def request_round(self, **fields):
+        """Ask for one more round (called from ``_apply``); ``fields`` go into its tasks."""
+        self._next, self._next_round = dict(fields), self.round + 1
+        self.form = fields.get("form", "gram")
 
     def _plan(self, sites):
-        if self.round > 0:
+        if self._next_round != self.round:
             return {}
         fields = {"centered": bool(self.estimator.fit_intercept)}
         if self.robust is not None:
             fields.update(self.robust.task_fields())
+        fields.update((k, v) for k, v in self._next.items() if (k, v) != ("form", "gram"))
         return {site: (dict(fields), {}) for site in sites}
 
     def _cross_check(self, replies):
@@ -310,15 +495,17 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
             )
 
     def _checked_alpha(self, n_targets, name="alpha"):
-        alpha = np.asarray(self.alpha, dtype=np.float64)
-        if alpha.ndim > 1 or (alpha.ndim == 1 and alpha.shape[0] not in (1, n_targets)):
+        """``alpha`` as a float64 scalar or vector, checked with Ridge's messages."""
+        alpha = np.asarray(self.alpha, dtype=np.float64).ravel()
+        if alpha.size not in (1, n_targets):
             raise ValueError(
-                f"{name} must be a scalar or have one value per target "
-                f"({n_targets}); got shape {alpha.shape}."
+                "Number of targets and number of penalties do not correspond: "
+                f"{alpha.size} != {n_targets} ({name} has {alpha.size} values, y has "
+                f"{n_targets} targets)."
             )
         if np.any(~np.isfinite(alpha)) or np.any(alpha < 0):
             raise ValueError(f"{name} must be finite and non-negative; got {self.alpha!r}.")
-        return alpha
+        return alpha[0] if alpha.size == 1 else alpha
 
     def _read_messages(self, messages):
         """Parse and validate untrusted client messages, all before using any.
@@ -362,14 +549,30 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
 
     # ---------------------------------------------------------------- outputs
     def _set_coef(self, aggregate, coef, dtype):
-        """Set ``coef_`` and ``intercept_`` shaped and typed like sklearn's Ridge."""
+        """Set ``coef_`` and ``intercept_`` shaped and typed like sklearn's Ridge.
+
+        ``coef_`` is ``(n_features,)`` for one target (also when ``y`` had
+        shape ``(n, 1)``); ``intercept_`` is a scalar for one-dimensional
+        ``y``, an array ``(n_targets,)`` otherwise, and the float ``0.0``
+        without an intercept.
+        """
         if self.fit_intercept:
             intercept = (aggregate.y_mean - coef @ aggregate.x_mean).astype(dtype)
             self.intercept_ = intercept[0] if aggregate.single_target else intercept
         else:
             self.intercept_ = 0.0
         coef = coef.astype(dtype, copy=False)
-        self.coef_ = coef[0] if aggregate.single_target else coef
+        self.coef_ = coef[0] if coef.shape[0] == 1 else coef
+
+    def _commit_solution(self, server, aggregate, coef, solver, ledger, labels):
+        """Set the fitted state from a server's final round (after every check passed)."""
+        ledger.n_parameters = self._n_parameters(aggregate.n_features, aggregate.n_targets)
+        self.solver_ = solver
+        self.communication_ = ledger
+        self.clients_ = labels
+        self.n_clients_ = len(labels)
+        self._set_schema(server.schema, aggregate.n_features)
+        self._set_coef(aggregate, coef, server._dtype_of_round())
 
     def _n_parameters(self, n_features, n_targets):
         return (n_features + self.fit_intercept) * n_targets

@@ -1,16 +1,25 @@
 """FederatedRidge: one-shot ridge from aggregated client statistics."""
 
-import numpy as np
-
-from .._compat import _fit_context
+from .._compat import StrOptions, _fit_context
 from ..protocol import CommunicationLedger, atomic
-from ._base import BaseFederatedRidge, StatisticsClient, StatisticsServer, solve_ridge
+from ._base import (
+    BaseFederatedRidge,
+    StatisticsClient,
+    StatisticsServer,
+    _solve_gram,
+    solve_ridge_factor,
+)
 
 __all__ = ["FederatedRidge"]
 
 
 class FederatedRidgeServer(StatisticsServer):
-    """Server of :class:`FederatedRidge`: merge every site's statistics, solve once."""
+    """Server of :class:`FederatedRidge`: merge every site's statistics, solve once.
+
+    With ``solver="auto"``, a Gram aggregate too ill-conditioned for the
+    Cholesky solve (see :data:`~sklearn_fed.linear_model.GRAM_MAX_CONDITION`)
+    is not used: a second round asks every site for the factor form instead.
+    """
 
     def _apply(self, replies, ledger):
         estimator = self.estimator
@@ -18,33 +27,54 @@ class FederatedRidgeServer(StatisticsServer):
         batch = self._merged(replies)
         aggregate = batch if previous is None else previous.merge(batch)
         alpha = estimator._checked_alpha(aggregate.n_targets)
-        coef = solve_ridge(aggregate.gram, aggregate.moment, alpha)
+        if aggregate.factor is not None:
+            coef, solver = solve_ridge_factor(aggregate.factor, aggregate.n_features, alpha), "svd"
+        else:
+            # "auto" escalates once, and only when factors can help: rows
+            # merged earlier in Gram form would keep the aggregate in Gram form.
+            escalate = (
+                estimator.solver == "auto"
+                and self.form == "gram"
+                and (self.max_rounds is None or self.round + 1 < self.max_rounds)
+                and (previous is None or previous.factor is not None)
+            )
+            coef, solver = _solve_gram(
+                aggregate.gram, aggregate.moment, alpha, cholesky_only=escalate
+            )
+            if coef is None:
+                self.request_round(form="factor")
+                return
         self._check_model(coef, aggregate, replies)
-        ledger.n_parameters = estimator._n_parameters(aggregate.n_features, aggregate.n_targets)
         labels = estimator._known_labels(
             estimator.clients_ if previous is not None else [], replies
         )
         # commit: nothing above touched the estimator
         estimator._aggregate = aggregate
-        estimator.communication_ = ledger
-        estimator.clients_ = labels
-        estimator.n_clients_ = len(labels)
-        estimator._set_schema(self.schema, aggregate.n_features)
-        estimator._set_coef(aggregate, coef, self._dtype_of_round())
+        estimator._commit_solution(self, aggregate, coef, solver, ledger, labels)
+
 
 class FederatedRidge(BaseFederatedRidge):
-    """Ridge regression fitted in one round from per-client sufficient statistics.
+    """Ridge regression fitted from per-client sufficient statistics.
 
     Each client reduces its rows to a :class:`~sklearn_fed.statistics.ClientStatistics`
-    (weight sum, means, centered Gram, centered moment); the server merges them
-    and solves ``(G + alpha I) w = h`` by Cholesky, with intercept
+    (weight sum, means, centered Gram, centered moment); the server merges
+    them and solves ``(G + alpha I) w = h``, with intercept
     ``y_mean - x_mean @ w`` (Algorithm 1, "one-shot sigma-fusion", of the
     one-shot federated ridge paper). Because the merged statistics equal those
     of the pooled rows, the result equals :class:`sklearn.linear_model.Ridge`
     on all rows, for any partition of rows into clients (Theorem 2), and for
     any subset of clients that actually report (dropout, Theorem 8).
 
-    Read more in the :ref:`User Guide <federated_ridge>`.
+    How it is solved is the ``solver`` parameter, as in ``Ridge``: from the
+    Gram (one round, Cholesky) or from triangular factors of the clients'
+    rows (one round, an SVD, as accurate as ``Ridge(solver="svd")``), or
+    ``"auto"``: the Gram round, and a second round of factors only when the
+    aggregated Gram is too ill-conditioned to give the answer to about 1e-11
+    (small ``alpha`` on rank-deficient data, features with large offsets
+    and no intercept, ...).
+
+    Read more in the :ref:`User Guide <federated_ridge>` and on the
+    :ref:`numerical accuracy <numerical_accuracy>` page.
 
     Parameters
     ----------
@@ -54,13 +84,28 @@ class FederatedRidge(BaseFederatedRidge):
     fit_intercept : bool, default=True
         Whether to fit an (unpenalized) intercept. Clients then send centered
         statistics.
+    solver : {"auto", "cholesky", "svd"}, default="auto"
+        ``"cholesky"``: sites send the Gram form; the server solves by
+        Cholesky, or, when ``G + alpha I`` is too ill-conditioned for it, by
+        an eigendecomposition restricted to the numerical range of ``G``
+        (minimum-norm as ``alpha -> 0``). ``"svd"``: sites send the factor
+        form (a QR of their rows; about twice the site's floating-point work
+        of the Gram); the server stacks the factors (TSQR) and solves by an
+        SVD, never squaring the condition number. ``"auto"``: the Gram round,
+        then, only if the condition number of ``G + alpha I`` exceeds
+        :data:`~sklearn_fed.linear_model.GRAM_MAX_CONDITION`, a second round
+        of factors. ``solver_`` tells which path gave the model.
 
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
-        Coefficients, in the dtype of ``X`` (float32 or float64).
+        Coefficients, in the dtype of ``X`` (float32 or float64); shaped like
+        ``Ridge``'s (``(n_features,)`` also for ``y`` of shape ``(n, 1)``).
     intercept_ : float or ndarray of shape (n_targets,)
         Intercept; ``0.0`` when ``fit_intercept=False``.
+    solver_ : {"cholesky", "eigen", "svd"}
+        How the model was solved: Cholesky of the Gram, eigendecomposition
+        of the Gram, or SVD of the stacked factors.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -71,12 +116,12 @@ class FederatedRidge(BaseFederatedRidge):
         Number of clients.
     communication_ : CommunicationLedger
         Bytes actually sent: ``uplink_bytes`` (total), ``uplink_bytes_per_client``,
-        ``downlink_bytes`` (model broadcast), ``rounds``, and
+        ``downlink_bytes`` (tasks), ``rounds``, and
         ``fedavg_equivalent(R)`` for what R rounds of FedAvg would cost.
 
     See Also
     --------
-    FederatedRidgeCV : Chooses alpha by leave-one-client-out cross-validation.
+    FederatedRidgeCV : Chooses alpha by cross-validation, with RidgeCV's interface.
     sklearn_fed.statistics.ClientStatistics : The message each client sends.
 
     Examples
@@ -90,17 +135,30 @@ class FederatedRidge(BaseFederatedRidge):
     >>> fed = FederatedRidge(alpha=1.0).fit(X, y, clients=clients)
     >>> bool(np.allclose(fed.coef_, Ridge(alpha=1.0).fit(X, y).coef_))
     True
-    >>> fed.n_clients_, fed.communication_.uplink_bytes_per_client["a"]
-    (3, 553)
+    >>> fed.n_clients_, fed.communication_.uplink_bytes_per_client["a"], fed.solver_
+    (3, 553, 'cholesky')
+
+    Near-singular statistics take the second round of factors:
+
+    >>> X_wide = rng.normal(size=(10, 30))
+    >>> wide = FederatedRidge(alpha=1e-12).fit(X_wide, X_wide[:, 0], clients=[0, 1] * 5)
+    >>> wide.solver_, wide.communication_.rounds
+    ('svd', 2)
     """
+
+    _parameter_constraints: dict = {
+        **BaseFederatedRidge._parameter_constraints,
+        "solver": [StrOptions({"auto", "cholesky", "svd"})],
+    }
 
     _server_role = FederatedRidgeServer
     _client_role = StatisticsClient
     _exact_federation = True  # any partition into clients gives Ridge on all rows
 
-    def __init__(self, alpha=1.0, *, fit_intercept=True):
+    def __init__(self, alpha=1.0, *, fit_intercept=True, solver="auto"):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
+        self.solver = solver
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -160,7 +218,10 @@ class FederatedRidge(BaseFederatedRidge):
 
         Every message is parsed and validated before any is aggregated, so a
         bad message raises :class:`~sklearn_fed.statistics.InvalidClientMessage`
-        naming its client and leaves the estimator unchanged.
+        naming its client and leaves the estimator unchanged. Messages may be
+        in Gram or factor form; there is no second round, so Gram messages
+        are solved by the Gram path (``solver_`` is ``"cholesky"`` or
+        ``"eigen"``) and factor messages by the SVD (``"svd"``).
 
         Parameters
         ----------
@@ -176,6 +237,6 @@ class FederatedRidge(BaseFederatedRidge):
         parsed = self._read_messages(messages)
         ledger = CommunicationLedger()
         ledger.record_round({}, {label: stats.nbytes for label, stats in parsed})
-        server = self.make_server()
+        server = self.make_server(max_rounds=1)
         server._apply(dict(parsed), ledger)
         return self

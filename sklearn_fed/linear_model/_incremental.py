@@ -33,7 +33,13 @@ from ..protocol import (
     sorted_labels,
 )
 from ..simulation import elect_leader
-from ..statistics import _MAX_MEAN, _MAX_SECOND, _MAX_WEIGHT, ClientStatistics
+from ..statistics import (
+    _MAX_MEAN,
+    _MAX_SECOND,
+    _MAX_WEIGHT,
+    ClientStatistics,
+    _drop_direction,
+)
 from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]
@@ -50,22 +56,6 @@ _GRAM_ARRAYS = {"x_mean", "y_mean", "gram", "moment", "target_ss"}
 
 
 # --------------------------------------------------------------------- messages
-def _drop_direction(M, s):
-    """Rows with the Gram of ``M`` minus one, given ``s @ M == 0``.
-
-    A Householder reflection maps ``s`` to a multiple of ``e_1``; the reflected
-    first row is ``(s/|s|) @ M = 0``, so it is dropped. Keeps the rank count
-    of a centered block honest (``r`` centered rows have rank ``r - 1``).
-    """
-    norm = np.linalg.norm(s)
-    if M.shape[0] <= 1 or norm == 0:
-        return M[:0]
-    v = s / norm
-    v[0] += 1.0 if v[0] >= 0 else -1.0
-    reflected = M - np.outer(v, (v @ M) * (2.0 / (v @ v)))
-    return reflected[1:]
-
-
 def _site_statistics(X, y, sample_weight, centered):
     """A site's message for its pending rows: ``(fields, arrays)``.
 

@@ -21,23 +21,31 @@ The checks:
 - :func:`check_bad_reply_rejects_round`: a tampered reply is rejected with
   :class:`~sklearn_fed.InvalidClientMessage` naming the site, and nothing of
   the round is applied.
+- :func:`check_hostile_replies_are_refused`: every reply field and array
+  pushed to hostile values (NaN, infinities, huge or negative numbers, wrong
+  types, shapes or dtypes, missing or extra entries) and re-sealed with a
+  valid checksum is refused with :class:`~sklearn_fed.InvalidClientMessage`
+  naming the site, or is harmless (a finite model) — never another exception.
 - :func:`check_partition_invariance` (exact estimators only): any split of
   the rows into clients gives the model of one client.
 """
 
+import copy
 import functools
 import pickle
+import warnings
 
 import numpy as np
 from sklearn.base import clone, is_classifier
 
 from .._clients import group_rows_by_client
-from ..protocol import InvalidClientMessage
+from ..protocol import InvalidClientMessage, decode, encode
 
 __all__ = [
     "check_bad_reply_rejects_round",
     "check_failed_fit_leaves_estimator_unchanged",
     "check_fit_equals_protocol_run",
+    "check_hostile_replies_are_refused",
     "check_label_round_trip",
     "check_ledger_matches_bytes",
     "check_partition_invariance",
@@ -204,6 +212,89 @@ def check_bad_reply_rejects_round(estimator):
         raise AssertionError("a tampered reply was accepted")
     assert pickle.dumps(target) == before, "a rejected round changed the estimator"
 
+def _hostile_variants(frame):
+    """What a dishonest site can send with a valid checksum: ``(what, fields, arrays)``."""
+    fields, arrays = frame.fields, frame.arrays
+    for name, array in arrays.items():
+        others = {k: v for k, v in arrays.items() if k != name}
+        if array.size and array.dtype.kind == "f":
+            for value in (np.nan, np.inf, -1e300, 1e300):
+                bad = np.array(array, copy=True)
+                with np.errstate(over="ignore"):  # 1e300 in a float32 array is inf
+                    bad.flat[0] = value
+                yield f"{name}[0]={value}", fields, {**others, name: bad}
+        elif array.size and array.dtype.kind in "iu":
+            info = np.iinfo(array.dtype)
+            for value in (info.max, info.min, -1 if info.min < 0 else info.max - 1):
+                bad = np.array(array, copy=True)
+                bad.flat[0] = value
+                yield f"{name}[0]={value}", fields, {**others, name: bad}
+        if array.size:
+            yield f"{name} one short", fields, {**others, name: array.ravel()[:-1]}
+        yield f"{name} one longer", fields, {**others, name: np.append(array.ravel(), 0)}
+        cast = np.float64 if array.dtype.kind in "iub" else np.int64
+        yield f"{name} as {np.dtype(cast).name}", fields, {**others, name: array.astype(cast)}
+        yield f"{name} missing", fields, others
+    yield "an extra array", fields, {**arrays, "extra": np.zeros(3)}
+    for key, value in fields.items():
+        others = {k: v for k, v in fields.items() if k != key}
+        for bad in ("x", None, -1, 2**70, 1e300, float("nan"), [1, 2], {"a": 1}, True):
+            if not (type(bad) is type(value) and bad == value):
+                yield f"field {key}={bad!r}", {**others, key: bad}, arrays
+        yield f"field {key} missing", others, arrays
+    yield "an extra field", {**fields, "extra": 1}, arrays
+
+
+def _finite_model(estimator):
+    values = [np.asarray(v, dtype=float) for v in _model_state(estimator)]
+    return all(np.all(np.isfinite(v)) for v in values)
+
+
+def check_hostile_replies_are_refused(estimator, max_rounds_attacked=2):
+    """Hostile replies (valid checksum) are refused naming the site, or harmless.
+
+    In each of the first rounds, one site's honest reply is decoded, one of
+    its fields or arrays is replaced by a hostile value, and the result is
+    re-encoded and received (on a copy of the server) beside the other
+    sites' honest replies. Any exception other than
+    :class:`~sklearn_fed.InvalidClientMessage` naming that site fails the
+    check; so does an accepted reply that leaves a non-finite model.
+    """
+    X, y, clients = _data(estimator)
+    labels, rows = group_rows_by_client(clients, X.shape[0])
+    labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
+    index = dict(zip(labels, rows))
+    target = labels[1]
+    server = clone(estimator).make_server(max_rounds=_rounds_of(estimator))
+    sites = {label: server.estimator.make_client() for label in labels}
+    tasks = server.next_tasks(labels)
+    for _ in range(max_rounds_attacked):
+        if not tasks:
+            break
+        replies = {s: sites[s].respond(tasks[s], X[index[s]], y[index[s]]) for s in tasks}
+        if target in replies:
+            honest = decode(replies[target])
+            for what, fields, arrays in _hostile_variants(honest):
+                hostile = copy.copy(honest)
+                hostile.fields, hostile.arrays = fields, arrays
+                attempt = copy.deepcopy(server)
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        attempt.receive({**replies, target: encode(hostile)})
+                except InvalidClientMessage as exc:
+                    assert exc.client == target, f"{what}: blamed {exc.client!r}: {exc}"
+                except Exception as exc:  # noqa: BLE001 - what the check is about
+                    raise AssertionError(
+                        f"reply with {what} raised {type(exc).__name__}: {exc}"
+                    ) from exc
+                else:
+                    model = attempt.estimator
+                    if hasattr(model, "coef_") or hasattr(model, "module_"):
+                        assert _finite_model(model), f"reply with {what} gave a non-finite model"
+        server.receive(replies)
+        tasks = server.next_tasks(labels)
+
 
 def check_partition_invariance(estimator):
     """Exact estimators: any split of the rows into clients gives the pooled model."""
@@ -223,6 +314,7 @@ _CHECKS = (
     check_label_round_trip,
     check_failed_fit_leaves_estimator_unchanged,
     check_bad_reply_rejects_round,
+    check_hostile_replies_are_refused,
     check_partition_invariance,
 )
 
