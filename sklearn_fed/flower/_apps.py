@@ -35,7 +35,8 @@ from flwr.serverapp import ServerApp
 
 from ..protocol import InvalidClientMessage, TaskRefused, decode, plain_label, sorted_labels
 from ._config import NodeSettings, ServerSettings, estimator_from_config, site_text
-from ._persist import dumps, loads, save_model
+from ._persist import save_model
+from ._state import read_state, write_state
 
 __all__ = ["make_client_app", "make_server_app", "run_server"]
 
@@ -66,41 +67,21 @@ def roll_call(message, context):
     return Message(RecordDict({RECORD: record}), reply_to=message)
 
 
-_ITEMS = "sklearn_fed_items"  # a dict whose keys skops cannot write, as a list of pairs
-
-
-def _writable_state(value):
-    """``value`` with every dict that has non-string keys as ``{_ITEMS: [[key, value]]}``."""
-    if isinstance(value, dict):
-        if all(isinstance(key, str) for key in value) and _ITEMS not in value:
-            return {key: _writable_state(item) for key, item in value.items()}
-        return {_ITEMS: [[key, _writable_state(item)] for key, item in value.items()]}
-    return value
-
-
-def _read_state(value):
-    if isinstance(value, dict):
-        if set(value) == {_ITEMS}:
-            return {key: _read_state(item) for key, item in value[_ITEMS]}
-        return {key: _read_state(item) for key, item in value.items()}
-    return value
-
-
 def _kept_state(client):
-    """The client role's attributes for the next message, each as skops bytes.
+    """The client role's attributes for the next message (see :mod:`._state`).
 
-    What skops cannot write (a torch module a role caches, say) is not kept:
-    the role rebuilds it. State a role needs (rows held back, a round's
-    X25519 key) must be writable: plain values, arrays, sklearn-fed classes
-    (with ``__getstate__``/``__setstate__`` where an attribute is not).
+    What cannot be kept (a torch module a role caches, say) is not: the role
+    rebuilds it. State a role needs (rows held back, a round's X25519 key)
+    is plain values, arrays and sklearn-fed classes (with
+    ``__getstate__``/``__setstate__`` where an attribute is not).
     """
     kept, skipped = {}, []
     for name, value in vars(client).items():
         if name in _CONFIGURED:
             continue
         try:
-            kept[name] = dumps(_writable_state(value))
-        except Exception:  # skops raises many kinds of errors for what it cannot write
+            kept[name] = write_state(value)
+        except TypeError:
             skipped.append(name)
     if skipped:
         _log.info("sklearn-fed: %s attributes rebuilt on the next message, not kept: %s",
@@ -133,7 +114,7 @@ def answer_task(message, context):
         client = estimator.make_client(key=key, policy=node.policy, site=node.site)
         saved = context.state.config_records.get(STATE_RECORD, {})
         for name, data in saved.items():
-            setattr(client, name, _read_state(loads(data)))
+            setattr(client, name, read_state(data))
         in_round = None
         if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
             # a streaming protocol answers each round from that round's new rows; the

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ._config import estimator_from_config, estimator_to_config
 
-__all__ = ["dumps", "load_model", "loads", "save_model"]
+__all__ = ["load_model", "our_class", "save_model"]
 
 _NETWORK = "sklearn_fed_network"  # marks the dict a torch network is saved as
 # what skorch's initialize() builds or records itself; restored by initializing
@@ -44,19 +44,21 @@ def _skops():
     return skops.io
 
 
-def _is_our_class(name):
+def our_class(name):
+    """The class ``name`` ("module.Class") if it is one of sklearn-fed's, else None."""
     module, _, attribute = name.rpartition(".")
     if not (module == "sklearn_fed" or module.startswith("sklearn_fed.")):
-        return False
+        return None
     try:
-        return isinstance(getattr(importlib.import_module(module), attribute), type)
+        found = getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError):
-        return False
+        return None
+    return found if isinstance(found, type) else None
 
 
 def _trusted_types(untrusted, where):
     """The types skops must be told to trust: sklearn-fed's classes and plain containers."""
-    ours = [name for name in untrusted if _is_our_class(name) or name in _PLAIN_CONTAINERS]
+    ours = [name for name in untrusted if our_class(name) is not None or name in _PLAIN_CONTAINERS]
     others = sorted(set(untrusted) - set(ours))
     if others:
         raise ValueError(
@@ -67,23 +69,12 @@ def _trusted_types(untrusted, where):
     return ours
 
 
-def dumps(obj):
-    """``obj`` as skops bytes (see :func:`loads`)."""
-    return _skops().dumps(obj)
-
-
-def loads(data):
-    """An object from :func:`dumps` bytes, trusting only sklearn-fed's classes."""
-    sio = _skops()
-    return sio.loads(data, trusted=_trusted_types(sio.get_untrusted_types(data=data), "state"))
-
-
 def _writable(value):
     """Whether skops writes ``value`` with sklearn-fed's and its default types only."""
     sio = _skops()
     try:
         untrusted = sio.get_untrusted_types(data=sio.dumps(value))
-        return all(_is_our_class(t) or t in _PLAIN_CONTAINERS for t in untrusted)
+        return all(our_class(t) is not None or t in _PLAIN_CONTAINERS for t in untrusted)
     except Exception:  # skops cannot write it at all (a torch object, a lock, ...)
         return False
 
