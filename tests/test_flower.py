@@ -8,8 +8,10 @@ estimators: each Flower message starts a ClientApp process).
 
 import functools
 import json
+import re
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +28,10 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fed import (  # noqa: E402
     DPFedAvgRegressor,
-    FedMPDDClassifier,
     FedAvgRegressor,
     FederatedRidge,
     FederatedRidgeCV,
+    FedMPDDClassifier,
     FedNovaRegressor,
     FedProxRegressor,
     FESCRidge,
@@ -51,7 +53,11 @@ from sklearn_fed.flower import (  # noqa: E402
     run_server,
     save_model,
 )
-from sklearn_fed.flower._local import _descendants, _proc_identity, _still_running  # noqa: E402,E501
+from sklearn_fed.flower._local import (  # noqa: E402
+    _descendants,
+    _proc_identity,
+    _still_running,
+)
 from sklearn_fed.utils.estimator_checks import _ledger, _model_state  # noqa: E402
 
 # Every protocol estimator runs through Flower; add one line per estimator.
@@ -88,7 +94,7 @@ def _case_id(estimator):
 N_ROUNDS = 3  # of a streaming protocol: its rows arrive in three rounds
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _digits():
     """600 digits rows, split into three sites (200 rows each)."""
     X, y = load_digits(return_X_y=True)
@@ -143,7 +149,7 @@ def test_flower_is_imported_only_when_used_and_its_absence_names_the_extra(monke
     code = ("import sys, sklearn_fed, sklearn_fed.flower; "
             "assert 'flwr' not in sys.modules and 'skops' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
-    import sklearn_fed.flower as flower
+    from sklearn_fed import flower
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -455,7 +461,7 @@ def test_local_federation_writes_each_sites_node_config(tmp_path):
         assert Path(node["key-file"]).read_text() == keys[str(node["site"])]
         assert len(keys[str(node["site"])]) == 64
         assert Path(node["key-file"]).stat().st_mode & 0o777 == 0o600
-    X_north, y_north, _ = NodeSettings.from_node_config(nodes[0]).read_data()
+    X_north, _, _ = NodeSettings.from_node_config(nodes[0]).read_data()
     np.testing.assert_array_equal(X_north, X[:50])
     with pytest.raises(TypeError, match="site 'x': expected"):
         LocalFederation({"x": [X, y]}, workdir=tmp_path / "w2")._prepare()
@@ -464,49 +470,85 @@ def test_local_federation_writes_each_sites_node_config(tmp_path):
 
 
 # ----------------------------------------------------------------- a real federation
+# The estimators the issue names, through real SuperNodes (every other case runs through
+# the apps above; distributed noise's two rounds there too), in two groups of six
+# messages per site, so that pytest-xdist's two workers each run one on its own federation.
+_GROUPS = {
+    "ridge-cv-projected-fedmpdd": ("FederatedRidge", "FederatedRidgeCV",
+                                   "ProjectedFederatedRidge", "FedMPDDClassifier"),
+    "private-incremental-fesc": ("PrivateFederatedRidge-local", "IncrementalFederatedRidge",
+                                 "FESCRidge"),
+}
+REAL_CASES = {group: [case for case in FLOWER_CASES if _case_id(case) in names]
+              for group, names in _GROUPS.items()}
+
+
+@pytest.fixture(scope="module")
+def federation():
+    """One SuperLink and three SuperNodes on 127.0.0.1 for the module (about 10 s to start)."""
+    with LocalFederation(_site_rows()) as running:
+        yield running
+
+
+def _fit_side_by_side(federation, runs):
+    """``federation.fit(*args, **kwargs)`` for every run at once; results or exceptions.
+
+    The SuperLink holds the runs side by side; each SuperNode answers their
+    messages one at a time, so the runs' fixed costs (the CLI, the ServerApp
+    process, saving the model) overlap.
+    """
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = [pool.submit(federation.fit, *args, **kwargs) for args, kwargs in runs]
+        return [future.exception() or future.result() for future in futures]
+
+
 @pytest.mark.slow
-def test_every_estimator_through_real_supernodes_equals_in_process_fit():
-    """SuperLink + 3 SuperNodes on 127.0.0.1; each estimator is one `flwr run`."""
-    sites = _site_rows()
-    failures, times = [], []
-    with LocalFederation(sites) as federation:
-        for estimator in FLOWER_CASES:
-            start = time.perf_counter()
-            flower = federation.fit(estimator, timeout=300, run_config=_flower_config(estimator))
-            middle = time.perf_counter()
-            local = _in_process(estimator, sites)
-            times.append((_case_id(estimator), middle - start, time.perf_counter() - middle))
-            try:
-                _assert_same_model(flower, local)
-            except AssertionError as exc:
-                failures.append(f"{_case_id(estimator)}: {exc}")
-    for name, flower_s, local_s in times:
-        print(f"{name}: Flower {flower_s:.1f} s, in process {local_s:.3f} s")
+@pytest.mark.parametrize("group", REAL_CASES)
+def test_every_estimator_through_real_supernodes_equals_in_process_fit(federation, group):
+    """Each estimator is one `flwr run`; its model equals the in-process fit on the same rows."""
+    sites, cases = _site_rows(), REAL_CASES[group]
+    start = time.perf_counter()
+    fitted = _fit_side_by_side(federation, [
+        ((estimator,), {"timeout": 600, "run_config": _flower_config(estimator)})
+        for estimator in cases
+    ])
+    print(f"{len(cases)} Flower runs side by side: {time.perf_counter() - start:.1f} s")
+    failures = []
+    for estimator, flower in zip(cases, fitted, strict=True):
+        if isinstance(flower, Exception):
+            failures.append(f"{_case_id(estimator)}: the Flower run failed: {flower}")
+            continue
+        try:
+            _assert_same_model(flower, _in_process(estimator, sites))
+        except AssertionError as exc:
+            failures.append(f"{_case_id(estimator)}: {exc}")
     assert not failures, "\n".join(failures)
 
 
 @pytest.mark.slow
-def test_killed_supernode_is_dropout_and_every_process_ends():
+def test_killed_supernode_is_dropout_and_every_process_ends(federation):
     sites = _site_rows()
-    federation = LocalFederation(sites)
-    with federation:
-        started = [federation._superlink, *federation._supernodes.values()]
-        processes = [(p.pid, _proc_identity(p.pid)[1]) for p in started]
-        processes += [child for p in started for child in _descendants(p.pid)]
-        with pytest.raises(RuntimeError, match=r"(?s)no model was saved.*Logs are kept in.*"
-                                               r"min-nodes=4"):
-            federation.fit(FederatedRidge(), run_config={"min-nodes": 4, "node-timeout": 1.0})
-        federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
-        with pytest.raises(TimeoutError, match="took longer than 10 s and was stopped"):
-            federation.fit(FederatedRidge(), timeout=10, run_config={"reply-timeout": 600.0})
-        fitted = federation.fit(FederatedRidge(alpha=1.0), timeout=300,
-                                run_config={"reply-timeout": 15.0})
-    assert [pid for pid, started in processes if _still_running(pid, started)] == []
-    assert (federation.logs / "run-1.log").is_file()  # a run failed: its logs are kept
-    shutil.rmtree(federation.workdir)
+    ours = [federation._superlink, *federation._supernodes.values()]
+    processes = {(p.pid, _proc_identity(p.pid)[1]) for p in ours}
+    federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
+    never_enough = {"min-nodes": 4, "node-timeout": 600.0}  # the run waits without messages
+    failed, stopped, fitted = _fit_side_by_side(federation, [
+        ((FederatedRidge(),), {"run_config": {"min-nodes": 4, "node-timeout": 1.0}}),
+        ((FederatedRidge(),), {"timeout": 10, "run_config": never_enough}),
+        ((FederatedRidge(alpha=1.0),), {"timeout": 300, "run_config": {"reply-timeout": 20.0}}),
+    ])
+    assert isinstance(failed, RuntimeError)
+    assert re.search(r"(?s)no model was saved.*Logs are kept in.*min-nodes=4", str(failed))
+    assert isinstance(stopped, TimeoutError)
+    assert "took longer than 10 s and was stopped" in str(stopped)
     X = np.vstack([sites["a"]["X"], sites["b"]["X"]])
     y = np.concatenate([sites["a"]["y"], sites["b"]["y"]])
     reference = Ridge(alpha=1.0).fit(X, y)
     np.testing.assert_allclose(fitted.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fitted.intercept_, reference.intercept_, rtol=1e-10)
     assert fitted.clients_.tolist() == ["a", "b"]
+    processes.update(child for p in ours for child in _descendants(p.pid))  # SuperExecs, apps
+    federation.close()  # what the fixture would do at the end of the module
+    assert [pid for pid, started in processes if _still_running(pid, started)] == []
+    assert federation.logs.is_dir()  # runs failed: the logs are kept, the test removes them
+    shutil.rmtree(federation.workdir)

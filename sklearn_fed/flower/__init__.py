@@ -22,9 +22,9 @@ import importlib
 import importlib.util
 
 __all__ = [
+    "RUN_CONFIG_DEFAULTS",
     "LocalFederation",
     "NodeSettings",
-    "RUN_CONFIG_DEFAULTS",
     "ServerSettings",
     "estimator_from_config",
     "estimator_to_config",

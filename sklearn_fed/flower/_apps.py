@@ -33,9 +33,15 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import ServerApp
 
-from ..protocol import InvalidClientMessage, TaskRefused, decode, plain_label, sorted_labels
+from ..protocol import (
+    InvalidClientMessage,
+    TaskRefused,
+    decode,
+    plain_label,
+    sorted_labels,
+)
 from ._config import NodeSettings, ServerSettings, estimator_from_config, site_text
-from ._persist import save_model
+from ._persist import import_skops_in_background, save_model
 from ._state import read_state, write_state
 
 __all__ = ["make_client_app", "make_server_app", "run_server"]
@@ -108,7 +114,8 @@ def answer_task(message, context):
         record = message.content.config_records.get(RECORD)
         task = None if record is None else record.get("task")
         if not isinstance(task, bytes):
-            raise InvalidClientMessage("server: the message carries no sklearn-fed task.", "server")
+            raise InvalidClientMessage("server: the message carries no sklearn-fed task.",
+                                       "server")
         key = node.read_key()
         estimator = estimator_from_config(context.run_config)
         client = estimator.make_client(key=key, policy=node.policy, site=node.site)
@@ -201,7 +208,7 @@ def _message(content, node_id, message_type, settings, group):
 
 
 def _roll_call(grid, settings):
-    """``{site label: node id}`` from ``node-sites`` or the nodes' answers; waits for ``min-nodes``.
+    """``{site: node id}`` from ``node-sites`` or the nodes' answers; waits for ``min-nodes``.
 
     A node listed in ``node-sites`` is not asked (that saves one ClientApp
     process per node and run); if the mapping is wrong, the node refuses the
@@ -271,6 +278,8 @@ def run_server(grid, run_config):
         Also saved to ``model-path`` when that is set.
     """
     settings = ServerSettings.from_run_config(run_config)
+    if settings.model_path:
+        import_skops_in_background()  # while the sites compute
     estimator = estimator_from_config(run_config)
     server = estimator.make_server(**settings.server_kwargs())
     nodes = _roll_call(grid, settings)

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -214,6 +215,7 @@ class LocalFederation:
         self._dead = set()
         self._node_sites = {}
         self._runs = 0
+        self._lock = threading.Lock()  # fit() may be called from several threads
         self._failed = False
         self._closed = True
 
@@ -383,7 +385,7 @@ class LocalFederation:
         env["FLWR_HOME"] = str(self.workdir / "homes" / "cli")
         return subprocess.run(
             [_tool("flwr"), *args], env=env, cwd=self.workdir, capture_output=True, text=True,
-            timeout=timeout,
+            timeout=timeout, check=False,  # callers read the output
         )
 
     def _wait_online(self, n_nodes):
@@ -443,7 +445,9 @@ class LocalFederation:
 
         The server app saves the model with skops; it is loaded back with
         :func:`~sklearn_fed.flower.load_model` (no pickle). ``estimator``
-        itself is not modified.
+        itself is not modified. Several threads may call it at once: the
+        SuperLink holds the runs side by side and each SuperNode answers
+        their messages one at a time.
 
         Parameters
         ----------
@@ -467,8 +471,10 @@ class LocalFederation:
         """
         if self._closed:
             raise RuntimeError("the federation is not running: use start() or a with block.")
-        self._runs += 1
-        run_dir = self.workdir / "runs" / f"run-{self._runs}"
+        with self._lock:
+            self._runs += 1
+            number = self._runs
+        run_dir = self.workdir / "runs" / f"run-{number}"
         run_dir.mkdir(parents=True)
         config = dict(estimator_to_config(estimator))
         config.update({
@@ -487,7 +493,7 @@ class LocalFederation:
             )
         overrides = run_dir / "run-config.toml"
         overrides.write_text(tomli_w.dumps(config))
-        log_name = f"run-{self._runs}"
+        log_name = f"run-{number}"
         process = self._popen(log_name, [
             _tool("flwr"), "run", str(self.workdir / "app"), CONNECTION,
             "--run-config", str(overrides), "--stream",

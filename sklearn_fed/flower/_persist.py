@@ -17,11 +17,12 @@ its module and loads the arrays into it.
 
 import importlib
 import os
+import threading
 from pathlib import Path
 
 from ._config import estimator_from_config, estimator_to_config
 
-__all__ = ["load_model", "our_class", "save_model"]
+__all__ = ["import_skops_in_background", "load_model", "our_class", "save_model"]
 
 _NETWORK = "sklearn_fed_network"  # marks the dict a torch network is saved as
 # what skorch's initialize() builds or records itself; restored by initializing
@@ -42,6 +43,21 @@ def _skops():
             "`pip install sklearn-fed[flower]`."
         ) from exc
     return skops.io
+
+
+def import_skops_in_background():
+    """Start importing skops in a thread, so that saving a model later does not wait for it.
+
+    Importing ``skops.io`` imports every scikit-learn estimator (seconds on a
+    busy machine); a server app spends most of a run waiting for replies.
+    """
+    def run():
+        try:
+            _skops()
+        except ImportError:  # save_model raises it, naming the extra, if it is ever called
+            pass
+
+    threading.Thread(target=run, name="sklearn-fed-import-skops", daemon=True).start()
 
 
 def our_class(name):
