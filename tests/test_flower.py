@@ -472,22 +472,12 @@ def test_local_federation_writes_each_sites_node_config(tmp_path):
 # ----------------------------------------------------------------- a real federation
 # The estimators the issue names, through real SuperNodes (every other case runs through
 # the apps above; distributed noise's two rounds there too), in two groups of six
-# messages per site, so that pytest-xdist's two workers each run one on its own federation.
-_GROUPS = {
-    "ridge-cv-projected-fedmpdd": ("FederatedRidge", "FederatedRidgeCV",
-                                   "ProjectedFederatedRidge", "FedMPDDClassifier"),
-    "private-incremental-fesc": ("PrivateFederatedRidge-local", "IncrementalFederatedRidge",
-                                 "FESCRidge"),
-}
-REAL_CASES = {group: [case for case in FLOWER_CASES if _case_id(case) in names]
-              for group, names in _GROUPS.items()}
-
-
-@pytest.fixture(scope="module")
-def federation():
-    """One SuperLink and three SuperNodes on 127.0.0.1 for the module (about 10 s to start)."""
-    with LocalFederation(_site_rows()) as running:
-        yield running
+# messages per site, each group on its own federation, both at once.
+_GROUPS = (
+    ("FederatedRidge", "FederatedRidgeCV", "ProjectedFederatedRidge", "FedMPDDClassifier"),
+    ("PrivateFederatedRidge-local", "IncrementalFederatedRidge", "FESCRidge"),
+)
+REAL_CASES = [[case for case in FLOWER_CASES if _case_id(case) in names] for names in _GROUPS]
 
 
 def _fit_side_by_side(federation, runs):
@@ -502,53 +492,61 @@ def _fit_side_by_side(federation, runs):
         return [future.exception() or future.result() for future in futures]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("group", REAL_CASES)
-def test_every_estimator_through_real_supernodes_equals_in_process_fit(federation, group):
-    """Each estimator is one `flwr run`; its model equals the in-process fit on the same rows."""
-    sites, cases = _site_rows(), REAL_CASES[group]
-    start = time.perf_counter()
-    fitted = _fit_side_by_side(federation, [
-        ((estimator,), {"timeout": 600, "run_config": _flower_config(estimator)})
-        for estimator in cases
-    ])
-    print(f"{len(cases)} Flower runs side by side: {time.perf_counter() - start:.1f} s")
-    failures = []
+def _differences_from_in_process(cases):
+    """Fit ``cases`` on a new federation; what differs from the in-process fits."""
+    sites = _site_rows()
+    with LocalFederation(sites) as federation:
+        fitted = _fit_side_by_side(federation, [
+            ((estimator,), {"timeout": 600, "run_config": _flower_config(estimator)})
+            for estimator in cases
+        ])
+    differences = []
     for estimator, flower in zip(cases, fitted, strict=True):
         if isinstance(flower, Exception):
-            failures.append(f"{_case_id(estimator)}: the Flower run failed: {flower}")
+            differences.append(f"{_case_id(estimator)}: the Flower run failed: {flower}")
             continue
         try:
             _assert_same_model(flower, _in_process(estimator, sites))
         except AssertionError as exc:
-            failures.append(f"{_case_id(estimator)}: {exc}")
-    assert not failures, "\n".join(failures)
+            differences.append(f"{_case_id(estimator)}: {exc}")
+    return differences
 
 
 @pytest.mark.slow
-def test_killed_supernode_is_dropout_and_every_process_ends(federation):
+def test_every_estimator_through_real_supernodes_equals_in_process_fit():
+    """Each estimator is one `flwr run`; its model equals the in-process fit on the same rows."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(REAL_CASES)) as pool:
+        differences = sum(pool.map(_differences_from_in_process, REAL_CASES), [])
+    print(f"{sum(map(len, REAL_CASES))} Flower runs: {time.perf_counter() - start:.1f} s")
+    assert not differences, "\n".join(differences)
+
+
+@pytest.mark.slow
+def test_killed_supernode_is_dropout_and_every_process_ends():
     sites = _site_rows()
-    ours = [federation._superlink, *federation._supernodes.values()]
-    processes = {(p.pid, _proc_identity(p.pid)[1]) for p in ours}
-    federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
-    never_enough = {"min-nodes": 4, "node-timeout": 600.0}  # the run waits without messages
-    failed, stopped, fitted = _fit_side_by_side(federation, [
-        ((FederatedRidge(),), {"run_config": {"min-nodes": 4, "node-timeout": 1.0}}),
-        ((FederatedRidge(),), {"timeout": 10, "run_config": never_enough}),
-        ((FederatedRidge(alpha=1.0),), {"timeout": 300, "run_config": {"reply-timeout": 20.0}}),
-    ])
+    federation = LocalFederation(sites)
+    with federation:  # ends every process it started, also when something here fails
+        ours = [federation._superlink, *federation._supernodes.values()]
+        processes = {(p.pid, _proc_identity(p.pid)[1]) for p in ours}
+        federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
+        never_enough = {"min-nodes": 4, "node-timeout": 600.0}  # waits, sends no message
+        failed, stopped, fitted = _fit_side_by_side(federation, [
+            ((FederatedRidge(),), {"run_config": {"min-nodes": 4, "node-timeout": 1.0}}),
+            ((FederatedRidge(),), {"timeout": 10, "run_config": never_enough}),
+            ((FederatedRidge(alpha=1.0),), {"run_config": {"reply-timeout": 20.0}}),
+        ])
+        processes.update(child for p in ours for child in _descendants(p.pid))  # apps too
+    assert [pid for pid, started in processes if _still_running(pid, started)] == []
     assert isinstance(failed, RuntimeError)
     assert re.search(r"(?s)no model was saved.*Logs are kept in.*min-nodes=4", str(failed))
     assert isinstance(stopped, TimeoutError)
     assert "took longer than 10 s and was stopped" in str(stopped)
+    assert federation.logs.is_dir()  # runs failed: the logs are kept, the test removes them
+    shutil.rmtree(federation.workdir)
     X = np.vstack([sites["a"]["X"], sites["b"]["X"]])
     y = np.concatenate([sites["a"]["y"], sites["b"]["y"]])
     reference = Ridge(alpha=1.0).fit(X, y)
     np.testing.assert_allclose(fitted.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fitted.intercept_, reference.intercept_, rtol=1e-10)
     assert fitted.clients_.tolist() == ["a", "b"]
-    processes.update(child for p in ours for child in _descendants(p.pid))  # SuperExecs, apps
-    federation.close()  # what the fixture would do at the end of the module
-    assert [pid for pid, started in processes if _still_running(pid, started)] == []
-    assert federation.logs.is_dir()  # runs failed: the logs are kept, the test removes them
-    shutil.rmtree(federation.workdir)
