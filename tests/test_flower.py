@@ -544,6 +544,7 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
     assert "took longer than 10 s and was stopped" in str(stopped)
     assert federation.logs.is_dir()  # runs failed: the logs are kept, the test removes them
     shutil.rmtree(federation.workdir)
+    assert not isinstance(fitted, Exception), f"the survivors' run failed: {fitted}"
     X = np.vstack([sites["a"]["X"], sites["b"]["X"]])
     y = np.concatenate([sites["a"]["y"], sites["b"]["y"]])
     reference = Ridge(alpha=1.0).fit(X, y)
