@@ -42,7 +42,7 @@ accuracy: $(STAMP)
 
 # The ridge property tests with 25,000 examples (the suite runs 2,000).
 property: $(STAMP)
-	SKLEARN_FED_PROPERTY_EXAMPLES=6250 $(PY) -m pytest -n 2 tests/test_ridge_properties.py
+	SKLEARN_FED_PROPERTY_EXAMPLES=6250 $(PY) -m pytest -n 2 tests/linear_model/test_ridge_properties.py
 
 # IncrementalFederatedRidge per round vs scikit-learn-intelex (if installed), flatness, routes.
 bench-incremental: $(STAMP)
@@ -60,5 +60,5 @@ clean:
 # Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples)
 # and of the uplink codecs' decoders (the suite runs 300).
 fuzz: $(STAMP)
-	$(PY) tests/fuzz_statistics.py 200000
-	SKLEARN_FED_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/test_codecs.py -k fuzzed
+	$(PY) tests/protocol/fuzz_statistics.py 200000
+	SKLEARN_FED_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/neural_network/test_codecs.py -k fuzzed

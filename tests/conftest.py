@@ -1,6 +1,8 @@
 """Shared test settings and session hooks."""
 
+import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,12 @@ def pytest_terminal_summary(terminalreporter):
     if not any("test_sklearn_ridge_suite" in getattr(report, "nodeid", "")
                for reports in stats.values() for report in reports):
         return
-    from test_sklearn_ridge_suite import SKIP_RULE, summarize
+    # xdist's controller never imports the test modules: load this one by path.
+    path = Path(__file__).with_name("linear_model") / "test_sklearn_ridge_suite.py"
+    spec = importlib.util.spec_from_file_location("_ridge_suite_summary", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    SKIP_RULE, summarize = suite.SKIP_RULE, suite.summarize
 
     terminalreporter.section("scikit-learn's test_ridge.py against the federated adapters")
     terminalreporter.write_line(SKIP_RULE)

@@ -13,7 +13,6 @@ from .._clients import group_rows_by_client, label_array, take_clients
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
 from ..protocol import (
     Client,
-    CommunicationLedger,
     FederatedMixin,
     InvalidClientMessage,
     Server,
@@ -576,10 +575,6 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
 
     def _n_parameters(self, n_features, n_targets):
         return (n_features + self.fit_intercept) * n_targets
-
-    def _new_ledger(self, n_features, n_targets):
-        # Transitional: for estimators whose fit does not run the protocol roles yet.
-        return CommunicationLedger(n_parameters=self._n_parameters(n_features, n_targets))
 
     def predict(self, X):
         """Predict with the fitted linear model.

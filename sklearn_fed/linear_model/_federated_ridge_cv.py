@@ -48,6 +48,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..statistics import (
+    _MAX_WEIGHT,
     ClientStatistics,
     check_aggregate,
     merge_statistics,
@@ -281,6 +282,11 @@ def _pack(named):
 
 def _unpack(fields, arrays, site):
     """The statistics of a reply made by :func:`_pack`, validated, by name."""
+    unprefixed = sorted(key for key in list(fields) + list(arrays) if "." not in key)
+    if unprefixed:
+        raise InvalidClientMessage(
+            f"client {site!r}: unexpected entries {unprefixed} (every entry is "
+            "'<statistics>.<name>').", site)
     names = {key.split(".", 1)[0] for key in list(fields) + list(arrays)}
     named = {}
     for name in sorted(names):
@@ -290,12 +296,16 @@ def _unpack(fields, arrays, site):
     return named
 
 
-def _checked_array(frame, name, shape, site):
+def _checked_array(frame, name, shape, site, *, finite=False):
+    # Leave-one-out sums may be inf/NaN where a row's leverage is 1 (as in RidgeCV);
+    # predictions, targets and weights never are.
     array = frame.arrays.get(name)
     if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape):
         raise InvalidClientMessage(
             f"client {site!r}: {name} must be a float64 array of shape {shape}.", site
         )
+    if finite and not np.isfinite(array).all():
+        raise InvalidClientMessage(f"client {site!r}: {name} holds NaN or infinity.", site)
     return array
 
 
@@ -519,8 +529,9 @@ class FederatedRidgeCVServer(StatisticsServer):
     def _read_sums(self, site, frame):
         t, A = self._aggregate.n_targets, len(self._alphas)
         count, weight = frame.fields.get("count"), frame.fields.get("weight")
-        if not (type(count) is int and type(weight) in (int, float) and np.isfinite(weight)
-                and weight >= 0):
+        if type(weight) is int:
+            weight = float(weight) if abs(weight) <= _MAX_WEIGHT else float("inf")
+        if not (type(count) is int and type(weight) is float and 0 <= weight <= _MAX_WEIGHT):
             raise InvalidClientMessage(f"client {site!r}: malformed row count or weight.", site)
         rows_of_site = self._statistics[label_key(site)]["all"].n_samples
         if count != rows_of_site:
@@ -537,8 +548,8 @@ class FederatedRidgeCVServer(StatisticsServer):
         if kept is not None:
             rows = _checked_array(frame, "rows", (count, t, A), site)
         if kept == "scoring":
-            targets = _checked_array(frame, "targets", (count, t), site)
-            weights = _checked_array(frame, "weights", (count,), site)
+            targets = _checked_array(frame, "targets", (count, t), site, finite=True)
+            weights = _checked_array(frame, "weights", (count,), site, finite=True)
         return sums, rows, targets, weights
 
     def _read_predictions(self, site, frame):
@@ -546,7 +557,7 @@ class FederatedRidgeCVServer(StatisticsServer):
         parsed = {}
         for key, count in self._expected_predictions[label_key(site)].items():
             parsed[key] = tuple(
-                _checked_array(frame, f"{name}{key}", shape, site)
+                _checked_array(frame, f"{name}{key}", shape, site, finite=True)
                 for name, shape in (("predictions", (count, t, A)), ("targets", (count, t)),
                                     ("weights", (count,)))
             )

@@ -108,15 +108,6 @@ class CommunicationLedger:
             self.record_upload(client, n_bytes)
         self.rounds += 1
 
-    def record_broadcast(self, n_clients, n_values, itemsize=_FLOAT64):
-        """Count one round whose model broadcast was not sent as protocol messages.
-
-        Transitional: used only by estimators whose fit does not run the
-        protocol roles yet; their broadcast bytes are booked under ``None``.
-        """
-        self.record_download(None, int(n_clients) * int(n_values) * int(itemsize))
-        self.rounds += 1
-
     def copy(self):
         """An independent copy (a round is recorded on a copy, then committed)."""
         return CommunicationLedger(

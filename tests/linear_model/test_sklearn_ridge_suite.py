@@ -8,7 +8,7 @@ runs the protocol. The adapters below have exactly the constructor signatures
 of ``Ridge`` and ``RidgeCV`` and no numerics of their own; they translate
 parameters (``gcv_mode`` -> ``solver``) and refuse what only Ridge has.
 
-Run ``python tests/test_sklearn_ridge_suite.py`` to print the rule and the
+Run ``python tests/linear_model/test_sklearn_ridge_suite.py`` to print the rule and the
 counts (pytest prints them too, in its summary, when this module ran).
 """
 

@@ -5,7 +5,7 @@ extremes (1e308, 1e154, denormals, NaN, sign flips, impossible counts and
 weights, indefinite Grams) and hands it, beside honest messages, to
 FederatedRidge / FederatedRidgeCV ``fit_statistics``, in memory or as bytes.
 The only acceptable outcomes: InvalidClientMessage naming the hostile client,
-or a finite model. Usage: ``python tests/fuzz_statistics.py N_EXAMPLES``
+or a finite model. Usage: ``python tests/protocol/fuzz_statistics.py N_EXAMPLES``
 (``make fuzz`` runs 200,000); prints the counts of both outcomes.
 """
 

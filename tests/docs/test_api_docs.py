@@ -7,7 +7,7 @@ from pathlib import Path
 
 import sklearn_fed
 
-API = Path(__file__).resolve().parents[1] / "docs" / "api.rst"
+API = Path(__file__).resolve().parents[2] / "docs" / "api.rst"
 
 
 def _public_modules():
