@@ -3,7 +3,7 @@
 import importlib.util
 
 # sklearn_fed.flower imports Flower; without the flower extra its modules are not collected
-# (tests/test_flower.py skips itself with a reason).
+# (tests/flower/test_flower.py skips itself with a reason).
 collect_ignore_glob = []
 if any(importlib.util.find_spec(name) is None for name in ("flwr", "skops")):
     collect_ignore_glob.append("sklearn_fed/flower/*")

@@ -1,7 +1,7 @@
 """Wall time of a fit through a real Flower federation vs the same fit in process.
 
 Starts one SuperLink and three SuperNodes on 127.0.0.1 (LocalFederation) and
-runs every estimator of ``tests/test_flower.py`` (``FLOWER_CASES``, on the
+runs every estimator of ``tests/flower/test_flower.py`` (``FLOWER_CASES``, on the
 same 600 digits rows split into three sites) through it, one ``flwr run``
 each; fits the same estimator in process on the same per-site rows (median of
 5); checks both give identical models and prints a markdown table. The
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "flower"))
 
 from test_flower import (  # noqa: E402  (the test's cases, data and reference fit)
     FLOWER_CASES,

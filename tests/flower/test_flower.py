@@ -216,7 +216,7 @@ def test_example_app_lists_every_run_config_key_and_ships_no_secrets():
 
     from flwr.cli.build import get_filtered_fab_paths
 
-    example = Path(__file__).parents[1] / "examples" / "flower"
+    example = Path(__file__).parents[2] / "examples" / "flower"
     project = tomllib.loads((example / "pyproject.toml").read_text())
     app = project["tool"]["flwr"]["app"]
     assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)
