@@ -7,6 +7,7 @@ estimators: each Flower message starts a ClientApp process).
 """
 
 import functools
+import io
 import json
 import re
 import shutil
@@ -279,6 +280,30 @@ def test_model_file_loads_without_pickle_and_refuses_foreign_types(tmp_path):
     with pytest.raises(ValueError, match=r"not sklearn-fed's: \['builtins.print', "
                                          r"'functools.partial'\]"):
         load_model(tmp_path / "other.skops")
+
+
+def test_node_state_reads_back_and_rebuilds_only_sklearn_fed_classes():
+    from sklearn_fed.flower._state import read_state, write_state
+    from sklearn_fed.privacy._secure_aggregation import MaskingKey
+
+    key = MaskingKey()
+    value = {("f" * 32, '"a"'): key, "pending": ((np.eye(2, dtype=np.float32), [1, 2], None),),
+             "clipped": {7: ("a", np.int64(3), 10.5)}, "raw": b"\x00\xff", "labels": ["x", True]}
+    back = read_state(write_state(value))
+    assert back[("f" * 32, '"a"')].public_bytes == key.public_bytes  # the private key too
+    (X, y, w), = back["pending"]
+    assert X.dtype == np.float32 and X.tolist() == [[1, 0], [0, 1]] and y == [1, 2] and w is None
+    assert back["clipped"] == {7: ("a", 3, 10.5)} and type(back["clipped"][7][1]) is np.int64
+    assert back["raw"] == b"\x00\xff" and back["labels"] == ["x", True]
+    with pytest.raises(TypeError, match="functools.partial cannot be kept"):
+        write_state({"hook": functools.partial(print)})
+    with pytest.raises(TypeError, match="array of Python objects"):
+        write_state(np.array([print]))
+    forged = io.BytesIO()  # state naming another class than sklearn-fed's
+    tree = json.dumps({"object": "subprocess.Popen", "state": {"dict": []}}).encode()
+    np.savez(forged, tree=np.frombuffer(tree, dtype=np.uint8))
+    with pytest.raises(ValueError, match="'subprocess.Popen', not a sklearn-fed class"):
+        read_state(forged.getvalue())
 
 
 # ----------------------------------------------------------------- the apps, in process
