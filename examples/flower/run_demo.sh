@@ -7,8 +7,14 @@ cd "$(dirname "$0")"
 SUPERLINK_PORT=${SUPERLINK_PORT:-8000}
 export FLWR_TELEMETRY_ENABLED=0
 pids=()
+descendants() {  # a SuperNode's SuperExec and app processes run in sessions of their own
+    local child
+    for child in $(pgrep -P "$1" || true); do echo "$child"; descendants "$child"; done
+}
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    local all=()
+    for pid in "${pids[@]}"; do all+=("$pid" $(descendants "$pid")); done
+    kill "${all[@]}" 2>/dev/null || true
     wait 2>/dev/null || true
 }
 trap cleanup EXIT
