@@ -79,6 +79,7 @@ FLOWER_CASES = [
 ]
 # Also through the apps in process (a real federation costs seconds per round per site).
 APPS_ONLY_CASES = [
+    FederatedRidgeCV(alphas=(0.1, 1.0, 10.0), cv="clients"),  # leave one client out
     FedAvgRegressor(n_rounds=4, batch_size=7, client_fraction=0.7, random_state=0),
     FedProxRegressor(n_rounds=3),
     FedNovaRegressor(n_rounds=3, batch_size=11, random_state=0),
@@ -88,8 +89,8 @@ SITES = ("a", "b", "c")
 
 
 def _case_id(estimator):
-    noise = getattr(estimator, "noise", None)
-    return type(estimator).__name__ + (f"-{noise}" if noise else "")
+    variant = getattr(estimator, "noise", None) or getattr(estimator, "cv", None)
+    return type(estimator).__name__ + (f"-{variant}" if isinstance(variant, str) else "")
 
 
 N_ROUNDS = 3  # of a streaming protocol: its rows arrive in three rounds
