@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-incremental bench-baselines flower-demo clean venv fuzz property accuracy
+.PHONY: demo test docs bench bench-incremental bench-baselines bench-dask flower-demo clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -53,6 +53,11 @@ bench-incremental: $(STAMP)
 DATA_DIR ?= ../shared/data
 bench-baselines: $(STAMP)
 	$(PY) benchmarks/bench_baselines.py --convergence --dp --trials 3 --real-data $(DATA_DIR)
+
+# Builds a 32 GB table on disk (needs ~34 GB free; deleted afterwards) and fits it
+# out of core beside the BLAS floor, dask.array.linalg.lstsq and dask-ml.
+bench-dask: $(STAMP)
+	$(PY) benchmarks/bench_dask.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated

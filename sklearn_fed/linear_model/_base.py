@@ -11,8 +11,9 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from .._clients import group_rows_by_client, label_array, take_clients
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
+from .._dask_dispatch import DaskDispatchMixin
 from ..protocol import (
-    Client,
+    BlockwiseClient,
     FederatedMixin,
     InvalidClientMessage,
     Server,
@@ -249,7 +250,7 @@ def task_field(task, name, kind):
     return value
 
 
-class StatisticsClient(Client):
+class StatisticsClient(BlockwiseClient):
     """A site of the statistics protocol: it sends its :class:`~sklearn_fed.ClientStatistics`.
 
     The task says whether to center (``centered``, from ``fit_intercept``)
@@ -262,16 +263,23 @@ class StatisticsClient(Client):
 
     protocol = "ridge.statistics"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    # The reply is _finish(_summarize(rows)): statistics are a reduction over
+    # rows, so a site's rows may come in blocks (see BlockwiseClient).
+    def _summarize(self, task, X, y, sample_weight, rows):
         centered = task_field(task, "centered", bool)
         if "feature_bound" in task.fields or "target_bound" in task.fields:
             site_rows = slice(None) if rows is None else rows
             check_rows_within_bounds(task.fields, X[site_rows], y[site_rows], task.site)
-        stats = ClientStatistics.from_data(
+        return ClientStatistics.from_data(
             X, y, sample_weight, centered=centered, rows=rows, check_input=False,
             factor=requested_form(task) == "factor",
         )
-        return stats.to_payload()
+
+    def _merge(self, first, second):
+        return first.merge(second)
+
+    def _finish(self, task, summary):
+        return summary.to_payload()
 
 
 def requested_form(task):
@@ -391,13 +399,16 @@ class StatisticsServer(Server):
         return np.float32 if self._dtype == "float32" else np.float64
 
 
-class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
+class BaseFederatedRidge(
+    DaskDispatchMixin, FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
+):
     """Shared machinery of the ridge estimators fitted from client statistics.
 
     Subclasses implement ``fit``; this class validates input, turns rows into
     per-client :class:`~sklearn_fed.statistics.ClientStatistics`, validates
     untrusted messages, sets ``coef_``/``intercept_`` from an aggregate, and
-    predicts.
+    predicts. ``fit`` and ``partial_fit`` on Dask collections run the same
+    roles partition by partition (:mod:`sklearn_fed.dask`).
     """
 
     _parameter_constraints: dict = {
@@ -414,6 +425,8 @@ class BaseFederatedRidge(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseE
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
         """Validate one batch of rows; returns arrays and per-client row groups."""
         clients = take_clients(self, X, clients)
+        if hasattr(X, "_validate_partitions"):  # Dask collections (sklearn_fed.dask)
+            return X._validate_partitions(self, reset=reset)
         X, y = validate_data(
             self,
             X,

@@ -39,7 +39,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from .._compat import Interval, StrOptions, _fit_context, scorer_parts
 from ..protocol import (
-    Client,
+    BlockwiseClient,
     CommunicationLedger,
     InvalidClientMessage,
     atomic,
@@ -309,7 +309,41 @@ def _checked_array(frame, name, shape, site, *, finite=False):
     return array
 
 
-class CVClient(Client):
+class _Block:
+    """A :class:`CVClient` answer over one block of a site's rows, before packing.
+
+    ``named`` holds the statistics of a statistics step; otherwise
+    ``fields`` (row count and weight, which add) and ``arrays``: those in
+    ``_SUMMED`` add over blocks, the others hold one entry per row and
+    follow in row order. ``whole``: the task indexed the site's rows, so
+    the block must be all of them.
+    """
+
+    def __init__(self, fields=None, arrays=None, *, named=None, whole=False):
+        self.fields, self.arrays, self.named, self.whole = fields, arrays, named, whole
+
+    def merge(self, other):
+        if self.whole or other.whole:
+            raise ValueError(
+                "the task indexes the site's rows (fold membership or held-out rows), so "
+                "they must come in one block; put each site's rows in one partition.")
+        if self.named is not None:
+            return _Block(named={name: stats.merge(other.named[name])
+                                 for name, stats in self.named.items()})
+        fields = {name: value + other.fields[name] for name, value in self.fields.items()}
+        arrays = {
+            name: value + other.arrays[name] if name in _SUMMED
+            else np.concatenate([value, other.arrays[name]])
+            for name, value in self.arrays.items()
+        }
+        return _Block(fields, arrays)
+
+
+#: Arrays of a leave-one-out answer that are sums over rows.
+_SUMMED = ("e1", "e2", "sst")
+
+
+class CVClient(BlockwiseClient):
     """A site of :class:`FederatedRidgeCV`: statistics, leave-one-out sums, predictions.
 
     Task steps: ``"statistics"`` (the site's statistics, or with a
@@ -319,11 +353,16 @@ class CVClient(Client):
     leave-one-out residuals, and on request every row's value);
     ``"predict"`` (given models: predictions and targets of the rows each
     model holds out).
+
+    Every answer is a reduction over the site's rows (statistics merge,
+    sums add, per-row values follow in row order), so the rows may come in
+    blocks (Dask partitions), except for tasks whose arrays index the
+    site's rows (``folds``, a predict task's ``rows``), which need one block.
     """
 
     protocol = "ridge.cv"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def _summarize(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
         if rows is not None:
             X, y = X[rows], y[rows]
@@ -331,12 +370,23 @@ class CVClient(Client):
         y = np.asarray(y, dtype=np.float64)
         y2 = y.reshape(y.shape[0], -1)
         if step == "statistics":
-            return self._statistics(task, X, y, sample_weight)
+            named = self._statistics(task, X, y, sample_weight)
+            return _Block(named=named, whole="folds" in task.arrays)
         if step == "leave_one_out":
-            return self._leave_one_out(task, X, y2, sample_weight)
+            return _Block(*self._leave_one_out(task, X, y2, sample_weight))
         if step == "predict":
-            return self._predict(task, X, y2, sample_weight)
+            fields, arrays = self._predict(task, X, y2, sample_weight)
+            whole = any(name.startswith("rows") for name in task.arrays)
+            return _Block(fields, arrays, whole=whole)
         raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+
+    def _merge(self, first, second):
+        return first.merge(second)
+
+    def _finish(self, task, summary):
+        if summary.named is not None:
+            return _pack(summary.named)
+        return summary.fields, summary.arrays
 
     def _statistics(self, task, X, y, sample_weight):
         centered = task_field(task, "centered", bool)
@@ -359,7 +409,7 @@ class CVClient(Client):
                     index = np.flatnonzero(folds[:, j] == code)
                     if index.size:
                         named[f"{part}{j}"] = stats(index)
-        return _pack(named)
+        return named
 
     def _leave_one_out(self, task, X, y, sample_weight):
         arrays = task.arrays
@@ -1022,6 +1072,11 @@ class FederatedRidgeCV(BaseFederatedRidge):
                 "criterion='pooled_squared_error' is the squared error itself; scoring must "
                 f"be None, got {self.scoring!r}.")
 
+    def _keeps_rows(self):
+        """Whether leave-one-out results come back per row (to be put in ``X``'s order)."""
+        return self.cv is None and (
+            self.store_cv_results or _scorer_kind(self._scorer()) is None)
+
     def _scorer(self):
         return check_scoring(self, scoring=self.scoring, allow_none=True) if self.scoring else None
 
@@ -1054,8 +1109,11 @@ class FederatedRidgeCV(BaseFederatedRidge):
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
         server = self.make_server(feature_names=names)
-        everything = np.arange(X.shape[0])
-        server.positions = {label_key(label): everything[r] for label, r in zip(labels, rows)}
+        if hasattr(X, "_row_positions"):  # Dask partitions: read only for per-row results
+            server.positions = X._row_positions() if self._keeps_rows() else None
+        else:
+            everything = np.arange(X.shape[0])
+            server.positions = {label_key(label): everything[r] for label, r in zip(labels, rows)}
         if self.cv is not None and not isinstance(self.cv, str):
             groups = None
             if clients is not None:  # the clients, as checked and aligned, are the groups

@@ -60,7 +60,7 @@ from ..privacy._secure_aggregation import (
     unmask_sum,
 )
 from ..protocol import (
-    Client,
+    BlockwiseClient,
     InvalidClientMessage,
     Server,
     atomic,
@@ -292,7 +292,7 @@ def _context(task):
     return f"{task.federation}|{task.round}".encode("ascii")
 
 
-class PrivateClient(Client):
+class PrivateClient(BlockwiseClient):
     """A site of :class:`PrivateFederatedRidge`.
 
     A ``"keys"`` task (distributed noise) asks for a fresh X25519 public key;
@@ -326,17 +326,31 @@ class PrivateClient(Client):
                               ClippingWarning, stacklevel=2)
         return reply
 
-    def _compute(self, task, X, y, sample_weight, rows):
-        step = task_field(task, "step", str)
-        if step == "keys":
+    # A release is _finish (grid, noise, mask: once per site) of the sum of the
+    # clipped sums of the site's rows, so its rows may come in blocks.
+    def _reads_rows(self, task):
+        return _step(task) != "keys"
+
+    def _summarize(self, task, X, y, sample_weight, rows):
+        if _step(task) == "keys":
+            return None  # a key depends on no row
+        fields = _read_privacy_fields(task)
+        sums, n_clipped = clipped_sums(
+            X, y, sample_weight, rows, fields["feature_bound"], fields["target_bound"],
+            fields["fit_intercept"],
+        )
+        return ClippedSums(sums, n_clipped, count_rows(X.shape[0], rows), y.ndim == 1)
+
+    def _merge(self, first, second):
+        return None if first is None else first.merge(second)
+
+    def _finish(self, task, summary):
+        if _step(task) == "keys":
             key = MaskingKey()  # always fresh OS randomness: the server must never know it
             self._masking_keys[(task.federation, label_key(task.site))] = key
             return {}, {"public_key": np.frombuffer(key.public_bytes, dtype=np.uint8)}
-        if step != "release":
-            raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
         fields = _read_privacy_fields(task)
-        t = 1 if y.ndim == 1 else y.shape[1]
-        p = n_released(X.shape[1], t, fields["fit_intercept"])
+        p = summary.sums.shape[0]
         public_keys, index = None, None
         if fields["noise"] == "distributed":
             public_keys = check_public_keys(task.arrays.get("public_keys"), fields["n_sites"])
@@ -349,18 +363,14 @@ class PrivateClient(Client):
             fit_intercept=fields["fit_intercept"], n_values=p,
             n_sharing=1 if public_keys is None else fields["n_sites"],
         )
-        sums, n_clipped = clipped_sums(
-            X, y, sample_weight, rows, fields["feature_bound"], fields["target_bound"],
-            fields["fit_intercept"],
-        )
-        n_rows = count_rows(X.shape[0], rows)
-        self.clipped_[label_key(task.site)] = (task.site, n_clipped, n_rows)
+        self.clipped_[label_key(task.site)] = (task.site, summary.n_clipped, summary.n_rows)
         generator = release_generator(self.estimator.random_state, fields["release"], task.site)
         noise = rounded_gaussian(generator, math.ldexp(plan.site_std, -plan.exponent), p)
         # Each site's |sums + noise| <= floor((2^63-1)/K) grid steps: K of them cannot overflow.
-        encoded = fixed_point_encode(sums, plan.exponent, fields["n_sites"], party=task.site)
+        encoded = fixed_point_encode(summary.sums, plan.exponent, fields["n_sites"],
+                                     party=task.site)
         encoded = _bounded(encoded + noise, fields["n_sites"], task.site)
-        reply_fields = {"single_target": bool(y.ndim == 1)}
+        reply_fields = {"single_target": summary.single_target}
         if public_keys is None:
             return reply_fields, {"sums": encoded}
         key = self._masking_keys.pop((task.federation, label_key(task.site)), None)
@@ -374,6 +384,29 @@ class PrivateClient(Client):
         if not local:
             self._pair_keys.clear()  # the last site of this process has masked
         return reply_fields, {"masked": masked}
+
+
+class ClippedSums:
+    """A block of a site's rows for a release: its clipped sums, before grid and noise."""
+
+    __slots__ = ("n_clipped", "n_rows", "single_target", "sums")
+
+    def __init__(self, sums, n_clipped, n_rows, single_target):
+        self.sums = sums
+        self.n_clipped = n_clipped
+        self.n_rows = n_rows
+        self.single_target = bool(single_target)
+
+    def merge(self, other):
+        return ClippedSums(self.sums + other.sums, self.n_clipped + other.n_clipped,
+                           self.n_rows + other.n_rows, self.single_target)
+
+
+def _step(task):
+    step = task_field(task, "step", str)
+    if step not in ("keys", "release"):
+        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+    return step
 
 
 def _bounded(encoded, n_sites, site):

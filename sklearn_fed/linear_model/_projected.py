@@ -90,12 +90,10 @@ class ProjectedClient(StatisticsClient):
 
     protocol = "ridge.projected"
 
-    def _compute(self, task, X, y, sample_weight, rows):
-        step = task_field(task, "step", str)
+    def _summarize(self, task, X, y, sample_weight, rows):
+        step = _step(task)
         if step == "count":
-            return {"n_samples": int(count_rows(X.shape[0], rows))}, {}
-        if step != "statistics":
-            raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+            return int(count_rows(X.shape[0], rows))
         centered = task_field(task, "centered", bool)
         seed = task_field(task, "seed", int)
         m = task_field(task, "n_components", int)
@@ -104,12 +102,25 @@ class ProjectedClient(StatisticsClient):
             raise InvalidClientMessage("server: malformed projection task.", "server")
         if m < X.shape[1]:
             projection = shared_projection(seed, X.shape[1], m, kind)
-            stats = projected_statistics(X, y, sample_weight, rows, projection, centered)
-        else:
-            stats = ClientStatistics.from_data(
-                X, y, sample_weight, centered=centered, rows=rows, check_input=False
-            )
-        return stats.to_payload()
+            return projected_statistics(X, y, sample_weight, rows, projection, centered)
+        return ClientStatistics.from_data(
+            X, y, sample_weight, centered=centered, rows=rows, check_input=False
+        )
+
+    def _merge(self, first, second):
+        return first + second if isinstance(first, int) else first.merge(second)
+
+    def _finish(self, task, summary):
+        if _step(task) == "count":
+            return {"n_samples": summary}, {}
+        return summary.to_payload()
+
+
+def _step(task):
+    step = task_field(task, "step", str)
+    if step not in ("count", "statistics"):
+        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+    return step
 
 
 class ProjectedServer(StatisticsServer):

@@ -8,7 +8,8 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 
 - :class:`Frame`, :func:`encode`, :func:`decode`: the one wire format
   (versioned, schema-carrying, checksummed or HMAC-authenticated, no pickle).
-- :class:`Server`, :class:`Client`: the roles, subclassed per estimator family.
+- :class:`Server`, :class:`Client`: the roles, subclassed per estimator family
+  (:class:`BlockwiseClient` for answers that are reductions over rows).
 - :class:`SitePolicy`: what a site agrees to compute.
 - :class:`FeatureSchema`: the features a task expects.
 - :class:`CommunicationLedger`: bytes sent, from real message sizes.
@@ -16,7 +17,7 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
-from ._roles import Client, FederatedMixin, Server, SitePolicy
+from ._roles import BlockwiseClient, Client, FederatedMixin, Server, SitePolicy
 from ._schema import FeatureSchema, check_site_data
 from ._simulate import atomic, run_simulation, simulate_through_bytes
 from ._wire import (
@@ -30,6 +31,7 @@ from ._wire import (
 )
 
 __all__ = [
+    "BlockwiseClient",
     "Client",
     "CommunicationLedger",
     "FeatureSchema",

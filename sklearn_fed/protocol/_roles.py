@@ -26,7 +26,7 @@ from ._ledger import CommunicationLedger
 from ._schema import FeatureSchema, check_site_data, reply_schema
 from ._wire import DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, encode, label_key
 
-__all__ = ["Client", "FederatedMixin", "Server", "SitePolicy"]
+__all__ = ["BlockwiseClient", "Client", "FederatedMixin", "Server", "SitePolicy"]
 
 
 class SitePolicy:
@@ -213,6 +213,37 @@ class Client(ABC):
     @abstractmethod
     def _compute(self, task, X, y, sample_weight, rows):
         """A site's answer: ``(fields, arrays)`` from its rows ``X[rows]``."""
+
+
+class BlockwiseClient(Client):
+    """A site whose answer is a reduction over its rows, so it can come in blocks.
+
+    ``_compute`` is ``_finish`` of the ``_merge`` of the ``_summarize`` of
+    the site's rows; a site whose rows are split in blocks (Dask partitions,
+    see :mod:`sklearn_fed.dask`) summarizes each block where it is stored,
+    merges the summaries in row order and finishes once, without gathering
+    its rows. A subclass that overrides ``_compute`` itself is not treated
+    blockwise.
+    """
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
+
+    def _reads_rows(self, task):
+        """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
+        return True
+
+    @abstractmethod
+    def _summarize(self, task, X, y, sample_weight, rows):
+        """A summary of the site's rows ``X[rows]`` (one block of them)."""
+
+    @abstractmethod
+    def _merge(self, first, second):
+        """The summary of two disjoint blocks of rows, ``first`` before ``second``."""
+
+    @abstractmethod
+    def _finish(self, task, summary):
+        """The site's answer ``(fields, arrays)`` from the summary of all its rows."""
 
 
 class Server(ABC):

@@ -65,20 +65,18 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     -------
     server : Server
     """
-    through_bytes = getattr(_config, "through_bytes", False)
     labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
+    if hasattr(X, "_run_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
+        return X._run_partitions(server, clients, labels, names)
     position = {label_key(label): i for i, label in enumerate(labels)}
     per_site = isinstance(clients, dict)
+
+    def role(site):
+        return clients[site] if per_site else clients
+
     tasks = server._next_frames(labels)
     while tasks:
-        if through_bytes:
-            tasks = {
-                site: decode(encode(task, key=server._key(site)),
-                             key=(clients[site] if per_site else clients).key, client="server")
-                for site, task in tasks.items()
-            }
-            for site, task in tasks.items():
-                (clients[site] if per_site else clients)._check_task(task)
+        tasks = {site: deliver_task(server, role(site), site, task) for site, task in tasks.items()}
         site_rows = {site: rows[position[label_key(site)]] for site in tasks}
         if per_site:
             replies = {
@@ -88,16 +86,31 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
         else:  # one role for every site: it may compute them together
             replies = clients._reply_many(tasks, X, y, sample_weight, site_rows, names)
         sizes = {}
-        if through_bytes:
-            for site, reply in replies.items():
-                key = (clients[site] if per_site else clients).key
-                data = encode(reply, key=key)
-                sizes[site] = len(data)
-                replies[site] = decode(data, key=server._key(site), client=site,
-                                       max_bytes=server.max_message_bytes)
+        replies = {
+            site: deliver_reply(server, role(site), site, reply, sizes)
+            for site, reply in replies.items()
+        }
         server._receive_frames(replies, sizes)
         tasks = server._next_frames(labels)
     return server
+
+
+def deliver_task(server, client, site, task):
+    """A task frame as the site receives it: through bytes inside :func:`simulate_through_bytes`."""
+    if not getattr(_config, "through_bytes", False):
+        return task
+    task = decode(encode(task, key=server._key(site)), key=client.key, client="server")
+    client._check_task(task)
+    return task
+
+
+def deliver_reply(server, client, site, reply, sizes):
+    """A reply frame as the server receives it; records its byte size in ``sizes`` when encoded."""
+    if not getattr(_config, "through_bytes", False):
+        return reply
+    data = encode(reply, key=client.key)
+    sizes[site] = len(data)
+    return decode(data, key=server._key(site), client=site, max_bytes=server.max_message_bytes)
 
 
 def atomic(method):

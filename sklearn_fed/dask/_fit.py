@@ -1,0 +1,378 @@
+"""``fit``/``partial_fit`` on Dask collections: the estimator's protocol, partition by partition.
+
+The one-shot estimators (FederatedRidge, FederatedRidgeCV,
+ProjectedFederatedRidge, PrivateFederatedRidge) run their own ``fit`` with a
+:class:`PartitionedRows` as ``X``, which their ``_validate_rows`` and
+``run_simulation`` hand back here; only where a site's answer is computed
+changes:
+
+1. ``_validate_rows`` checks the feature names and count on the collection's
+   metadata and finds the sites in ``clients`` (one site, labelled 0, without
+   ``clients``: partitions are then blocks of that one site's rows, as
+   ``fit(X, y)`` treats all rows as one site);
+2. ``run_simulation`` runs the server as always, and for each round every
+   partition is validated and each site's rows in it are summarized by the
+   client role (``BlockwiseClient._summarize``) where the partition lives;
+3. the summaries are merged by a tree reduction (a fixed tree, partitions in
+   order, so every run gives the same bits); only the merged summaries travel
+   back, and the site role finishes each site's answer from its summary;
+4. the server reads and applies the answers with the same code as every
+   other run.
+
+IncrementalFederatedRidge treats a collection as a stream: one round
+(``fit`` then ``partial_fit``) per partition, in order, the next partition
+read while the current round runs.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import dask
+import dask.threaded
+import numpy as np
+from dask.base import get_scheduler
+from threadpoolctl import threadpool_limits
+
+from .._clients import group_rows_by_client
+from .._compat import validate_data
+from ..protocol import BlockwiseClient, atomic, label_key
+from ..protocol._simulate import deliver_reply, deliver_task
+from ._partitions import Partitions
+
+__all__ = ["PartitionedRows", "fit_collection"]
+
+#: The estimators whose fit and partial_fit take Dask collections.
+SUPPORTED = (
+    "FederatedRidge",
+    "FederatedRidgeCV",
+    "ProjectedFederatedRidge",
+    "PrivateFederatedRidge",
+    "IncrementalFederatedRidge",
+)
+#: Partition summaries merged per node of the reduction tree.
+SPLIT_EVERY = 8
+#: The site of every row when ``clients`` is None (as in ``group_rows_by_client``).
+ONLY_SITE = 0
+
+
+def fit_collection(estimator, method, name, X, y=None, sample_weight=None, clients=None):
+    """Run ``method`` (``fit`` or ``partial_fit``, called ``name``) on Dask collections.
+
+    Called by the estimators' ``fit``/``partial_fit`` when an argument is a
+    Dask collection (see :class:`~sklearn_fed._dask_dispatch.DaskDispatchMixin`).
+    """
+    from .. import linear_model
+
+    supported = tuple(getattr(linear_model, name) for name in SUPPORTED)
+    if not isinstance(estimator, supported):
+        # Their site roles keep state of their own between calls, which the
+        # copies sent to the workers would not carry back.
+        raise TypeError(
+            f"{type(estimator).__name__} cannot fit Dask collections; these can: "
+            f"{', '.join(SUPPORTED)}."
+        )
+    if isinstance(estimator, linear_model.IncrementalFederatedRidge):
+        return _stream(estimator, name, Partitions(X, y, sample_weight, clients))
+    if isinstance(estimator, linear_model.FederatedRidgeCV):
+        _check_cv_on_collection(estimator)
+    rows = PartitionedRows(X, y, sample_weight, clients)
+    # ``clients`` is passed on for what fit decides from it (``clients is None``);
+    # the labels themselves are read from the partitions.
+    return method(estimator, rows, rows, sample_weight=None, clients=clients)
+
+
+def _check_cv_on_collection(estimator):
+    if estimator.cv is not None and not isinstance(estimator.cv, str):
+        raise ValueError(
+            "FederatedRidgeCV on a Dask collection holds out rows (cv=None) or clients "
+            f"(cv='clients'), not folds of a splitter (got cv={estimator.cv!r}): give each "
+            "fold's rows their own clients label and use cv='clients' (e.g. "
+            "clients=sklearn_fed.dask.partition_labels(X) holds out one partition at a time)."
+        )
+
+
+class PartitionedRows:
+    """``X`` as an estimator's ``fit`` receives it from Dask collections.
+
+    It is never an array: ``_validate_rows`` and ``run_simulation`` hand it
+    back here (:meth:`_validate_partitions`, :meth:`_run_partitions`).
+    """
+
+    def __init__(self, X, y, sample_weight, clients):
+        self._inputs = (X, y, sample_weight, clients)
+        self.parts = None
+
+    @property
+    def columns(self):
+        """The columns of a DataFrame ``X`` (for messages about them)."""
+        return self._inputs[0].columns
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError(
+            "rows in Dask partitions cannot be used as one array; this estimator computes "
+            "something from X outside its protocol roles."
+        )
+
+    def _validate_partitions(self, estimator, *, reset):
+        """What ``_validate_rows`` returns: ``(X, y, sample_weight, labels, rows)``.
+
+        ``y`` has no rows (only its shape says how many targets); the
+        partitions carry the rows, weights and labels.
+        """
+        parts = self.parts = Partitions(*self._inputs)
+        validate_data(estimator, parts.stand_in, "no_validation", reset=reset,
+                      skip_check_array=True)
+        y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
+        return self, y_like, None, _site_labels(parts), None
+
+    def _row_positions(self):
+        """``{site: positions of its rows in X}``, read from ``clients`` (None: one site)."""
+        clients = self.parts.inputs["clients"]
+        if clients is None:
+            return None  # the one site's rows are X's rows, in order
+        grouped = _compute(*[
+            dask.delayed(_grouped, pure=True)(i, block) for i, block in enumerate(clients.blocks)
+        ])
+        found, offset = {}, 0
+        for labels, rows, n in grouped:
+            everything = np.arange(offset, offset + n)
+            for label, site_rows in zip(labels, rows):
+                found.setdefault(label_key(label), []).append(everything[site_rows])
+            offset += n
+        return {key: np.concatenate(parts) for key, parts in found.items()}
+
+    def _run_partitions(self, server, clients, labels, names):
+        """``run_simulation`` on partitions: every round answered partition by partition."""
+        frames = server._next_frames(labels)
+        while frames:
+            replies, sizes = _answer_round(self.parts, server, clients, frames, names)
+            server._receive_frames(replies, sizes)
+            frames = server._next_frames(labels)
+        return server
+
+
+def _site_labels(parts):
+    """Every site label in ``clients``, ordered as ``fit`` on arrays orders them."""
+    clients = parts.inputs["clients"]
+    if clients is None:
+        return np.array([ONLY_SITE])
+    per_partition = _compute(*[
+        dask.delayed(_labels_in, pure=True)(i, block) for i, block in enumerate(clients.blocks)
+    ])
+    present = [labels for labels in per_partition if len(labels)]
+    if not present:
+        raise ValueError("clients has no rows.")
+    # Labels of each partition in order of first appearance, concatenated: the
+    # grouping of arrays then gives the same order (sorted, or first appearance).
+    labels, _ = group_rows_by_client(np.concatenate(present), sum(map(len, present)))
+    return labels
+
+
+def _grouped(i, clients):
+    """``(labels, rows, n_rows)`` of one partition of ``clients``, as ``group_rows_by_client``."""
+    clients = np.asarray(clients)
+    if clients.ndim == 2 and clients.shape[1] == 1:
+        clients = clients[:, 0]
+    if not len(clients):
+        return clients, [], 0
+    try:
+        labels, rows = group_rows_by_client(clients, clients.shape[0])
+    except ValueError as exc:
+        raise ValueError(f"partition {i}: {exc}") from exc
+    return labels, rows, clients.shape[0]
+
+
+def _labels_in(i, clients):
+    labels, rows, _ = _grouped(i, clients)
+    first = np.argsort([r.start if isinstance(r, slice) else r[0] for r in rows], kind="stable")
+    return labels[first]
+
+
+def _answer_round(parts, server, clients, frames, names):
+    """Every tasked site's reply frame, computed partition by partition."""
+    sites = {label_key(site): site for site in frames}
+    roles = {key: clients[site] if isinstance(clients, dict) else clients
+             for key, site in sites.items()}
+    tasks = {key: deliver_task(server, roles[key], site, frames[site])
+             for key, site in sites.items()}
+    answers = SiteAnswers(roles, tasks, parts.spec())
+    if any(answers.reads_rows(key) for key in tasks):
+        # Only the merged summaries come back; the site roles finish them here,
+        # where their state (e.g. keys kept between rounds) lives.
+        merged = _compute(_reduction(parts, roles, tasks))[0]
+    else:  # e.g. a key exchange: no partition is read
+        merged = {key: _Piece(site, roles[key]._summarize(tasks[key], None, None, None, None), ())
+                  for key, site in sites.items()}
+    return _replies(parts, server, roles, sites, tasks, answers.finish(merged), names)
+
+
+def _reduction(parts, roles, tasks):
+    """The delayed tree: each partition's summaries, merged eight at a time, in order."""
+    # Workers get site roles rebuilt from the estimator alone: a role's key and
+    # the state it keeps between rounds (a masking key) never leave this process.
+    rebuilt = {}
+    fresh = {key: rebuilt.setdefault(id(role), type(role)(role.estimator))
+             for key, role in roles.items()}
+    shared = dask.delayed(SiteAnswers(fresh, tasks, parts.spec()), pure=True)
+    nodes = [
+        dask.delayed(_summarize_partition, pure=True)(shared, i, *parts.delayed(i))
+        for i in range(parts.n_partitions)
+    ]
+    while len(nodes) > 1:
+        nodes = [
+            dask.delayed(_combine, pure=True)(shared, *nodes[i : i + SPLIT_EVERY])
+            for i in range(0, len(nodes), SPLIT_EVERY)
+        ]
+    return nodes[0]
+
+
+def _replies(parts, server, roles, sites, tasks, finished, names):
+    """The reply frames of the finished answers, as the server receives them."""
+    # The reply's schema is read from these shapes and dtype, as from a site's rows.
+    X_like = np.empty((0, parts.n_features), dtype=parts.dtype)
+    y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
+    replies, sizes = {}, {}
+    for key, site in sites.items():  # in the order of the tasks, as in memory
+        if key not in finished:
+            continue  # no rows of this site: dropout
+        fields, arrays = finished[key]
+        role = roles[key]
+        frame = role._reply_frame(tasks[key], X_like, y_like, names, fields, arrays)
+        replies[site] = deliver_reply(server, role, site, frame, sizes)
+    return replies, sizes
+
+
+def _compute(*collections):
+    """``dask.compute``; on the local threaded scheduler, one BLAS thread per task.
+
+    Partitions are summarized in parallel threads already: letting each
+    BLAS call start one thread per core as well oversubscribes the cores
+    (scikit-learn's KMeans limits BLAS the same way around its parallel loop).
+    """
+    if get_scheduler(collections=collections) is dask.threaded.get:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return dask.compute(*collections)
+    return dask.compute(*collections)
+
+
+def _summarize_partition(answers, i, X, y, sample_weight, clients):
+    return answers.summarize(i, X, y, sample_weight, clients)
+
+
+def _combine(answers, *nodes):
+    return answers.combine(nodes)
+
+
+class _Piece:
+    """A site's summary of its rows in some partitions (listed, for error messages)."""
+
+    __slots__ = ("partitions", "site", "summary")
+
+    def __init__(self, site, summary, partitions):
+        self.site = site
+        self.summary = summary
+        self.partitions = partitions
+
+
+class SiteAnswers:
+    """The client roles applied to the sites' rows of one round, block by block.
+
+    For a :class:`~sklearn_fed.protocol.BlockwiseClient`, a site's rows may
+    span partitions. For any other client role each site's reply is
+    ``_compute`` of its rows, which must then lie in one partition: a reply is
+    not in general a sum (noise, for instance, is drawn once per reply).
+    """
+
+    def __init__(self, roles, tasks, spec):
+        self.roles = roles
+        self.tasks = tasks
+        self.spec = spec
+
+    def reads_rows(self, key):
+        role = self.roles[key]
+        return not _answers_from_blocks(type(role)) or role._reads_rows(self.tasks[key])
+
+    def summarize(self, i, X, y, sample_weight, clients):
+        checked = self.spec.check(i, X, y, sample_weight, clients)
+        if checked is None:
+            return {}
+        X, y, sample_weight, labels, rows = checked
+        if labels is None:
+            labels, rows = [ONLY_SITE], [None]
+        pieces = {}
+        for label, site_rows in zip(labels, rows):
+            label = label.item() if isinstance(label, np.generic) else label
+            key = label_key(label)
+            task = self.tasks.get(key)
+            if task is None:  # the server did not ask this site this round
+                continue
+            role = self.roles[key]
+            if _answers_from_blocks(type(role)):
+                summary = role._summarize(task, X, y, sample_weight, site_rows)
+            else:
+                summary = role._compute(task, X, y, sample_weight, site_rows)
+            pieces[key] = _Piece(label, summary, (i,))
+        return pieces
+
+    def combine(self, nodes):
+        merged = {}
+        for node in nodes:
+            for key, piece in node.items():
+                first = merged.get(key)
+                merged[key] = piece if first is None else self._merge(key, first, piece)
+        return merged
+
+    def _merge(self, key, first, second):
+        role = self.roles[key]
+        partitions = first.partitions + second.partitions
+        if not _answers_from_blocks(type(role)):
+            raise ValueError(
+                f"site {first.site!r} has rows in partitions {list(partitions)}, but "
+                f"{type(role).__name__} is not a BlockwiseClient: its reply cannot be "
+                "assembled from parts. Put each site's rows in one partition."
+            )
+        return _Piece(first.site, role._merge(first.summary, second.summary), partitions)
+
+    def finish(self, node):
+        finished = {}
+        for key, piece in node.items():
+            role = self.roles[key]
+            finished[key] = (
+                role._finish(self.tasks[key], piece.summary)
+                if _answers_from_blocks(type(role)) else piece.summary
+            )
+        return finished
+
+
+def _answers_from_blocks(role):
+    """Whether ``role`` answers blockwise: a BlockwiseClient whose ``_compute`` is not replaced."""
+    return issubclass(role, BlockwiseClient) and _owner(role, "_compute") is BlockwiseClient
+
+
+def _owner(cls, name):
+    return next(base for base in cls.__mro__ if name in base.__dict__)
+
+
+# ------------------------------------------------------------------- stream
+@atomic
+def _stream(estimator, name, parts):
+    """One round per partition, in order; the next partition is read meanwhile."""
+    spec = parts.spec()
+    rounds = 0
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        pending = reader.submit(_read_partition, parts, 0)
+        for i in range(parts.n_partitions):
+            X, y, sample_weight, clients = pending.result()
+            if i + 1 < parts.n_partitions:
+                pending = reader.submit(_read_partition, parts, i + 1)
+            if spec.check(i, X, y, sample_weight, clients) is None:
+                continue  # a partition without rows brings no round
+            step = estimator.fit if name == "fit" and rounds == 0 else estimator.partial_fit
+            step(X, y, sample_weight=sample_weight, clients=clients)
+            rounds += 1
+    if rounds == 0:
+        raise ValueError("X has no rows.")
+    return estimator
+
+
+def _read_partition(parts, i):
+    return dask.compute(*parts.delayed(i))
