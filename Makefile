@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines clean venv fuzz property accuracy
+.PHONY: demo test docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines flower-demo clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --durations=15
+
+# examples/flower/README.md's one-machine commands: a SuperLink and three SuperNodes on
+# 127.0.0.1, one `flwr run`, then the saved model checked against the in-process fit
+flower-demo: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/flower/run_demo.sh
 
 docs: $(STAMP)
 	$(MAKE) -C docs html SPHINXBUILD=$(abspath $(VENV))/bin/sphinx-build

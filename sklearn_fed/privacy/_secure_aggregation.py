@@ -168,6 +168,15 @@ class MaskingKey:
             self._private = x25519.X25519PrivateKey.from_private_bytes(bytes(private_bytes))
         self.public_bytes = self._private.public_key().public_bytes_raw()
 
+    def __getstate__(self):
+        # A deployed site keeps its key between the key round and the masked round, and
+        # a Flower ClientApp is a new process per message: the node saves it in its own
+        # state (skops, never sent). The X25519 object itself cannot be written.
+        return {"private_bytes": self._private.private_bytes_raw()}
+
+    def __setstate__(self, state):
+        self.__init__(state["private_bytes"])
+
     def shared_secret(self, peer_public_bytes):
         """The X25519 secret shared with the holder of ``peer_public_bytes``."""
         _, x25519, *_ = _crypto()

@@ -1,0 +1,342 @@
+"""The Flower ClientApp and ServerApp, built from any estimator's protocol roles.
+
+The server app runs ``estimator.make_server()`` and the client app runs
+``estimator.make_client(...).respond`` on the node's own rows; between them
+Flower carries each task and each reply as our bytes, unchanged, in one
+:class:`flwr.app.ConfigRecord` entry. Flower adds the transport (the SuperLink
+relays messages; SuperNodes pull them), our frames keep their own checks
+(schema, federation id, round id, HMAC under the site's key).
+
+One run:
+
+1. Wait until ``min-nodes`` SuperNodes are connected, then ask every listed
+   node for its site label (a *roll call*: a restarted SuperLink may still
+   list dead nodes; those do not answer and are left out). Nodes whose label
+   the run config gives (``node-sites``) are not asked.
+2. ``tasks = server.next_tasks(sites)``; push one message per site, pull the
+   replies until all are in or ``reply-timeout`` passes. A site that answers
+   with an error (a refusal, unreadable data, a crashed ClientApp) or not at
+   all is dropout: left out of this round and of later ones. Fewer than
+   ``min-nodes`` replies stops the run.
+3. ``server.receive(replies)``; repeat until the server has no more tasks.
+4. Save ``server.estimator`` to ``model-path`` (skops, see
+   :func:`~sklearn_fed.flower.save_model`).
+"""
+
+import json
+import logging
+import sys
+import time
+
+from flwr.app import ConfigRecord, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import ServerApp
+
+from ..protocol import (
+    InvalidClientMessage,
+    TaskRefused,
+    decode,
+    plain_label,
+    sorted_labels,
+)
+from ._config import NodeSettings, ServerSettings, estimator_from_config, site_text
+from ._persist import import_skops_in_background, save_model
+from ._state import read_state, write_state
+
+__all__ = ["make_client_app", "make_server_app", "run_server"]
+
+_log = logging.getLogger("sklearn_fed.flower")
+
+#: Name of the RecordDict entry (a ConfigRecord) that carries our bytes.
+RECORD = "sklearn_fed"
+#: Flower message types: "<category>.<action>"; the ClientApp routes on them.
+ROLL_CALL_ACTION = "sklearn_fed_site"
+TASK_ACTION = "sklearn_fed"
+#: Where a node keeps its client role's state between the messages of one run.
+STATE_RECORD = "sklearn_fed_client"
+_CONFIGURED = frozenset({"estimator", "key", "policy", "site"})  # rebuilt for every message
+
+
+# ---------------------------------------------------------------- client side
+def _error_reply(message, exc):
+    return Message(
+        Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"),
+        reply_to=message,
+    )
+
+
+def roll_call(message, context):
+    """A node's answer to the roll call: its site label (JSON), from its node config."""
+    node = NodeSettings.from_node_config(context.node_config)
+    record = ConfigRecord({"site": json.dumps(plain_label(node.site))})
+    return Message(RecordDict({RECORD: record}), reply_to=message)
+
+
+def _kept_state(client):
+    """The client role's attributes for the next message (see :mod:`._state`).
+
+    What cannot be kept (a torch module a role caches, say) is not: the role
+    rebuilds it. State a role needs (rows held back, a round's X25519 key)
+    is plain values, arrays and sklearn-fed classes (with
+    ``__getstate__``/``__setstate__`` where an attribute is not).
+    """
+    kept, skipped = {}, []
+    for name, value in vars(client).items():
+        if name in _CONFIGURED:
+            continue
+        try:
+            kept[name] = write_state(value)
+        except TypeError:
+            skipped.append(name)
+    if skipped:
+        _log.info("sklearn-fed: %s attributes rebuilt on the next message, not kept: %s",
+                  type(client).__name__, skipped)
+    return ConfigRecord(kept)
+
+
+def answer_task(message, context):
+    """A node's answer to one task: ``make_client(...).respond`` on its own rows.
+
+    Flower starts a new process for every message, so what a client role
+    keeps between rounds (rows held back, a round's secret key) is saved in
+    the node's ``context.state`` (it never leaves the node) and restored for
+    the next message of the run. With ``round-column``, a streaming protocol
+    (one whose ``fit`` is one of many rounds) gets the rows of the task's
+    round; every other protocol gets all rows.
+
+    A task the site refuses (its policy), one that is not authentic, or rows
+    it cannot use are answered with an error reply that says why; the server
+    treats the site as dropout.
+    """
+    try:
+        node = NodeSettings.from_node_config(context.node_config)
+        record = message.content.config_records.get(RECORD)
+        task = None if record is None else record.get("task")
+        if not isinstance(task, bytes):
+            raise InvalidClientMessage("server: the message carries no sklearn-fed task.",
+                                       "server")
+        key = node.read_key()
+        estimator = estimator_from_config(context.run_config)
+        client = estimator.make_client(key=key, policy=node.policy, site=node.site)
+        saved = context.state.config_records.get(STATE_RECORD, {})
+        for name, data in saved.items():
+            setattr(client, name, read_state(data))
+        in_round = None
+        if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
+            # a streaming protocol answers each round from that round's new rows; the
+            # round is read from the authenticated task, not from Flower's metadata
+            in_round = decode(task, key=key, client="server").round
+        X, y, sample_weight = node.read_data(in_round)
+        reply = client.respond(task, X, y, sample_weight)
+    except (TaskRefused, InvalidClientMessage, ValueError) as exc:
+        _log.warning("sklearn-fed: not answering: %s", exc)
+        return _error_reply(message, exc)
+    context.state[STATE_RECORD] = _kept_state(client)
+    return Message(RecordDict({RECORD: ConfigRecord({"reply": reply})}), reply_to=message)
+
+
+def make_client_app():
+    """A Flower ClientApp that answers any sklearn-fed estimator's tasks.
+
+    The node's rows, label, key and policy come from its node config (see
+    :class:`~sklearn_fed.flower.NodeSettings`); the estimator from the run
+    config.
+
+    Returns
+    -------
+    app : flwr.clientapp.ClientApp
+    """
+    app = ClientApp()
+    app.query(ROLL_CALL_ACTION)(roll_call)
+    app.train(TASK_ACTION)(answer_task)
+    return app
+
+
+# ---------------------------------------------------------------- server side
+def _exchange(grid, outgoing, *, timeout, poll_interval):
+    """Push ``{site: Message}``, pull replies until all are in or ``timeout`` passes.
+
+    Grid.send_and_receive would do this too, but it sleeps 3 s between pulls
+    (Flower 1.41), which would dominate a one-shot protocol's round.
+
+    Returns
+    -------
+    replies : dict
+        Site -> reply Message (without error).
+    failed : dict
+        Site -> why it gave no usable reply.
+    """
+    sites = list(outgoing)
+    ids = list(grid.push_messages([outgoing[site] for site in sites]))
+    failed = {}
+    if len(ids) != len(sites):  # e.g. the SuperLink refused an oversized request
+        return {}, {site: "the SuperLink did not accept the message." for site in sites}
+    site_of = {}
+    for site, message_id in zip(sites, ids):
+        if message_id is None:
+            failed[site] = "the SuperLink did not accept the message."
+        else:
+            site_of[message_id] = site
+    pending, replies = set(site_of), {}
+    deadline = time.monotonic() + timeout
+    while pending:
+        for reply in grid.pull_messages(list(pending)):
+            message_id = reply.metadata.reply_to_message_id
+            if message_id not in pending:
+                continue
+            pending.discard(message_id)
+            site = site_of[message_id]
+            if reply.has_error():
+                failed[site] = f"error reply ({reply.error.code}): {reply.error.reason}"
+            else:
+                replies[site] = reply
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
+            break
+        time.sleep(min(poll_interval, left))
+    for message_id in pending:
+        failed[site_of[message_id]] = f"no reply within {timeout:g} s."
+    return replies, failed
+
+
+def _message(content, node_id, message_type, settings, group):
+    return Message(
+        content, dst_node_id=node_id, message_type=message_type,
+        ttl=settings.reply_timeout + settings.node_timeout + 60.0, group_id=group,
+    )
+
+
+def _roll_call(grid, settings):
+    """``{site: node id}`` from ``node-sites`` or the nodes' answers; waits for ``min-nodes``.
+
+    A node listed in ``node-sites`` is not asked (that saves one ClientApp
+    process per node and run); if the mapping is wrong, the node refuses the
+    task addressed to another site, or fails its key, and is dropout.
+    """
+    deadline = time.monotonic() + settings.node_timeout
+    while True:
+        node_ids = sorted(grid.get_node_ids())
+        if len(node_ids) >= settings.min_nodes or time.monotonic() >= deadline:
+            break
+        time.sleep(min(1.0, settings.node_timeout))
+    if len(node_ids) < settings.min_nodes:
+        raise RuntimeError(
+            f"{len(node_ids)} SuperNode(s) connected within node-timeout="
+            f"{settings.node_timeout:g} s; min-nodes={settings.min_nodes}."
+        )
+    outgoing = {
+        node: _message(RecordDict(), node, f"query.{ROLL_CALL_ACTION}", settings, "roll-call")
+        for node in node_ids if node not in settings.node_sites
+    }
+    replies, failed = {}, {}
+    if outgoing:
+        replies, failed = _exchange(
+            grid, outgoing, timeout=settings.node_timeout, poll_interval=settings.poll_interval
+        )
+    for node, reason in sorted(failed.items()):
+        _log.warning("sklearn-fed: SuperNode %s left out: %s", node, reason)
+    labels = {node: settings.node_sites[node] for node in node_ids if node in settings.node_sites}
+    for node, reply in sorted(replies.items()):
+        record = reply.content.config_records.get(RECORD)
+        try:
+            labels[node] = json.loads(record["site"])
+        except (TypeError, KeyError, ValueError):
+            _log.warning("sklearn-fed: SuperNode %s left out: malformed roll-call reply.", node)
+    nodes, by_text = {}, {}
+    for node, label in sorted(labels.items()):
+        if not isinstance(label, (str, int)) or isinstance(label, bool):
+            _log.warning("sklearn-fed: SuperNode %s left out: bad site label %r.", node, label)
+            continue
+        if site_text(label) in by_text:
+            raise RuntimeError(
+                f"two SuperNodes (ids {by_text[site_text(label)]} and {node}) say they are "
+                f"site {label!r}; every site needs its own label."
+            )
+        by_text[site_text(label)] = node
+        nodes[label] = node
+    if len(nodes) < settings.min_nodes:
+        raise RuntimeError(
+            f"{len(nodes)} site(s) known after the roll call ({sorted_labels(nodes)}); "
+            f"min-nodes={settings.min_nodes}."
+        )
+    return nodes
+
+
+def run_server(grid, run_config):
+    """Fit the run config's estimator over the grid's SuperNodes; returns it fitted.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+    run_config : mapping
+        See :data:`~sklearn_fed.flower.RUN_CONFIG_DEFAULTS`.
+
+    Returns
+    -------
+    estimator : estimator
+        Also saved to ``model-path`` when that is set.
+    """
+    settings = ServerSettings.from_run_config(run_config)
+    if settings.model_path:
+        import_skops_in_background()  # while the sites compute
+    estimator = estimator_from_config(run_config)
+    server = estimator.make_server(**settings.server_kwargs())
+    nodes = _roll_call(grid, settings)
+    sites = sorted_labels(nodes)
+    _log.info("sklearn-fed: %s over sites %s", type(estimator).__name__, sites)
+    tasks = server.next_tasks(sites)
+    while tasks:
+        group = f"{server.federation}:{server.round}"
+        outgoing = {
+            site: _message(
+                RecordDict({RECORD: ConfigRecord({"task": data})}), nodes[site],
+                f"train.{TASK_ACTION}", settings, group,
+            )
+            for site, data in tasks.items()
+        }
+        replies, failed = _exchange(
+            grid, outgoing, timeout=settings.reply_timeout, poll_interval=settings.poll_interval
+        )
+        for site, reason in failed.items():
+            _log.warning("sklearn-fed: site %r is dropout from round %d on: %s",
+                         site, server.round, reason)
+        if len(replies) < settings.min_nodes:
+            raise RuntimeError(
+                f"round {server.round}: {len(replies)} site(s) replied, min-nodes="
+                f"{settings.min_nodes}; dropped: {failed}."
+            )
+        data = {}
+        for site in sorted_labels(replies):  # as in-process: the order of fitted labels
+            record = replies[site].content.config_records.get(RECORD)
+            data[site] = None if record is None else record.get("reply")
+        server.receive(data)
+        sites = [site for site in sites if site not in failed]
+        tasks = server.next_tasks(sites)
+    fitted = server.estimator
+    _log.info("sklearn-fed: fitted %s on %d round(s)", type(fitted).__name__, server.round)
+    if settings.model_path:
+        save_model(fitted, settings.model_path)
+        _log.info("sklearn-fed: model saved to %s", settings.model_path)
+    return fitted
+
+
+def make_server_app():
+    """A Flower ServerApp that fits the estimator its run config names.
+
+    Returns
+    -------
+    app : flwr.serverapp.ServerApp
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        if not _log.handlers:  # the ServerApp's output is the run's log stream
+            handler = logging.StreamHandler(sys.stdout)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+            _log.addHandler(handler)
+            _log.setLevel(logging.INFO)
+        run_server(grid, context.run_config)
+
+    return app

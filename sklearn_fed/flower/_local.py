@@ -1,0 +1,559 @@
+"""A real Flower federation on this machine: one SuperLink, one SuperNode per site.
+
+Every process listens on 127.0.0.1 only, on free ports, without TLS
+(``--insecure``: nothing leaves the machine). The SuperLink runs with
+``--disable-runtime-dependency-installation``, so apps use the installed
+sklearn-fed; every process gets this interpreter's ``bin`` on ``PATH`` and
+the directory holding the imported :mod:`sklearn_fed` on ``PYTHONPATH``,
+so nodes run exactly the code the caller runs. Waits are bounded, and every
+process started here is ended by its PID (with the processes it spawned),
+also on error and on timeout.
+"""
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import tomli_w
+
+from ..datasets import save_site_data
+from ._config import RUN_CONFIG_DEFAULTS, estimator_to_config, site_text
+from ._persist import load_model
+
+__all__ = ["LocalFederation", "run_local_federation"]
+
+CONNECTION = "sklearn-fed-local"
+_SITE_ARRAYS = {"X", "y", "sample_weight", "rounds"}  # what a site given as a dict may hold
+_APP_PYPROJECT = {
+    "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
+    "project": {
+        "name": "sklearn-fed-local",
+        "version": "1.0.0",
+        "description": "sklearn-fed estimators on a local Flower federation",
+        "license": "BSD-3-Clause",
+        "dependencies": ["sklearn-fed[flower]"],
+    },
+    "tool": {"flwr": {"app": {
+        "publisher": "sklearn-fed",
+        "components": {
+            "serverapp": "sklearn_fed.flower.app:serverapp",
+            "clientapp": "sklearn_fed.flower.app:clientapp",
+        },
+        "config": RUN_CONFIG_DEFAULTS,
+    }}},
+}
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _port_open(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _tool(name):
+    """A Flower command next to this interpreter (the same environment), else on PATH."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if found is None:
+        raise ImportError(
+            f"Flower's command {name!r} was not found; install the extra with "
+            "`pip install sklearn-fed[flower]`."
+        )
+    return found
+
+
+# ---------------------------------------------------------------- processes
+def _proc_identity(pid):
+    """``(parent pid, start time)`` of a live process from /proc, or None (Linux only)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # a zombie has already exited
+        return None
+    return int(fields[1]), fields[19]
+
+
+def _descendants(pid):
+    """``[(pid, start time)]`` of every live descendant of ``pid`` (empty off Linux)."""
+    children = {}
+    for entry in Path("/proc").glob("[0-9]*") if Path("/proc").is_dir() else ():
+        identity = _proc_identity(entry.name)
+        if identity is not None:
+            children.setdefault(identity[0], []).append((int(entry.name), identity[1]))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child[0])
+    return found
+
+
+def _still_running(pid, started):
+    """Whether the process ``pid`` that started at ``started`` runs (not a reuse of its PID)."""
+    identity = _proc_identity(pid)
+    return identity is not None and identity[1] == started
+
+
+def _end_all(processes, grace):
+    """End ``processes`` and what they spawned: SIGTERM (SIGKILL when ``grace`` is 0),
+    SIGKILL after ``grace`` s, then SIGKILL any descendant still alive, by PID."""
+    spawned = [child for process in processes for child in _descendants(process.pid)]
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM if grace > 0 else signal.SIGKILL)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    for pid, started in spawned:  # Flower detaches some children into new sessions
+        if _still_running(pid, started):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously
+    while any(_still_running(*child) for child in spawned) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _tail(path, n_chars=6000):
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return text[-n_chars:]
+
+
+class LocalFederation:
+    """A SuperLink and one SuperNode per site on 127.0.0.1, for tests and demos.
+
+    Start it once and run several estimators through it; each :meth:`fit`
+    is one ``flwr run`` of the sklearn-fed app.
+
+    Parameters
+    ----------
+    sites : dict
+        Site label (str or int) -> ``(X, y)``, ``(X, y, sample_weight)``,
+        a dict with ``X``, ``y`` and optionally ``sample_weight`` and
+        ``rounds`` (the round of a streaming protocol in which each row
+        arrives), or the path of a data file on this machine (CSV, Parquet,
+        ``.npz``; see :func:`~sklearn_fed.datasets.load_site_data`). Arrays
+        are written to ``.npz`` files in ``workdir``, where the site's
+        SuperNode reads them.
+    target, features, weight : str, default=None
+        The node-config ``target``, ``features`` and ``weight-column`` of
+        sites given as a CSV or Parquet path.
+    keys : bool or dict, default=True
+        ``True``: a random 256-bit key per site, so every task and reply is
+        authenticated (HMAC-SHA256); a dict: site -> key; ``False``: none.
+    workdir : str or path-like, default=None
+        Where data, configs and logs go. ``None``: a new temporary directory,
+        removed by :meth:`close` unless something failed (then it is kept,
+        and the error says where).
+    startup_timeout : float, default=120
+        Seconds to wait for the SuperLink and all SuperNodes to be online.
+
+    Attributes
+    ----------
+    workdir : Path
+    logs : Path
+        One log file per process, and one per run.
+
+    Examples
+    --------
+    ::
+
+        with LocalFederation({"a": (Xa, ya), "b": (Xb, yb), "c": (Xc, yc)}) as federation:
+            ridge = federation.fit(FederatedRidge(alpha=1.0))
+            cv = federation.fit(FederatedRidgeCV())
+    """
+
+    def __init__(self, sites, *, target=None, features=None, weight=None, keys=True,
+                 workdir=None, startup_timeout=120.0):
+        self.sites = {  # numpy scalars (e.g. from np.unique) become plain labels
+            label.item() if isinstance(label, np.generic) else label: data
+            for label, data in dict(sites).items()
+        }
+        if not self.sites:
+            raise ValueError("a federation needs at least one site.")
+        for label in self.sites:
+            if isinstance(label, bool) or not isinstance(label, (str, int)) or label == "":
+                raise ValueError(
+                    f"site labels must be non-empty strings or integers; got {label!r}."
+                )
+        if len({site_text(label) for label in self.sites}) != len(self.sites):
+            raise ValueError("site labels must be distinct (as text: 1 and '1' collide).")
+        self.target, self.features, self.weight = target, features, weight
+        self.keys = keys
+        self.startup_timeout = float(startup_timeout)
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else None
+        self._superlink = None
+        self._supernodes = {}
+        self._dead = set()
+        self._node_sites = {}
+        self._runs = 0
+        self._lock = threading.Lock()  # fit() may be called from several threads
+        self._failed = False
+        self._closed = True
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(failed=exc_type is not None)
+
+    def start(self):
+        """Write the sites' data and configs, start the processes, wait until all are online."""
+        if not self._closed:
+            return self
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="sklearn-fed-flower-"))
+        self._closed = False
+        try:
+            self._prepare()
+            self._start_superlink()
+            for index, label in enumerate(self.sites):
+                self._start_supernode(index, label)
+            self._wait_online(len(self.sites))
+            self._node_sites = self._read_node_ids()
+        except BaseException:
+            self.close(failed=True)
+            raise
+        return self
+
+    def close(self, failed=False):
+        """End every process started here, by PID; remove the workdir unless something failed."""
+        if self._closed:
+            return
+        self._closed = True
+        self._failed = self._failed or failed
+        _end_all([p for p in [*self._supernodes.values(), self._superlink] if p is not None],
+                 grace=5.0)
+        for handle in getattr(self, "_log_files", []):
+            handle.close()
+        if self._own_workdir and not self._failed:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @property
+    def logs(self):
+        return self.workdir / "logs"
+
+    # ------------------------------------------------------------ setup
+    def _prepare(self):
+        root = self.workdir
+        for sub in ("data", "nodes", "keys", "homes", "logs", "runs", "app"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        self._log_files = []
+        package_root = str(Path(__import__("sklearn_fed").__file__).resolve().parents[1])
+        env = dict(os.environ)
+        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
+        env["FLWR_TELEMETRY_ENABLED"] = "0"  # nothing leaves this machine
+        # SuperExecs look for new ClientApp/ServerApp work every second by default; every
+        # message waits for that poll, so a shorter one shortens every round
+        env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
+        env["PYTHONUNBUFFERED"] = "1"
+        self._env = env
+        keys = self._site_keys()
+        if keys:
+            path = root / "keys" / "server.json"
+            path.write_text(json.dumps({site_text(s): k for s, k in keys.items()}))
+            path.chmod(0o600)
+            self._keys_file = str(path)
+        else:
+            self._keys_file = ""
+        self._node_configs = {}
+        for index, (label, data) in enumerate(self.sites.items()):
+            config = {"site": label, "data-path": self._write_data(index, label, data)}
+            if isinstance(data, dict) and data.get("rounds") is not None:
+                config["round-column"] = "round"  # where save_site_data puts the rounds
+            if isinstance(data, (str, os.PathLike)):
+                for key, value in (("target", self.target), ("features", self.features),
+                                   ("weight-column", self.weight)):
+                    if value:
+                        config[key] = value if isinstance(value, str) else ",".join(value)
+            if keys:
+                key_path = root / "keys" / f"site-{index}.key"
+                key_path.write_text(keys[label])
+                key_path.chmod(0o600)
+                config["key-file"] = str(key_path)
+            path = root / "nodes" / f"site-{index}.toml"
+            path.write_text(tomli_w.dumps(config))
+            self._node_configs[label] = path
+        (root / "app" / "pyproject.toml").write_text(tomli_w.dumps(_APP_PYPROJECT))
+
+    def _site_keys(self):
+        if self.keys is False or self.keys is None:
+            return {}
+        if self.keys is True:
+            return {label: secrets.token_hex(32) for label in self.sites}
+        missing = [label for label in self.sites if label not in self.keys]
+        if missing:
+            raise ValueError(f"keys has no key for site(s) {missing}.")
+        # key files and the server's keys file hold text
+        return {
+            label: key.decode("utf-8") if isinstance(key, bytes) else str(key)
+            for label, key in ((label, self.keys[label]) for label in self.sites)
+        }
+
+    def _write_data(self, index, label, data):
+        if isinstance(data, (str, os.PathLike)):
+            path = Path(data).resolve()
+            if not path.is_file():
+                raise FileNotFoundError(f"site {label!r}: no data file {path}.")
+            return str(path)
+        if isinstance(data, dict) and {"X", "y"} <= set(data) <= _SITE_ARRAYS:
+            data = dict(data)
+        elif isinstance(data, tuple) and len(data) in (2, 3):
+            data = dict(zip(("X", "y", "sample_weight"), data))
+        else:
+            raise TypeError(
+                f"site {label!r}: expected (X, y), (X, y, sample_weight), a dict with X, y "
+                f"and optionally sample_weight and rounds, or a data path; got "
+                f"{type(data).__name__}."
+            )
+        path = self.workdir / "data" / f"site-{index}.npz"
+        save_site_data(path, data.pop("X"), data.pop("y"), **data)
+        return str(path)
+
+    def _popen(self, name, command, home):
+        env = dict(self._env)
+        env["FLWR_HOME"] = str(self.workdir / "homes" / home)
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed in close()
+        self._log_files.append(log)
+        return subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
+            start_new_session=True,  # a Ctrl-C in the caller's terminal is ours to handle
+        )
+
+    def _start_superlink(self):
+        self._port = _free_port()
+        self._superlink = self._popen("superlink", [
+            _tool("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+            "--host", "127.0.0.1", "--port", str(self._port),
+        ], "superlink")
+        deadline = time.monotonic() + self.startup_timeout
+        while not _port_open(self._port):
+            self._check_alive(self._superlink, "superlink")
+            if time.monotonic() > deadline:
+                raise TimeoutError(self._explain(
+                    f"the SuperLink did not open port {self._port} within "
+                    f"{self.startup_timeout:g} s.", "superlink"))
+            time.sleep(0.2)
+        home = self.workdir / "homes" / "cli"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(tomli_w.dumps({"superlink": {
+            "default": CONNECTION,
+            CONNECTION: {"address": f"127.0.0.1:{self._port}", "insecure": True},
+        }}))
+
+    def _start_supernode(self, index, label):
+        self._supernodes[label] = self._popen(f"supernode-{index}", [
+            _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self._port}",
+            "--host", "127.0.0.1", "--port", str(_free_port()),
+            "--node-config", str(self._node_configs[label]),
+        ], f"site-{index}")
+
+    def _cli(self, *args, timeout=60.0):
+        env = dict(self._env)
+        env["FLWR_HOME"] = str(self.workdir / "homes" / "cli")
+        return subprocess.run(
+            [_tool("flwr"), *args], env=env, cwd=self.workdir, capture_output=True, text=True,
+            timeout=timeout, check=False,  # callers read the output
+        )
+
+    def _wait_online(self, n_nodes):
+        deadline = time.monotonic() + self.startup_timeout
+        online = 0
+        while time.monotonic() < deadline:
+            for index, label in enumerate(self.sites):
+                self._check_alive(self._supernodes[label], f"supernode-{index}")
+            result = self._cli("supernode", "ls", CONNECTION, "--format", "json")
+            try:
+                nodes = json.loads(result.stdout)["nodes"]
+                online = sum(node.get("status") == "online" for node in nodes)
+            except (ValueError, KeyError, TypeError):
+                online = 0
+            if online >= n_nodes:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(self._explain(
+            f"{online} of {n_nodes} SuperNodes were online after {self.startup_timeout:g} s.",
+            "superlink"))
+
+    def _read_node_ids(self):
+        """``{node id: site}`` from the SuperNodes' logs, so runs skip the roll call.
+
+        Empty when a log does not say (then every run asks the nodes).
+        """
+        node_sites = {}
+        for index, label in enumerate(self.sites):
+            match = re.search(r"SuperNode ID: (\d+)", _tail(self.logs / f"supernode-{index}.log"))
+            if match is None:
+                return {}
+            node_sites[match.group(1)] = label
+        return node_sites
+
+    def _check_alive(self, process, name):
+        if process.poll() is not None:
+            raise RuntimeError(self._explain(
+                f"{name} exited with status {process.returncode}.", name))
+
+    def _explain(self, what, log_name):
+        self._failed = True
+        log = self.logs / f"{log_name}.log"
+        return f"{what} Logs are kept in {self.logs}; the end of {log.name}:\n{_tail(log)}"
+
+    # ------------------------------------------------------------ use
+    def kill_site(self, label):
+        """Kill a site's SuperNode at once (SIGKILL), as a machine that dies would.
+
+        The SuperLink still lists the node until its heartbeat expires, so a
+        run started next sends it tasks that are never answered: dropout.
+        """
+        _end_all([self._supernodes[label]], grace=0)
+        self._dead.add(site_text(label))
+
+    def fit(self, estimator, *, timeout=300.0, run_config=None):
+        """Fit ``estimator`` through the federation (one ``flwr run``); returns the fitted copy.
+
+        The server app saves the model with skops; it is loaded back with
+        :func:`~sklearn_fed.flower.load_model` (no pickle). ``estimator``
+        itself is not modified. Several threads may call it at once: the
+        SuperLink holds the runs side by side and each SuperNode answers
+        their messages one at a time.
+
+        Parameters
+        ----------
+        estimator : estimator
+            One of sklearn-fed's protocol estimators; its class and changed
+            parameters go into the run config.
+        timeout : float, default=300
+            Seconds for the whole run; past it the run is stopped and
+            :class:`TimeoutError` raised.
+        run_config : dict, default=None
+            Overrides of :data:`~sklearn_fed.flower.RUN_CONFIG_DEFAULTS`.
+            By default ``min-nodes`` is the number of sites not killed,
+            ``node-timeout`` 20 s, ``reply-timeout`` the run's timeout, and
+            ``node-sites`` the SuperNodes' ids (read from their logs), so
+            no roll call is needed.
+
+        Returns
+        -------
+        estimator : estimator
+            Fitted.
+        """
+        if self._closed:
+            raise RuntimeError("the federation is not running: use start() or a with block.")
+        with self._lock:
+            self._runs += 1
+            number = self._runs
+        run_dir = self.workdir / "runs" / f"run-{number}"
+        run_dir.mkdir(parents=True)
+        config = dict(estimator_to_config(estimator))
+        config.update({
+            "model-path": str(run_dir / "model.skops"),
+            "min-nodes": len(self.sites) - len(self._dead),
+            "keys-file": self._keys_file,
+            "node-timeout": 20.0,
+            "reply-timeout": float(timeout),
+            "node-sites": json.dumps(self._node_sites) if self._node_sites else "",
+        })
+        config.update(run_config or {})
+        unknown = sorted(set(config) - set(RUN_CONFIG_DEFAULTS))
+        if unknown:
+            raise ValueError(
+                f"unknown run-config keys {unknown}; known: {list(RUN_CONFIG_DEFAULTS)}."
+            )
+        overrides = run_dir / "run-config.toml"
+        overrides.write_text(tomli_w.dumps(config))
+        log_name = f"run-{number}"
+        process = self._popen(log_name, [
+            _tool("flwr"), "run", str(self.workdir / "app"), CONNECTION,
+            "--run-config", str(overrides), "--stream",
+        ], "cli")
+        # the ServerApp writes the model (atomically) as its last step: done when it is
+        # there, without waiting for the CLI's log stream to wind down; failed when the
+        # CLI exits without it
+        model = Path(config["model-path"])
+        deadline = time.monotonic() + timeout
+        while not model.exists() and process.poll() is None:
+            if time.monotonic() > deadline:
+                self._stop_run(log_name)
+                _end_all([process], grace=5.0)
+                raise TimeoutError(self._explain(
+                    f"the Flower run of {type(estimator).__name__} took longer than "
+                    f"{timeout:g} s and was stopped.", log_name))
+            time.sleep(0.1)
+        _end_all([process], grace=0)  # the CLI only streams the finished run's log
+        if not model.exists():
+            raise RuntimeError(self._explain(
+                f"the Flower run of {type(estimator).__name__} failed (no model was saved).",
+                log_name))
+        return load_model(model)
+
+    def _stop_run(self, log_name):
+        match = re.search(r"started run (\d+)", _tail(self.logs / f"{log_name}.log", 10**6))
+        if match:
+            try:
+                self._cli("stop", match.group(1), CONNECTION, timeout=30.0)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def run_local_federation(estimator, sites, *, timeout=300.0, **kwargs):
+    """Fit ``estimator`` on a Flower federation started on this machine for this call.
+
+    Starts a SuperLink and one SuperNode per site on 127.0.0.1, runs the
+    sklearn-fed app, ends every process it started (also on error and on
+    timeout) and returns the fitted estimator. To fit several estimators on
+    one federation, use :class:`LocalFederation`.
+
+    Parameters
+    ----------
+    estimator : estimator
+        One of sklearn-fed's protocol estimators.
+    sites : dict
+        Site label -> ``(X, y)``, ``(X, y, sample_weight)`` or a data path.
+    timeout : float, default=300
+        Seconds for everything: starting the federation and the run.
+    **kwargs
+        ``target``, ``features``, ``weight``, ``keys``, ``workdir``: see
+        :class:`LocalFederation`; ``run_config``: see :meth:`LocalFederation.fit`.
+
+    Returns
+    -------
+    estimator : estimator
+        Fitted (loaded from the skops file the server app saved).
+    """
+    run_config = kwargs.pop("run_config", None)
+    deadline = time.monotonic() + timeout
+    with LocalFederation(sites, startup_timeout=timeout, **kwargs) as federation:
+        return federation.fit(estimator, timeout=max(deadline - time.monotonic(), 1.0),
+                              run_config=run_config)
