@@ -338,12 +338,12 @@ class ClientStatistics:
         gram = self.gram + other.gram
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
-        if shifted:  # in place: one d x d temporary, scale * (dx_i dx_j) keeps the symmetry
-            between = np.outer(dx, dx)
-            between *= scale
-            gram += between
-            moment += scale * np.outer(dx, dy)
-            target_ss += scale * dy * dy
+        if shifted:  # one d x d temporary; (r dx_i)(r dx_j) is symmetric bit for bit
+            root = math.sqrt(scale)
+            rx, ry = root * dx, root * dy
+            gram += np.outer(rx, rx)
+            moment += np.outer(rx, ry)
+            target_ss += ry * ry
         return type(self)(
             self.n_samples + other.n_samples, w, x_mean, y_mean, gram, moment, target_ss,
             **common,
@@ -419,6 +419,8 @@ class ClientStatistics:
         if not all(type(fields[k]) is bool for k in ("centered", "single_target")):
             fail("centered and single_target must be booleans.")
         values = {}
+        # A Gram handed over in process as a SymmetricMatrix is symmetric by construction.
+        symmetric = isinstance(arrays.get("gram"), SymmetricMatrix)
         for name in names:
             array = arrays[name]
             if isinstance(array, SymmetricMatrix):  # handed over in process, not packed
@@ -455,7 +457,7 @@ class ClientStatistics:
                 **common,
             )
         if validate:
-            stats.validate(client=client, psd=psd, n_targets=n_targets)
+            stats._validate(client, None, n_targets, psd, symmetric=symmetric)
         return stats
 
     @property
@@ -607,6 +609,11 @@ class ClientStatistics:
         InvalidClientMessage
             Naming the client and the first check that failed.
         """
+        return self._validate(client, n_features, n_targets, psd, symmetric=False)
+
+    def _validate(self, client, n_features, n_targets, psd, *, symmetric):
+        """:meth:`validate`; ``symmetric``: the Gram is known to be symmetric bit for bit
+        (it came as a :class:`~sklearn_fed.protocol.SymmetricMatrix`)."""
         who = _who(client)
 
         def fail(reason):
@@ -650,32 +657,16 @@ class ClientStatistics:
         for name, (got, want) in shapes.items():
             if got != want:
                 fail(f"{name} has shape {got}, expected {want}.")
-        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN, gram=_MAX_SECOND,
-                         moment=_MAX_SECOND, target_ss=_MAX_SECOND)
+        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN, moment=_MAX_SECOND,
+                         target_ss=_MAX_SECOND)
         diag = np.diag(self.gram)
-        root = np.sqrt(np.maximum(diag, 0.0))
-        raw_x, raw_y = self._raw_scales()
-        # d x d work in place (a server validates every message): three temporaries.
-        limit = np.outer(root, root)
-        # Round-off allowance of a computed Gram entry: relative to its own pair,
-        # and to the pair's raw magnitudes (a column constant at a site has a zero
-        # centered variance but cross-products at the round-off of its mean).
-        slack = np.multiply(limit, _RELATIVE_SLACK)
-        slack += _TINY
-        work = np.outer(raw_x, raw_x, out=np.empty_like(limit))
-        work *= _ROUNDOFF
-        slack += work
-        np.subtract(self.gram, self.gram.T, out=work)
-        if np.any(np.abs(work, out=work) > slack):
-            fail("gram is not symmetric.")
-        if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
-            fail("gram has a negative diagonal entry.")
+        if not _gram_plainly_valid(self.gram, diag, symmetric):
+            self._check_gram(fail, diag)
         target_ss = self.target_ss
         if np.any(target_ss < -_RELATIVE_SLACK * np.max(target_ss, initial=0.0) - _TINY):
             fail("target_ss is negative.")
-        limit += slack
-        if np.any(np.abs(self.gram, out=work) > limit):
-            fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
+        root = np.sqrt(np.maximum(diag, 0.0))
+        raw_x, raw_y = self._raw_scales()
         target_root = np.sqrt(np.maximum(target_ss, 0.0))
         bound = np.outer(root, target_root)
         roundoff = _ROUNDOFF * np.outer(raw_x, raw_y)
@@ -691,6 +682,31 @@ class ClientStatistics:
         if psd and not _is_psd(self.gram):
             fail("gram is not positive semi-definite.")
         return self
+
+    def _check_gram(self, fail, diag):
+        """The Gram's caps, symmetry, diagonal and Cauchy-Schwarz bounds, each with its
+        round-off allowance (what :func:`_gram_plainly_valid` could not prove)."""
+        self._check_caps(fail, gram=_MAX_SECOND)
+        root = np.sqrt(np.maximum(diag, 0.0))
+        raw_x, _ = self._raw_scales()
+        # d x d work in place: three temporaries.
+        limit = np.outer(root, root)
+        # Round-off allowance of a computed Gram entry: relative to its own pair,
+        # and to the pair's raw magnitudes (a column constant at a site has a zero
+        # centered variance but cross-products at the round-off of its mean).
+        slack = np.multiply(limit, _RELATIVE_SLACK)
+        slack += _TINY
+        work = np.outer(raw_x, raw_x, out=np.empty_like(limit))
+        work *= _ROUNDOFF
+        slack += work
+        np.subtract(self.gram, self.gram.T, out=work)
+        if np.any(np.abs(work, out=work) > slack):
+            fail("gram is not symmetric.")
+        if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
+            fail("gram has a negative diagonal entry.")
+        limit += slack
+        if np.any(np.abs(self.gram, out=work) > limit):
+            fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
 
     def _check_caps(self, fail, **caps):
         """Finite values within the magnitude caps that keep merging overflow-free."""
@@ -1160,6 +1176,25 @@ def _scratch(n_rows, n_cols, name="buffer"):
     return cached[:size].reshape(n_rows, n_cols)
 
 
+def _gram_plainly_valid(gram, diag, symmetric):
+    """Whether ``gram`` passes every Gram check of :meth:`ClientStatistics.validate`
+    with no round-off allowance needed: a fast sufficient test (False proves nothing).
+
+    Positive finite diagonal well within the cap, exact symmetry (skipped
+    when ``symmetric`` says it holds by construction), and
+    ``|gram_ij| <= c_i c_j`` with ``c = sqrt(diag (1 + slack / 2))``, read
+    row by row as ``max_j |gram_ij| / c_j <= c_i``: three passes over one
+    temporary instead of the dozen of the full check. Any NaN fails it.
+    """
+    if not (np.all(diag > 0) and np.max(diag) <= _MAX_SECOND / 2):
+        return False
+    if not (symmetric or np.array_equal(gram, gram.T)):
+        return False
+    scale = np.sqrt(diag * (1 + _RELATIVE_SLACK / 2))
+    ratios = np.divide(gram, scale)
+    return bool(np.all(np.abs(ratios, out=ratios).max(axis=1) <= scale))
+
+
 def _chan_add(total, mean, weight, block_products, block_mean, block_weight, centered):
     """Add one block's (centered) products to the running ones (Chan et al.)."""
     new_weight = weight + block_weight
@@ -1241,10 +1276,17 @@ def _shifted_statistics(X, y, centered, rows):
     if in_place:
         shift[:d] = 0.0
     block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p // 2)
-    total = np.zeros((p + 1, p + 1))
-    out = np.empty((d, d)) if in_place else np.empty((p + 1, p + 1))
-    side = np.empty((t + 1, d))
-    corner = np.empty((t + 1, t + 1))
+    if in_place:
+        # X's products go straight into the Gram (the first block's syrk writes
+        # it, no copy at the end); [y - s_y, 1] times X and itself go beside.
+        gram = np.empty((d, d))
+        side = np.zeros((t + 1, d))  # rows: sum (y_j - s_j) x per target, then sum x
+        corner = np.zeros((t + 1, t + 1))  # products of [y - s_y, 1]
+        out, side_block, corner_block = np.empty((d, d)), np.empty((t + 1, d)), np.empty(
+            (t + 1, t + 1))
+    else:
+        total = np.zeros((p + 1, p + 1))  # products of [x - s, y - s_y, 1]
+        out = np.empty((p + 1, p + 1))
     for start in range(0, n, block):
         m = min(block, n - start)
         if in_place:
@@ -1253,18 +1295,20 @@ def _shifted_statistics(X, y, centered, rows):
             targets = _scratch(t + 1, m, "targets")  # rows: y - s_y per target, then ones
             np.subtract(yb.T, shift[d:, None], out=targets[:t])
             targets[t] = 1.0
-            np.matmul(Xb.T, Xb, out=out)  # numpy runs syrk: one read of the rows in place
-            total[:d, :d] += out
+            # numpy runs syrk: one read of the rows in place
+            np.matmul(Xb.T, Xb, out=gram if start == 0 else out)
+            if start:
+                gram += out
             # Moment and column sums while the block is in cache: a few matrix-vector
             # products read it once each, faster than one matrix product that packs it.
             if t < 4:
                 for j in range(t + 1):
-                    np.matmul(targets[j], Xb, out=side[j])
+                    np.matmul(targets[j], Xb, out=side_block[j])
             else:
-                np.matmul(targets, Xb, out=side)
-            total[d:, :d] += side
-            np.matmul(targets, targets.T, out=corner)
-            total[d:, d:] += corner
+                np.matmul(targets, Xb, out=side_block)
+            side += side_block
+            np.matmul(targets, targets.T, out=corner_block)
+            corner += corner_block
         else:
             work = _scratch(m, p + 1)
             Xb, yb = block_of(start, start + m, None)
@@ -1274,17 +1318,24 @@ def _shifted_statistics(X, y, centered, rows):
             np.matmul(work.T, work, out=out)
             total += out
     if in_place:
-        total[:d, d:] = total[d:, :d].T
-    products, sums = total[:p, :p], total[:p, p]
+        cross, y_products = side[:t].T, corner[:t, :t]
+        x_sums, y_sums = side[t], corner[:t, t]
+    else:
+        gram, cross, y_products = total[:d, :d], total[:d, d:p], total[d:p, d:p]
+        x_sums, y_sums = total[:d, p], total[d:p, p]
+    sums = np.concatenate([x_sums, y_sums])
     mean = shift + sums / n
     if centered:
-        offset = sums / n
-        if np.any(offset**2 > 0.5 * np.diag(products) / n):  # more than one bit would cancel
+        squares = np.concatenate([np.diag(gram), np.diag(y_products)])
+        if np.any((sums / n) ** 2 > 0.5 * squares / n):  # more than one bit would cancel
             return None
-        products -= np.outer(sums, sums) / n  # symmetric bit for bit
-    gram = np.ascontiguousarray(products[:d, :d])
-    moment = np.ascontiguousarray(products[:d, d:])
-    return float(n), mean[:d], mean[d:], gram, moment, np.maximum(np.diag(products)[d:], 0.0)
+        # B - S S^T / n, each entry s_i s_j / n: symmetric bit for bit.
+        gram -= np.outer(x_sums, x_sums) / n
+        cross -= np.outer(x_sums, y_sums) / n
+        y_products -= np.outer(y_sums, y_sums) / n
+    gram = np.ascontiguousarray(gram)
+    moment = np.ascontiguousarray(cross)
+    return float(n), mean[:d], mean[d:], gram, moment, np.maximum(np.diag(y_products), 0.0)
 
 
 def _chan_statistics(X, y, sample_weight, centered, rows):

@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fed import ClientStatistics, InvalidClientMessage, merge_statistics
+from sklearn_fed.statistics import _gram_plainly_valid
 
 
 def _reference(X, y, w, centered=True):
@@ -224,6 +225,42 @@ def test_validation_rejects_indefinite_gram():
     with pytest.raises(InvalidClientMessage, match="positive semi-definite"):
         bad.validate()
     bad.validate(psd=False)  # the O(d^2) checks alone cannot see it
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fast_gram_check_never_accepts_what_the_full_check_refuses(seed):
+    """``_gram_plainly_valid`` is a sufficient test: True only where ``_check_gram`` passes."""
+    rng = np.random.default_rng(seed)
+    stats = _stats()
+    d = stats.n_features
+    gram = stats.gram.copy()
+    i, j = rng.choice(d, 2, replace=False)
+    bound = np.sqrt(gram[i, i] * gram[j, j])
+    # Entries around the Cauchy-Schwarz bound (both sides of its round-off
+    # allowance), asymmetric by an ulp, NaN, a zero diagonal, beyond the cap.
+    kind = seed % 5
+    if kind == 0:
+        gram[i, j] = gram[j, i] = bound * (1 + rng.choice([-1e-9, 1e-7, 1e-6, 2e-6, 1e-3]))
+    elif kind == 1:
+        gram[i, j] = np.nextafter(gram[i, j], np.inf)
+    elif kind == 2:
+        gram[i, j] = gram[j, i] = np.nan
+    elif kind == 3:
+        gram[i, :] = gram[:, i] = 0.0
+        gram[i, j] = gram[j, i] = rng.choice([0.0, 1e-300, 1e-3])
+    else:
+        gram *= rng.choice([1e199, 3e199, 1e200])
+    diag = np.diag(gram)
+    bad = _with(stats, gram=gram)
+
+    def fail(reason):
+        raise InvalidClientMessage(reason, None)
+
+    for symmetric in (False, True) if kind != 1 else (False,):
+        if _gram_plainly_valid(gram, diag, symmetric):
+            bad._check_gram(fail, diag)  # must not raise
+    # A well-formed Gram takes the fast path.
+    assert _gram_plainly_valid(stats.gram, np.diag(stats.gram), False)
 
 
 def test_validation_of_expected_shape():
