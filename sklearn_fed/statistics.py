@@ -1329,8 +1329,9 @@ def _shifted_statistics(X, y, centered, rows):
         squares = np.concatenate([np.diag(gram), np.diag(y_products)])
         if np.any((sums / n) ** 2 > 0.5 * squares / n):  # more than one bit would cancel
             return None
-        # B - S S^T / n, each entry s_i s_j / n: symmetric bit for bit.
-        gram -= np.outer(x_sums, x_sums) / n
+        # B - S S^T / n, each Gram entry (s_i / sqrt n)(s_j / sqrt n): symmetric bit for bit.
+        x_root = x_sums / math.sqrt(n)
+        gram -= np.outer(x_root, x_root)
         cross -= np.outer(x_sums, y_sums) / n
         y_products -= np.outer(y_sums, y_sums) / n
     gram = np.ascontiguousarray(gram)
