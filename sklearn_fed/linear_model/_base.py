@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from scipy import linalg
 from scipy.linalg.lapack import get_lapack_funcs
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
+from sklearn.utils import assert_all_finite
 from sklearn.utils.extmath import safe_sparse_dot
 
 from .._clients import group_rows_by_client, known_labels, take_clients
@@ -464,8 +465,23 @@ class BaseFederatedRidge(
             sample_weight = _check_sample_weight(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
             )
+        if self._finite_from_statistics:
+            # The rows whose squares no statistic sums: stored entries of a sparse X,
+            # rows of zero weight (the sites skip them).
+            if sp.issparse(X):
+                assert_all_finite(X.data, input_name="X", estimator_name=type(self).__name__)
+            elif sample_weight is not None and not np.all(sample_weight > 0):
+                assert_all_finite(X[sample_weight == 0], input_name="X",
+                                  estimator_name=type(self).__name__)
         labels, rows = group_rows_by_client(clients, X.shape[0])
         return X, y, sample_weight, labels, rows
+
+    #: Whether ``fit`` leaves the NaN/inf check of a dense ``X`` to the statistics:
+    #: every site sums the squares of its rows' entries, and a finite sum of
+    #: squares has finite terms, so a run that succeeds proves ``X`` finite and
+    #: saves one pass over it (a tenth of the fit at 100 features); a run that
+    #: fails checks ``X`` then, to raise scikit-learn's error (:meth:`_run_protocol`).
+    _finite_from_statistics = False
 
     def _validate_X_y(self, X, y, *, reset):
         """Validate ``X`` and ``y`` with scikit-learn (a subclass may take a shortcut)."""
@@ -478,6 +494,7 @@ class BaseFederatedRidge(
             multi_output=True,
             y_numeric=True,
             reset=reset,
+            ensure_all_finite=not self._finite_from_statistics,
         )
 
     def _validate_more_rows(self, X, y, sample_weight, clients, *, seen):
@@ -510,7 +527,18 @@ class BaseFederatedRidge(
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
         server = self.make_server(feature_names=names, warm_start=warm_start)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        try:
+            # inf - inf in a site's sums is no news: the error below says what is wrong.
+            with np.errstate(invalid="ignore" if self._finite_from_statistics else None):
+                run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows,
+                               names)
+        except Exception as exc:
+            if self._finite_from_statistics:
+                try:
+                    assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
+                except ValueError as not_finite:
+                    raise not_finite from exc
+            raise
         return self
 
     def _set_schema(self, schema, n_features):

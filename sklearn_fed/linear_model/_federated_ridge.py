@@ -156,6 +156,8 @@ class FederatedRidge(BaseFederatedRidge):
     _client_role = StatisticsClient
     _exact_federation = True  # any partition into clients gives Ridge on all rows
 
+    _finite_from_statistics = True
+
     def __init__(self, alpha=1.0, *, fit_intercept=True, solver="auto"):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
