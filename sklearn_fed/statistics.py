@@ -1233,13 +1233,15 @@ def _shifted_statistics(X, y, centered, rows):
     zeros), or zero for feature columns whose mean is well within their
     spread there (then BLAS reads ``X`` in place, with no centered copy;
     always without centering). Blocks of rows ``[x - s, y - s_y, 1]`` are
-    added to one ``(p + 1) x (p + 1)`` accumulator of products (``syrk``),
-    and the products are centered once at the end, ``B - S S^T / n``. That
+    added to one accumulator of products (``syrk`` into the Gram when ``X``
+    is read in place), and the products are centered once at the end, ``B - S S^T / n``. That
     cancels digits in proportion to ``(mean - s)^2 / variance``: when this
     exceeds 1 for some column (a client whose first rows are not
     representative of the rest), None is returned and the caller takes the
-    Chan path. The blocks of one client depend only on its own rows, in
-    order, so a site holding just those rows sends the same bits.
+    Chan path. A site of at most ``_HEAD_ROWS`` rows is all head: its copy is
+    shifted by its own mean and multiplied once. The blocks of one client
+    depend only on its own rows, in order, so a site holding just those rows
+    sends the same bits.
     """
     if isinstance(rows, slice):
         first, stop, _ = rows.indices(X.shape[0])
@@ -1269,6 +1271,14 @@ def _shifted_statistics(X, y, centered, rows):
     flat = np.ptp(head, axis=0) == 0
     head_mean = head.mean(axis=0)
     shift = np.where(flat, head[0], head_mean) if centered else np.zeros(p)
+    if len(head) == n:  # the head is the whole site: its products about that shift
+        head -= shift
+        products = head.T @ head
+        sums = head.sum(axis=0)
+        return _centered_parts(
+            products[:d, :d], products[:d, d:], products[d:, d:], sums[:d], sums[d:],
+            shift, n, centered,
+        )
     spread = np.mean((head - head_mean) ** 2, axis=0)
     in_place = X.dtype == np.float64 and (
         not centered or bool(np.all(head_mean[:d] ** 2 <= 0.25 * spread[:d]))
@@ -1318,11 +1328,17 @@ def _shifted_statistics(X, y, centered, rows):
             np.matmul(work.T, work, out=out)
             total += out
     if in_place:
-        cross, y_products = side[:t].T, corner[:t, :t]
-        x_sums, y_sums = side[t], corner[:t, t]
-    else:
-        gram, cross, y_products = total[:d, :d], total[:d, d:p], total[d:p, d:p]
-        x_sums, y_sums = total[:d, p], total[d:p, p]
+        return _centered_parts(gram, side[:t].T, corner[:t, :t], side[t], corner[:t, t],
+                               shift, n, centered)
+    return _centered_parts(total[:d, :d], total[:d, d:p], total[d:p, d:p], total[:d, p],
+                           total[d:p, p], shift, n, centered)
+
+
+def _centered_parts(gram, cross, y_products, x_sums, y_sums, shift, n, centered):
+    """The statistics from products about ``shift``: ``[x - s]^T [x - s]`` (``gram``),
+    ``[x - s]^T [y - s_y]`` (``cross``), ``[y - s_y]^T [y - s_y]`` and the sums of
+    ``x - s`` and ``y - s_y`` over ``n`` rows; None if centering would cancel digits."""
+    d = len(x_sums)
     sums = np.concatenate([x_sums, y_sums])
     mean = shift + sums / n
     if centered:
