@@ -338,12 +338,12 @@ class ClientStatistics:
         gram = self.gram + other.gram
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
-        if shifted:  # one d x d temporary; (r dx_i)(r dx_j) is symmetric bit for bit
-            root = math.sqrt(scale)
-            rx, ry = root * dx, root * dy
-            gram += np.outer(rx, rx)
-            moment += np.outer(rx, ry)
-            target_ss += ry * ry
+        if shifted:  # in place: one d x d temporary, scale * (dx_i dx_j) keeps the symmetry
+            between = np.outer(dx, dx)
+            between *= scale
+            gram += between
+            moment += scale * np.outer(dx, dy)
+            target_ss += scale * dy * dy
         return type(self)(
             self.n_samples + other.n_samples, w, x_mean, y_mean, gram, moment, target_ss,
             **common,
@@ -1345,9 +1345,10 @@ def _centered_parts(gram, cross, y_products, x_sums, y_sums, shift, n, centered)
         squares = np.concatenate([np.diag(gram), np.diag(y_products)])
         if np.any((sums / n) ** 2 > 0.5 * squares / n):  # more than one bit would cancel
             return None
-        # B - S S^T / n, each Gram entry (s_i / sqrt n)(s_j / sqrt n): symmetric bit for bit.
-        x_root = x_sums / math.sqrt(n)
-        gram -= np.outer(x_root, x_root)
+        # B - S S^T / n, each entry (s_i s_j) / n: symmetric bit for bit.
+        correction = np.outer(x_sums, x_sums)
+        correction /= n
+        gram -= correction
         cross -= np.outer(x_sums, y_sums) / n
         y_products -= np.outer(y_sums, y_sums) / n
     gram = np.ascontiguousarray(gram)

@@ -533,7 +533,7 @@ class BaseFederatedRidge(
                 run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows,
                                names)
         except Exception as exc:
-            if self._finite_from_statistics:
+            if self._finite_from_statistics and isinstance(X, np.ndarray):
                 try:
                     assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
                 except ValueError as not_finite:
