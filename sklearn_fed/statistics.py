@@ -338,10 +338,8 @@ class ClientStatistics:
         gram = self.gram + other.gram
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
-        if shifted:  # in place: one d x d temporary, scale * (dx_i dx_j) keeps the symmetry
-            between = np.outer(dx, dx)
-            between *= scale
-            gram += between
+        if shifted:  # scale * (dx_i dx_j) keeps the symmetry bit for bit
+            _update_by_outer(gram, dx, dx, np.multiply, scale, np.add)
             moment += scale * np.outer(dx, dy)
             target_ss += scale * dy * dy
         return type(self)(
@@ -1191,8 +1189,37 @@ def _gram_plainly_valid(gram, diag, symmetric):
     if not (symmetric or np.array_equal(gram, gram.T)):
         return False
     scale = np.sqrt(diag * (1 + _RELATIVE_SLACK / 2))
-    ratios = np.divide(gram, scale)
-    return bool(np.all(np.abs(ratios, out=ratios).max(axis=1) <= scale))
+    for rows, ratios in _row_chunks(gram):
+        np.divide(gram[rows], scale, out=ratios)
+        if not np.all(np.abs(ratios, out=ratios).max(axis=1) <= scale[rows]):
+            return False
+    return True
+
+
+# Row chunks of d x d work: small enough to stay in cache and in the heap (a fresh
+# d x d temporary costs more in page faults than the arithmetic at d >= 1,000).
+_CHUNK_BYTES = 2**20
+
+
+def _row_chunks(matrix):
+    """``(rows, buffer)`` covering ``matrix`` in row slices, with a work buffer of their shape."""
+    n_rows, n_cols = matrix.shape
+    step = max(1, _CHUNK_BYTES // (8 * max(n_cols, 1)))
+    buffer = np.empty((min(step, n_rows), n_cols))
+    for start in range(0, n_rows, step):
+        rows = slice(start, min(start + step, n_rows))
+        yield rows, buffer[: rows.stop - start]
+
+
+def _update_by_outer(matrix, u, v, scale_op, scale, update_op):
+    """``matrix = update_op(matrix, scale_op(u_i v_j, scale))`` in place, row chunk by row chunk.
+
+    The same bits as forming ``np.outer(u, v)`` first, without a d x d temporary.
+    """
+    for rows, part in _row_chunks(matrix):
+        np.multiply.outer(u[rows], v, out=part)
+        scale_op(part, scale, out=part)
+        update_op(matrix[rows], part, out=matrix[rows])
 
 
 def _chan_add(total, mean, weight, block_products, block_mean, block_weight, centered):
@@ -1285,15 +1312,16 @@ def _shifted_statistics(X, y, centered, rows):
     )
     if in_place:
         shift[:d] = 0.0
-    block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p // 2)
+    # At least p rows per block: a site of up to p rows is one syrk, straight into its Gram.
+    block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p)
     if in_place:
         # X's products go straight into the Gram (the first block's syrk writes
         # it, no copy at the end); [y - s_y, 1] times X and itself go beside.
         gram = np.empty((d, d))
         side = np.zeros((t + 1, d))  # rows: sum (y_j - s_j) x per target, then sum x
         corner = np.zeros((t + 1, t + 1))  # products of [y - s_y, 1]
-        out, side_block, corner_block = np.empty((d, d)), np.empty((t + 1, d)), np.empty(
-            (t + 1, t + 1))
+        out = np.empty((d, d)) if n > block else None
+        side_block, corner_block = np.empty((t + 1, d)), np.empty((t + 1, t + 1))
     else:
         total = np.zeros((p + 1, p + 1))  # products of [x - s, y - s_y, 1]
         out = np.empty((p + 1, p + 1))
@@ -1346,9 +1374,7 @@ def _centered_parts(gram, cross, y_products, x_sums, y_sums, shift, n, centered)
         if np.any((sums / n) ** 2 > 0.5 * squares / n):  # more than one bit would cancel
             return None
         # B - S S^T / n, each entry (s_i s_j) / n: symmetric bit for bit.
-        correction = np.outer(x_sums, x_sums)
-        correction /= n
-        gram -= correction
+        _update_by_outer(gram, x_sums, x_sums, np.divide, n, np.subtract)
         cross -= np.outer(x_sums, y_sums) / n
         y_products -= np.outer(y_sums, y_sums) / n
     gram = np.ascontiguousarray(gram)
