@@ -15,6 +15,8 @@ Each estimator family subclasses both roles with three small hooks:
 ``Server._plan`` (the tasks of the next round), ``Server._read_reply`` (parse
 and validate one reply) and ``Server._apply`` (compute the new model from the
 round's replies, then commit it); ``Client._compute`` (a site's answer).
+A server whose model needs the replies only through one reduction may also
+fold them as it reads them (``Server._reply_fold``), holding one at a time.
 """
 
 import secrets
