@@ -51,6 +51,7 @@ __all__ = [
     "ClientStatistics",
     "ColumnMoments",
     "InvalidClientMessage",
+    "StreamingMerge",
     "check_aggregate",
     "merge_statistics",
     "most_extreme_client",
@@ -1010,22 +1011,63 @@ def merge_statistics(statistics):
     >>> np.allclose(merge_statistics(parts).gram, whole.gram)
     True
     """
-    # A balanced tree keeps round-off at O(log K). It is built as a binary
-    # counter over the stream: at most log2(K) partial merges are held at
-    # once, so messages parsed on demand are never all unpacked together.
-    pending = []  # (number of messages, their merge), sizes decreasing
+    merger = StreamingMerge()
     for stats in statistics:
-        size = 1
-        while pending and pending[-1][0] == size:
-            stats = pending.pop()[1].merge(stats)
-            size *= 2
-        pending.append((size, stats))
-    if not pending:
+        merger.add(stats)
+    if not merger:
         raise ValueError("merge_statistics needs at least one ClientStatistics.")
-    merged = pending.pop()[1]
-    while pending:
-        merged = pending.pop()[1].merge(merged)
-    return merged
+    return merger.result()
+
+
+class StreamingMerge:
+    """:func:`merge_statistics` fed one message at a time: the same tree, the same bits.
+
+    A balanced tree keeps round-off at O(log K). It is built as a binary
+    counter over the stream: at most log2(K) partial merges are held at
+    once, so a server can fold each message as soon as it has read it
+    instead of holding all K.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.statistics import ClientStatistics, StreamingMerge
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    >>> merger = StreamingMerge()
+    >>> for i in range(3):
+    ...     merger.add(ClientStatistics.from_data(X[i::3], y[i::3]))
+    >>> parts = [ClientStatistics.from_data(X[i::3], y[i::3]) for i in range(3)]
+    >>> bool(np.array_equal(merger.result().gram, merge_statistics(parts).gram))
+    True
+    """
+
+    def __init__(self):
+        self._pending = []  # (number of messages, their merge), sizes decreasing
+        self._done = False
+
+    def __len__(self):
+        """Number of partial merges held (0 before the first message)."""
+        return len(self._pending)
+
+    def add(self, stats):
+        """Fold the next message (in the order the merge must follow)."""
+        if self._done:
+            raise ValueError("StreamingMerge.add after result(): the stream has ended.")
+        size = 1
+        while self._pending and self._pending[-1][0] == size:
+            stats = self._pending.pop()[1].merge(stats)
+            size *= 2
+        self._pending.append((size, stats))
+
+    def result(self):
+        """The merge of every message added; ends the stream (the partial merges are freed)."""
+        if not self._pending:
+            raise ValueError("StreamingMerge.result needs at least one message.")
+        merged = self._pending.pop()[1]
+        while self._pending:
+            merged = self._pending.pop()[1].merge(merged)
+        self._pending, self._done = [(None, merged)], True
+        return merged
 
 
 def _is_psd(gram):

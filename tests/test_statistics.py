@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fed import ClientStatistics, InvalidClientMessage, merge_statistics
-from sklearn_fed.statistics import _gram_plainly_valid
+from sklearn_fed.statistics import StreamingMerge, _gram_plainly_valid
 
 
 def _reference(X, y, w, centered=True):
@@ -305,3 +305,41 @@ def test_constant_columns_center_to_exact_zeros():
     X[:, 1] = 0.1 + 1e6
     stats = ClientStatistics.from_data(X, np.full(300, 3.3))
     assert not stats.gram[1].any() and not stats.moment.any() and not stats.target_ss.any()
+
+
+def _balanced_blocks(parts):
+    """merge_statistics's tree written out: perfect blocks of 2^a, 2^b, ... parts, right-folded."""
+    def balanced(block):
+        if len(block) == 1:
+            return block[0]
+        return balanced(block[: len(block) // 2]).merge(balanced(block[len(block) // 2:]))
+
+    blocks, start = [], 0
+    for bit in reversed(range(len(parts).bit_length())):
+        if len(parts) >> bit & 1:
+            blocks.append(balanced(parts[start:start + 2**bit]))
+            start += 2**bit
+    merged = blocks.pop()
+    while blocks:
+        merged = blocks.pop().merge(merged)
+    return merged
+
+
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 7, 8, 13])
+def test_streaming_merge_is_the_balanced_tree_bit_for_bit(n_parts):
+    rng = np.random.default_rng(n_parts)
+    X, y = rng.normal(size=(20 * n_parts, 4)) * 1e3 + 7.0, rng.normal(size=20 * n_parts)
+    parts = [ClientStatistics.from_data(X[i::n_parts], y[i::n_parts]) for i in range(n_parts)]
+    merger = StreamingMerge()
+    for stats in parts:
+        merger.add(stats)
+    assert len(merger) == bin(n_parts).count("1")  # one partial merge per bit of the count
+    streamed, tree = merger.result(), _balanced_blocks(parts)
+    for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
+        np.testing.assert_array_equal(getattr(streamed, name), getattr(tree, name))
+        np.testing.assert_array_equal(getattr(merge_statistics(parts), name), getattr(tree, name))
+    assert merger.result() is streamed
+    with pytest.raises(ValueError, match="the stream has ended"):
+        merger.add(parts[0])
+    with pytest.raises(ValueError, match="at least one"):
+        StreamingMerge().result()

@@ -17,6 +17,7 @@ from .._dask_dispatch import DaskDispatchMixin
 from ..protocol import (
     BlockwiseClient,
     FederatedMixin,
+    FoldedReplies,
     InvalidClientMessage,
     Server,
     run_simulation,
@@ -26,6 +27,7 @@ from ._robust import RobustAggregation, check_rows_within_bounds
 from ..statistics import (
     FORMS,
     ClientStatistics,
+    StreamingMerge,
     check_aggregate,
     merge_statistics,
     most_extreme_client,
@@ -108,8 +110,9 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
     path, spectrum = "cholesky", None
     for value in np.unique(alphas):  # one factorization per distinct alpha
         targets = np.flatnonzero(alphas == value)
-        system = gram + value * np.eye(d)
-        trusted = _trusted_cholesky(system)
+        system = np.array(gram, dtype=np.float64)  # gram + value I, without a d x d eye
+        system[np.diag_indices(d)] += value
+        trusted = _trusted_cholesky(system)  # consumes system (scaled in place)
         if trusted is not None:
             factor, scale = trusted  # system = diag(1/scale) factor^T factor diag(1/scale)
             rhs = scale[:, None] * moment[:, targets]
@@ -134,18 +137,22 @@ def _trusted_cholesky(system):
     factor of ``scale system scale``, returned when LAPACK's ``pocon``
     estimate of that matrix's 1-norm condition number (``O(d^2)`` next to the
     ``O(d^3)`` factorization) is at most :data:`GRAM_MAX_CONDITION`.
+    ``system`` is scaled in place (no d x d temporaries besides the factor).
     """
     diag = np.diag(system)
     if not np.all(diag > 0):
         return None
     scale = 1.0 / np.sqrt(diag)
-    scaled = system * scale[:, None] * scale[None, :]
+    scaled = system
+    scaled *= scale[:, None]
+    scaled *= scale[None, :]
+    norm = np.abs(scaled).sum(axis=0).max()  # before the factor exists: one d x d at a time
     try:
         factor = linalg.cholesky(scaled, lower=False, check_finite=False)
     except linalg.LinAlgError:
         return None
     pocon = get_lapack_funcs("pocon", (factor,))
-    rcond, info = pocon(factor, np.abs(scaled).sum(axis=0).max(), uplo="U")
+    rcond, info = pocon(factor, norm, uplo="U")
     if info != 0 or not rcond * GRAM_MAX_CONDITION >= 1.0:
         return None
     return factor, scale
@@ -309,6 +316,9 @@ class StatisticsServer(Server):
     """
 
     protocol = "ridge.statistics"
+    #: Whether ``_apply`` reads the round's replies only through :meth:`_merged`
+    #: (and to name a culprit), so they can be folded as they are read.
+    _merges_replies = False
 
     def __init__(self, estimator, *, robust=None, **kwargs):
         super().__init__(estimator, **kwargs)
@@ -391,9 +401,25 @@ class StatisticsServer(Server):
         """Number of features the statistics of a reply must have."""
         return frame.schema["n_features"]
 
+    def _reply_fold(self):
+        # A server whose _apply reads the replies only through _merged folds
+        # them as they come (the same tree as merge_statistics, so the same
+        # bits); robust aggregation compares every reply, so it keeps them.
+        if not self._merges_replies or self.robust is not None:
+            return None
+        return StreamingMerge()
+
     def _merged(self, replies):
-        """Statistics of all replies of the round (exact tree merge, label order), checked."""
-        merged = merge_statistics(replies[site] for site in sorted_labels(replies))
+        """Statistics of all replies of the round (exact tree merge, label order), checked.
+
+        ``replies`` may be the :class:`~sklearn_fed.protocol.FoldedReplies`
+        of :meth:`_reply_fold`: merged already; single replies are then
+        parsed again only if the merge fails its check, to name the culprit.
+        """
+        if isinstance(replies, FoldedReplies):
+            merged = replies.fold.result()
+        else:
+            merged = merge_statistics(replies[site] for site in sorted_labels(replies))
         check_aggregate(merged, replies)
         return merged
 

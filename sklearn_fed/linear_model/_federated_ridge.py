@@ -22,6 +22,8 @@ class FederatedRidgeServer(StatisticsServer):
     is not used: a second round asks every site for the factor form instead.
     """
 
+    _merges_replies = True
+
     def _apply(self, replies, ledger):
         estimator = self.estimator
         previous = self._previous()
