@@ -316,6 +316,12 @@ class ClientStatistics:
         forms give a factor form (the ``R`` of a QR of both factors and the
         mean-shift row); if either is in Gram form, so is the result.
         """
+        return self._merge(other, reuse=False)
+
+    def _merge(self, other, *, reuse):
+        """:meth:`merge`; with ``reuse``, the result takes over ``self``'s Gram and
+        adds ``other``'s into it in place (same bits, no d x d allocation): only for
+        a ``self`` that nothing else will read."""
         _check_compatible(self, other)
         wa, wb = self.weight_sum, other.weight_sum
         w = wa + wb
@@ -336,7 +342,7 @@ class ClientStatistics:
             triangle = _triangular_factor(np.vstack(parts))
             return type(self)(self.n_samples + other.n_samples, w, x_mean, y_mean,
                               factor=triangle, **common)
-        gram = self.gram + other.gram
+        gram = np.add(self.gram, other.gram, out=self.gram if reuse else None)
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
         if shifted:  # scale * (dx_i dx_j) keeps the symmetry bit for bit
@@ -1041,9 +1047,12 @@ class StreamingMerge:
     True
     """
 
-    def __init__(self):
+    def __init__(self, *, owned=False):
         self._pending = []  # (number of messages, their merge), sizes decreasing
         self._done = False
+        # Partial merges are always the stream's own; the messages only if ``owned``
+        # (a server's freshly parsed replies): then a pair merges into the first.
+        self._owned = owned
 
     def __len__(self):
         """Number of partial merges held (0 before the first message)."""
@@ -1055,7 +1064,7 @@ class StreamingMerge:
             raise ValueError("StreamingMerge.add after result(): the stream has ended.")
         size = 1
         while self._pending and self._pending[-1][0] == size:
-            stats = self._pending.pop()[1].merge(stats)
+            stats = _merge_pair(self._pending.pop()[1], stats, own=size > 1 or self._owned)
             size *= 2
         self._pending.append((size, stats))
 
@@ -1065,9 +1074,18 @@ class StreamingMerge:
             raise ValueError("StreamingMerge.result needs at least one message.")
         merged = self._pending.pop()[1]
         while self._pending:
-            merged = self._pending.pop()[1].merge(merged)
+            size, first = self._pending.pop()
+            merged = _merge_pair(first, merged, own=size > 1 or self._owned)
         self._pending, self._done = [(None, merged)], True
         return merged
+
+
+def _merge_pair(first, second, *, own):
+    """``first.merge(second)``; when ``first`` is the caller's ``own`` (read by no one
+    else), its Gram takes ``second``'s in place: no d x d allocation."""
+    if own and isinstance(first, ClientStatistics) and first.gram.flags.writeable:
+        return first._merge(second, reuse=True)
+    return first.merge(second)
 
 
 def _is_psd(gram):
@@ -1077,12 +1095,19 @@ def _is_psd(gram):
     their row fails unless it is negligible against the other feature.
     """
     diag = np.diag(gram)
-    scale = np.sqrt(np.where(diag > 0, diag, 1.0))
-    scaled = gram / scale[:, None] / scale[None, :]
-    scaled = (scaled + scaled.T) / 2
+    inverse = 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0))
+    # One d x d work array: the upper triangle of the scaled, symmetrized Gram
+    # (all that the factorization reads), made row chunk by row chunk.
+    scaled = np.empty_like(gram, dtype=np.float64)
+    for rows, _ in _row_chunks(gram):
+        upper = slice(rows.start, None)
+        np.add(gram[rows, upper], gram[upper, rows].T, out=scaled[rows, upper])
+        scaled[rows, upper] *= 0.5 * inverse[rows, None]
+        scaled[rows, upper] *= inverse[upper]
     scaled[np.diag_indices_from(scaled)] += _PSD_TOLERANCE
     try:
-        linalg.cholesky(scaled, lower=False, check_finite=False)
+        # The transpose is Fortran-ordered: LAPACK factors it in place, no copy.
+        linalg.cholesky(scaled.T, lower=True, overwrite_a=True, check_finite=False)
     except linalg.LinAlgError:
         return False
     return True

@@ -407,7 +407,7 @@ class StatisticsServer(Server):
         # bits); robust aggregation compares every reply, so it keeps them.
         if not self._merges_replies or self.robust is not None:
             return None
-        return StreamingMerge()
+        return StreamingMerge(owned=True)  # replies parsed here: no one else reads them
 
     def _merged(self, replies):
         """Statistics of all replies of the round (exact tree merge, label order), checked.
