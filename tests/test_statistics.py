@@ -343,3 +343,22 @@ def test_streaming_merge_is_the_balanced_tree_bit_for_bit(n_parts):
         merger.add(parts[0])
     with pytest.raises(ValueError, match="at least one"):
         StreamingMerge().result()
+
+
+def test_merging_never_modifies_the_messages():
+    """Partial merges add in place into their own Gram; a caller's messages stay as given."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(70, 4)), rng.normal(size=70)
+    parts = [ClientStatistics.from_data(X[i::7], y[i::7]) for i in range(7)]
+    copies = [dataclasses.replace(p, gram=p.gram.copy(), moment=p.moment.copy(),
+                                  target_ss=p.target_ss.copy()) for p in parts]
+    merged = merge_statistics(parts)
+    for part, copy in zip(parts, copies):
+        for name in ("gram", "moment", "target_ss", "x_mean", "y_mean"):
+            assert np.array_equal(getattr(part, name), getattr(copy, name))
+    assert all(merged.gram is not part.gram for part in parts)
+    # A stream that owns its messages gives the same bits.
+    owned = StreamingMerge(owned=True)
+    for copy in copies:
+        owned.add(copy)
+    assert np.array_equal(owned.result().gram, merged.gram)
