@@ -1272,10 +1272,13 @@ def _row_chunks(matrix):
     """``(rows, buffer)`` covering ``matrix`` in row slices, with a work buffer of their shape."""
     n_rows, n_cols = matrix.shape
     step = max(1, _CHUNK_BYTES // (8 * max(n_cols, 1)))
-    buffer = np.empty((min(step, n_rows), n_cols))
-    for start in range(0, n_rows, step):
-        rows = slice(start, min(start + step, n_rows))
-        yield rows, buffer[: rows.stop - start]
+    if step >= n_rows:  # one chunk (d <= 362): no generator bookkeeping per message
+        return ((slice(0, n_rows), np.empty((n_rows, n_cols))),)
+    buffer = np.empty((step, n_cols))
+    return (
+        (slice(start, min(start + step, n_rows)), buffer[: min(step, n_rows - start)])
+        for start in range(0, n_rows, step)
+    )
 
 
 def _update_by_outer(matrix, u, v, scale_op, scale, update_op):
