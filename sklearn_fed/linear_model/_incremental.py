@@ -230,7 +230,9 @@ def _factor_failures(contributions):
 
     Checked one by one they would be some twenty numpy calls on tiny arrays
     per site, the largest cost of a round of small sites; stacked, the same
-    checks take the same few calls for any number of sites. Returns
+    checks take the same few calls for any number of sites, and when every
+    value of the round passes them (the usual case) they are checked over
+    the whole stack at once, without finding out which site failed. Returns
     ``{site: InvalidClientMessage}`` with each failing site's first failed
     check: entries within the caps of
     :meth:`ClientStatistics.validate` (which keep merging and solving free of
@@ -242,36 +244,48 @@ def _factor_failures(contributions):
     """
     if not contributions:
         return {}
-    n_rows = np.array([c.factor.shape[0] for c in contributions])
+    # (shapes were checked per reply, so np.array stacks: faster than np.stack)
     rows = np.concatenate([c.factor for c in contributions])
-    failed = {}
-
-    def flag(bad, reason):
-        for i in np.flatnonzero(bad):
-            failed.setdefault(int(i), reason)
-
+    x_mean = np.array([c.x_mean for c in contributions])
+    y_mean = np.array([c.y_mean for c in contributions])
+    moment = np.array([c.moment for c in contributions])
+    target_ss = np.array([c.target_ss for c in contributions])
+    diagonal = np.array([c.gram_diagonal for c in contributions])
+    roots = np.sqrt([c.weight_sum for c in contributions])
     with np.errstate(all="ignore"):  # refused replies may hold inf or NaN
-        x_mean = np.stack([c.x_mean for c in contributions])
-        y_mean = np.stack([c.y_mean for c in contributions])
-        moment = np.stack([c.moment for c in contributions])
-        target_ss = np.stack([c.target_ss for c in contributions])
-        diagonal = np.stack([c.gram_diagonal for c in contributions])
+        column = np.sqrt(diagonal) + 1e-8 * roots[:, None] * np.abs(x_mean)
+        bound = column[:, :, None] * np.sqrt(target_ss)[:, None, :] * (1 + 1e-6)
+        caps = (
+            ("x_mean", x_mean, _MAX_MEAN),
+            ("y_mean", y_mean, _MAX_MEAN),
+            ("moment", moment, _MAX_SECOND),
+            ("target_ss", target_ss, _MAX_SECOND),
+            ("factor", rows, math.sqrt(_MAX_SECOND)),
+        )
+        if (  # False for NaN: the site-by-site checks below then name the site
+            all(np.abs(values).max(initial=0.0) <= cap for _, values, cap in caps)
+            and (np.abs(moment) <= bound).all() and target_ss.min(initial=0.0) >= 0
+            and diagonal.max(initial=0.0) <= _MAX_SECOND
+        ):
+            return {}
+        failed = {}
+
+        def flag(bad, reason):
+            for i in np.flatnonzero(bad):
+                failed.setdefault(int(i), reason)
+
+        n_rows = np.array([c.factor.shape[0] for c in contributions])
         factor_max = np.zeros(len(contributions))
         some = n_rows > 0  # sites whose factor has rows (reduceat needs non-empty runs)
         if some.any():
             starts = np.concatenate([[0], np.cumsum(n_rows[some])[:-1]])
             factor_max[some] = np.maximum.reduceat(np.abs(rows).max(axis=1), starts)
-        for name, values, cap in (
-            ("x_mean", np.abs(x_mean).max(axis=1, initial=0.0), _MAX_MEAN),
-            ("y_mean", np.abs(y_mean).max(axis=1, initial=0.0), _MAX_MEAN),
-            ("moment", np.abs(moment).max(axis=(1, 2), initial=0.0), _MAX_SECOND),
-            ("target_ss", np.abs(target_ss).max(axis=1, initial=0.0), _MAX_SECOND),
-            ("factor", factor_max, math.sqrt(_MAX_SECOND)),
-        ):
+        for name, values, cap in caps:
+            if name == "factor":
+                values = factor_max
+            else:
+                values = np.abs(values).reshape(len(values), -1).max(axis=1, initial=0.0)
             flag(~(values <= cap), _beyond_cap(name, cap))
-        roots = np.sqrt([c.weight_sum for c in contributions])
-        column = np.sqrt(diagonal) + 1e-8 * roots[:, None] * np.abs(x_mean)
-        bound = column[:, :, None] * np.sqrt(target_ss)[:, None, :] * (1 + 1e-6)
         flag((target_ss < 0).any(axis=1) | (np.abs(moment) > bound).any(axis=(1, 2)),
              "moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
         too_large = ~(diagonal.max(axis=1, initial=0.0) <= _MAX_SECOND)
@@ -291,8 +305,9 @@ def _merge_round(previous, contributions, centered):
     ``(n_samples, weight_sum, x_mean, y_mean, moment, target_ss)``, the
     update as a list of row ``blocks`` (the sites' factors and the Chan
     mean-shift rows, reduced by one, see the User Guide; stacked only when
-    solved) and the sum ``dense`` of any full Grams, so that
-    ``G_new = G + sum(B^T B for B in blocks) + dense``.
+    solved), the sum ``dense`` of any full Grams, so that
+    ``G_new = G + sum(B^T B for B in blocks) + dense``, and the diagonal of
+    that update (from the diagonals the replies' checks computed).
     """
     groups = ([previous] if previous is not None else []) + list(contributions)
     d = contributions[0].moment.shape[0]
@@ -302,9 +317,10 @@ def _merge_round(previous, contributions, centered):
     grams = [c.gram for c in contributions if c.gram is not None]
     moment = sum(c.moment for c in contributions)
     target_ss = sum(c.target_ss for c in contributions)
+    diagonal = np.array([c.gram_diagonal for c in contributions]).sum(axis=0)
     x_ref, y_ref = groups[0].x_mean, groups[0].y_mean
-    dx = np.stack([g.x_mean for g in groups]) - x_ref
-    dy = np.stack([g.y_mean for g in groups]) - y_ref
+    dx = np.array([g.x_mean for g in groups]) - x_ref  # (np.stack, without its overhead)
+    dy = np.array([g.y_mean for g in groups]) - y_ref
     if total > 0:
         shift_x, shift_y = weights @ dx / total, weights @ dy / total
     else:
@@ -319,6 +335,7 @@ def _merge_round(previous, contributions, centered):
         shift_rows = _drop_direction(mx, root)
         if shift_rows.shape[0]:
             factors.append(shift_rows)
+            diagonal += np.einsum("ij,ij->j", shift_rows, shift_rows)
     dense = None
     if grams:
         dense = grams[0].copy()
@@ -331,7 +348,7 @@ def _merge_round(previous, contributions, centered):
         n_samples += previous.n_samples
     merged = (n_samples, total, x_ref + shift_x, y_ref + shift_y, moment,
               np.maximum(target_ss, 0.0))
-    return merged, factors, dense
+    return merged, factors, dense, diagonal
 
 
 def _gram_of(rows):
@@ -486,12 +503,9 @@ class _Model:
     @classmethod
     def after_round(cls, previous, contributions, *, alpha, options, centered, single_target,
                     dtype, record):
-        merged, blocks, dense = _merge_round(previous, contributions, centered)
+        merged, blocks, dense, diagonal = _merge_round(previous, contributions, centered)
         d = merged[2].shape[0]
         record["rank"] = d if dense is not None else sum(block.shape[0] for block in blocks)
-        diagonal = np.diag(dense).copy() if dense is not None else np.zeros(d)
-        for block in blocks:
-            diagonal += np.einsum("ij,ij->j", block, block)
         if previous is None:
             gram, pending, solvers = None, (), {}
         elif previous._solution is not None:  # continue from the solved system
