@@ -10,9 +10,11 @@ previous solution when that is cheaper, else by a Cholesky factorization of
 the exact statistics.
 """
 
+import contextlib
 import copy
 import functools
 import math
+import threading
 import time
 from numbers import Integral, Real
 
@@ -45,6 +47,11 @@ from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]
 
+# The solve runs on one BLAS thread up to this many features: its triangular
+# solves, products and (every few rounds) Cholesky factorization are too small
+# for a second thread to pay for waking it (measured at d = 1,000: 8.3 ms per
+# solve on one thread, 21.9 ms on two; benchmarks/bench_incremental.py).
+_ONE_THREAD_FEATURES = (300, 1000)
 # Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
 # rows (measured crossover, see benchmarks/bench_incremental.py).
 _AUTO_RANK_RATIO = 8
@@ -551,6 +558,10 @@ class _Model:
     def _solve(self):
         if self._solution is not None:
             return self._solution
+        with _one_blas_thread(self.n_features):
+            return self._solve_now()
+
+    def _solve_now(self):
         start = time.perf_counter()
         d, t = self.moment.shape
         rows = np.vstack(self.pending) if self.pending else np.zeros((0, d))
@@ -610,6 +621,29 @@ class _Model:
         self.record["update"] = "+".join(sorted(routes))
         self.record["solve_seconds"] = time.perf_counter() - start
         return self._solution
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_libraries():
+    """threadpoolctl's controller of the BLAS libraries (finding them takes ms: once)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
+def _one_blas_thread(n_features):
+    """A context in which BLAS runs on one thread, when it pays at this size.
+
+    ``threadpool_limits`` costs tens of microseconds (it reads every
+    library's info), so it is entered only where the solve gains more:
+    BLAS on several threads, and ``n_features`` in the measured range.
+    """
+    low, high = _ONE_THREAD_FEATURES
+    if low <= n_features <= high:
+        libraries = _blas_libraries()
+        if any(lib.get_num_threads() != 1 for lib in libraries.lib_controllers):
+            return libraries.limit(limits=1)
+    return contextlib.nullcontext()
 
 
 def _magnitude(contribution):
@@ -731,8 +765,7 @@ class IncrementalServer(Server):
     def _round_rng(self):
         """This round's randomness: derived from the seed and the round index, so a
         failed round draws nothing twice and no generator is copied."""
-        state = self._state
-        return np.random.Generator(np.random.Philox(key=state["seed"], counter=self.round))
+        return _philox(self._state["seed"], self.round)
 
     def _plan(self, sites):
         estimator, state = self.estimator, self._state
@@ -862,6 +895,31 @@ class IncrementalServer(Server):
 
     def _dtype_of_round(self):
         return np.float32 if self._dtype == "float32" else np.float64
+
+
+_THREAD = threading.local()
+
+
+def _philox(key, counter):
+    """``Generator(Philox(key=key, counter=counter))``, reusing this thread's generator.
+
+    Building a Philox bit generator costs more than all of a small round's
+    draws; setting the key and counter of one kept per thread gives the
+    same stream (a fresh generator's buffers are empty, as set here).
+    """
+    if not (0 <= key < 2**64 and 0 <= counter < 2**64):
+        return np.random.Generator(np.random.Philox(key=key, counter=counter))
+    kept = getattr(_THREAD, "philox", None)
+    if kept is None:
+        kept = _THREAD.philox = np.random.Generator(np.random.Philox())
+    kept.bit_generator.state = {
+        "bit_generator": "Philox",
+        "state": {"counter": np.array([counter, 0, 0, 0], dtype=np.uint64),
+                  "key": np.array([key, 0], dtype=np.uint64)},
+        "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4,
+        "has_uint32": 0, "uinteger": 0,
+    }
+    return kept
 
 
 def _round_bytes(totals, previous_ledger, direction, sites):
