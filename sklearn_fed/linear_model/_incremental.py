@@ -48,10 +48,11 @@ from ._base import BaseFederatedRidge, solve_ridge, task_field
 __all__ = ["IncrementalFederatedRidge"]
 
 # The solve runs on one BLAS thread up to this many features: its triangular
-# solves, products and (every few rounds) Cholesky factorization are too small
-# for a second thread to pay for waking it (measured at d = 1,000: 8.3 ms per
-# solve on one thread, 21.9 ms on two; benchmarks/bench_incremental.py).
-_ONE_THREAD_FEATURES = (300, 1000)
+# solves and products are too small for a second thread to pay for waking it
+# (benchmarks/bench_incremental.py, 2 threads against 1: 21.9 ms against
+# 8.3 ms per solve at d = 1,000 on a quiet machine; on a busy one 10 ms
+# against 0.3 ms at d = 100). Above it, not measured: BLAS decides.
+_ONE_THREAD_MAX_FEATURES = 1000
 # Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
 # rows (measured crossover, see benchmarks/bench_incremental.py).
 _AUTO_RANK_RATIO = 8
@@ -632,14 +633,12 @@ def _blas_libraries():
 
 
 def _one_blas_thread(n_features):
-    """A context in which BLAS runs on one thread, when it pays at this size.
+    """A context in which BLAS runs on one thread, for a solve of this size.
 
-    ``threadpool_limits`` costs tens of microseconds (it reads every
-    library's info), so it is entered only where the solve gains more:
-    BLAS on several threads, and ``n_features`` in the measured range.
+    Entered only when BLAS has more than one thread: limiting costs ~10 us
+    (threadpoolctl reads every library's info), checking ~1 us.
     """
-    low, high = _ONE_THREAD_FEATURES
-    if low <= n_features <= high:
+    if n_features <= _ONE_THREAD_MAX_FEATURES:
         libraries = _blas_libraries()
         if any(lib.get_num_threads() != 1 for lib in libraries.lib_controllers):
             return libraries.limit(limits=1)
