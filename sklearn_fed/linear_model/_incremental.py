@@ -47,11 +47,12 @@ from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]
 
-# The solve runs on one BLAS thread up to this many features: its triangular
-# solves and products are too small for a second thread to pay for waking it
-# (benchmarks/bench_incremental.py, 2 threads against 1: 21.9 ms against
-# 8.3 ms per solve at d = 1,000 on a quiet machine; on a busy one 10 ms
-# against 0.3 ms at d = 100). Above it, not measured: BLAS decides.
+# The solve, and a round of at most d rows, run on one BLAS thread up to this
+# many features: their triangular solves, small QRs and products are too
+# small for a second thread to pay for waking it (benchmarks/bench_incremental.py,
+# 2 threads against 1 on a quiet machine at d = 1,000: 21.9 ms against 8.3 ms
+# per solve, 2.7 ms against 1.2 ms per round; on a busy one, 10 ms against
+# 0.3 ms per solve at d = 100). Above it, not measured: BLAS decides.
 _ONE_THREAD_MAX_FEATURES = 1000
 # Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
 # rows (measured crossover, see benchmarks/bench_incremental.py).
@@ -1272,7 +1273,11 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
                 # a copy: the stored client stays as it was if the round fails
                 clients[label] = copy.copy(client)
         server = self.make_server(feature_names=names, warm_start=warm_start, max_rounds=1)
-        run_simulation(server, clients, X, y, sample_weight, labels, rows, names)
+        # A streaming round (at most d new rows) is small BLAS work too: the
+        # sites' QRs and the merge's products and folds run on one thread.
+        n_rows, n_features = getattr(X, "shape", (1, 0))  # (Dask partitions: no shape)
+        with _one_blas_thread(n_features) if n_rows <= n_features else contextlib.nullcontext():
+            run_simulation(server, clients, X, y, sample_weight, labels, rows, names)
         self._sites = {
             label_key(label): client for label, client in clients.items() if client._pending
         }

@@ -624,19 +624,26 @@ def test_solve_runs_on_one_blas_thread_and_restores_the_count():
     def blas_threads():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
-    seen = []
-    refactor = _incremental._refactor
+    seen = {"_refactor": [], "_site_statistics": []}
 
-    def spy(*args):
-        seen.append(blas_threads())
-        return refactor(*args)
+    def spy(name):
+        function = getattr(_incremental, name)
+
+        def spied(*args):
+            seen[name].append(blas_threads())
+            return function(*args)
+        return spied
 
     X, y, _ = stream(n=700, d=300)
     with threadpool_limits(2, user_api="blas"), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_incremental, "_refactor", spy)
+        for name in seen:
+            patch.setattr(_incremental, name, spy(name))
         model = IncrementalFederatedRidge().partial_fit(X, y, clients=np.arange(700) % 3)
-        coef = model.coef_
-        assert seen and all(counts == [1] * len(counts) for counts in seen)
+        coef = model.coef_  # the solve: one thread
+        assert seen["_site_statistics"] == [[2] * len(blas_threads())] * 3  # 700 rows > d
+        model.partial_fit(X[:50], y[:50], clients=np.arange(50) % 2)  # a streaming round
+        assert seen["_site_statistics"][3:] == [[1] * len(blas_threads())] * 2
+        assert seen["_refactor"] and all(set(counts) == {1} for counts in seen["_refactor"])
         assert blas_threads() == [2] * len(blas_threads())
     with threadpool_limits(1, user_api="blas"):
         again = IncrementalFederatedRidge().partial_fit(X, y, clients=np.arange(700) % 3).coef_
