@@ -47,15 +47,16 @@ from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]
 
-# The solve, and a round of at most d rows, run on one BLAS thread for these
-# numbers of features: their triangular solves, small QRs and products are
-# too small for a second thread to pay for waking it. Measured on 2 cores
-# (benchmarks/bench_incremental.py; pinned / unpinned per round, model read
-# every round): 0.12 at d = 128, 0.40 at 1,000 (21.9 ms against 8.3 ms per
-# solve on a quiet machine), 0.55 at 4,000; at d <= 100 BLAS keeps such
-# products on one thread itself and switching costs 2-6%. Above 4,000 (where
-# many cores may pay) not measured: BLAS decides.
-_ONE_THREAD_FEATURES = (101, 4000)
+# The solve, and a round of at most d rows, run on one BLAS thread up to this
+# many features: their triangular solves, small QRs and products are too small
+# for a second thread to pay for waking it, and when another library's threads
+# hold the other core they wait for it. Measured on 2 cores
+# (benchmarks/bench_incremental.py, model read every round): pinned / unpinned
+# 0.12 at d = 128, 0.40 at 1,000 (21.9 ms against 8.3 ms per solve on a quiet
+# machine), 0.55 at 4,000; at d = 100, 1.02-1.06 on a quiet machine but 0.5 ms
+# against 8 ms per round beside scikit-learn-intelex's busy thread pool. Above
+# it (where many cores may pay) not measured: BLAS decides.
+_ONE_THREAD_MAX_FEATURES = 4000
 # Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
 # rows (measured crossover, see benchmarks/bench_incremental.py).
 _AUTO_RANK_RATIO = 8
@@ -641,8 +642,7 @@ def _one_blas_thread(n_features):
     Entered only when BLAS has more than one thread: limiting costs ~10 us
     (threadpoolctl reads every library's info), checking ~1 us.
     """
-    low, high = _ONE_THREAD_FEATURES
-    if low <= n_features <= high:
+    if n_features <= _ONE_THREAD_MAX_FEATURES:
         libraries = _blas_libraries()
         if any(lib.get_num_threads() != 1 for lib in libraries.lib_controllers):
             return libraries.limit(limits=1)
