@@ -51,6 +51,7 @@ __all__ = [
     "ClientStatistics",
     "ColumnMoments",
     "InvalidClientMessage",
+    "StreamingMerge",
     "check_aggregate",
     "merge_statistics",
     "most_extreme_client",
@@ -315,6 +316,12 @@ class ClientStatistics:
         forms give a factor form (the ``R`` of a QR of both factors and the
         mean-shift row); if either is in Gram form, so is the result.
         """
+        return self._merge(other, reuse=False)
+
+    def _merge(self, other, *, reuse):
+        """:meth:`merge`; with ``reuse``, the result takes over ``self``'s Gram and
+        adds ``other``'s into it in place (same bits, no d x d allocation): only for
+        a ``self`` that nothing else will read."""
         _check_compatible(self, other)
         wa, wb = self.weight_sum, other.weight_sum
         w = wa + wb
@@ -335,13 +342,11 @@ class ClientStatistics:
             triangle = _triangular_factor(np.vstack(parts))
             return type(self)(self.n_samples + other.n_samples, w, x_mean, y_mean,
                               factor=triangle, **common)
-        gram = self.gram + other.gram
+        gram = np.add(self.gram, other.gram, out=self.gram if reuse else None)
         moment = self.moment + other.moment
         target_ss = self.target_ss + other.target_ss
-        if shifted:  # in place: one d x d temporary, scale * (dx_i dx_j) keeps the symmetry
-            between = np.outer(dx, dx)
-            between *= scale
-            gram += between
+        if shifted:  # scale * (dx_i dx_j) keeps the symmetry bit for bit
+            _update_by_outer(gram, dx, dx, np.multiply, scale, np.add)
             moment += scale * np.outer(dx, dy)
             target_ss += scale * dy * dy
         return type(self)(
@@ -419,6 +424,8 @@ class ClientStatistics:
         if not all(type(fields[k]) is bool for k in ("centered", "single_target")):
             fail("centered and single_target must be booleans.")
         values = {}
+        # A Gram handed over in process as a SymmetricMatrix is symmetric by construction.
+        symmetric = isinstance(arrays.get("gram"), SymmetricMatrix)
         for name in names:
             array = arrays[name]
             if isinstance(array, SymmetricMatrix):  # handed over in process, not packed
@@ -455,7 +462,7 @@ class ClientStatistics:
                 **common,
             )
         if validate:
-            stats.validate(client=client, psd=psd, n_targets=n_targets)
+            stats._validate(client, None, n_targets, psd, symmetric=symmetric)
         return stats
 
     @property
@@ -607,6 +614,11 @@ class ClientStatistics:
         InvalidClientMessage
             Naming the client and the first check that failed.
         """
+        return self._validate(client, n_features, n_targets, psd, symmetric=False)
+
+    def _validate(self, client, n_features, n_targets, psd, *, symmetric):
+        """:meth:`validate`; ``symmetric``: the Gram is known to be symmetric bit for bit
+        (it came as a :class:`~sklearn_fed.protocol.SymmetricMatrix`)."""
         who = _who(client)
 
         def fail(reason):
@@ -650,32 +662,16 @@ class ClientStatistics:
         for name, (got, want) in shapes.items():
             if got != want:
                 fail(f"{name} has shape {got}, expected {want}.")
-        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN, gram=_MAX_SECOND,
-                         moment=_MAX_SECOND, target_ss=_MAX_SECOND)
+        self._check_caps(fail, x_mean=_MAX_MEAN, y_mean=_MAX_MEAN, moment=_MAX_SECOND,
+                         target_ss=_MAX_SECOND)
         diag = np.diag(self.gram)
-        root = np.sqrt(np.maximum(diag, 0.0))
-        raw_x, raw_y = self._raw_scales()
-        # d x d work in place (a server validates every message): three temporaries.
-        limit = np.outer(root, root)
-        # Round-off allowance of a computed Gram entry: relative to its own pair,
-        # and to the pair's raw magnitudes (a column constant at a site has a zero
-        # centered variance but cross-products at the round-off of its mean).
-        slack = np.multiply(limit, _RELATIVE_SLACK)
-        slack += _TINY
-        work = np.outer(raw_x, raw_x, out=np.empty_like(limit))
-        work *= _ROUNDOFF
-        slack += work
-        np.subtract(self.gram, self.gram.T, out=work)
-        if np.any(np.abs(work, out=work) > slack):
-            fail("gram is not symmetric.")
-        if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
-            fail("gram has a negative diagonal entry.")
+        if not _gram_plainly_valid(self.gram, diag, symmetric):
+            self._check_gram(fail, diag)
         target_ss = self.target_ss
         if np.any(target_ss < -_RELATIVE_SLACK * np.max(target_ss, initial=0.0) - _TINY):
             fail("target_ss is negative.")
-        limit += slack
-        if np.any(np.abs(self.gram, out=work) > limit):
-            fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
+        root = np.sqrt(np.maximum(diag, 0.0))
+        raw_x, raw_y = self._raw_scales()
         target_root = np.sqrt(np.maximum(target_ss, 0.0))
         bound = np.outer(root, target_root)
         roundoff = _ROUNDOFF * np.outer(raw_x, raw_y)
@@ -691,6 +687,31 @@ class ClientStatistics:
         if psd and not _is_psd(self.gram):
             fail("gram is not positive semi-definite.")
         return self
+
+    def _check_gram(self, fail, diag):
+        """The Gram's caps, symmetry, diagonal and Cauchy-Schwarz bounds, each with its
+        round-off allowance (what :func:`_gram_plainly_valid` could not prove)."""
+        self._check_caps(fail, gram=_MAX_SECOND)
+        root = np.sqrt(np.maximum(diag, 0.0))
+        raw_x, _ = self._raw_scales()
+        # d x d work in place: three temporaries.
+        limit = np.outer(root, root)
+        # Round-off allowance of a computed Gram entry: relative to its own pair,
+        # and to the pair's raw magnitudes (a column constant at a site has a zero
+        # centered variance but cross-products at the round-off of its mean).
+        slack = np.multiply(limit, _RELATIVE_SLACK)
+        slack += _TINY
+        work = np.outer(raw_x, raw_x, out=np.empty_like(limit))
+        work *= _ROUNDOFF
+        slack += work
+        np.subtract(self.gram, self.gram.T, out=work)
+        if np.any(np.abs(work, out=work) > slack):
+            fail("gram is not symmetric.")
+        if np.any(diag < -_RELATIVE_SLACK * np.max(diag, initial=0.0) - _TINY):
+            fail("gram has a negative diagonal entry.")
+        limit += slack
+        if np.any(np.abs(self.gram, out=work) > limit):
+            fail("gram violates the Cauchy-Schwarz bound gram_ij^2 <= gram_ii gram_jj.")
 
     def _check_caps(self, fail, **caps):
         """Finite values within the magnitude caps that keep merging overflow-free."""
@@ -996,22 +1017,75 @@ def merge_statistics(statistics):
     >>> np.allclose(merge_statistics(parts).gram, whole.gram)
     True
     """
-    # A balanced tree keeps round-off at O(log K). It is built as a binary
-    # counter over the stream: at most log2(K) partial merges are held at
-    # once, so messages parsed on demand are never all unpacked together.
-    pending = []  # (number of messages, their merge), sizes decreasing
+    merger = StreamingMerge()
     for stats in statistics:
-        size = 1
-        while pending and pending[-1][0] == size:
-            stats = pending.pop()[1].merge(stats)
-            size *= 2
-        pending.append((size, stats))
-    if not pending:
+        merger.add(stats)
+    if not merger:
         raise ValueError("merge_statistics needs at least one ClientStatistics.")
-    merged = pending.pop()[1]
-    while pending:
-        merged = pending.pop()[1].merge(merged)
-    return merged
+    return merger.result()
+
+
+class StreamingMerge:
+    """:func:`merge_statistics` fed one message at a time: the same tree, the same bits.
+
+    A balanced tree keeps round-off at O(log K). It is built as a binary
+    counter over the stream: at most log2(K) partial merges are held at
+    once, so a server can fold each message as soon as it has read it
+    instead of holding all K.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.statistics import ClientStatistics, StreamingMerge
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    >>> merger = StreamingMerge()
+    >>> for i in range(3):
+    ...     merger.add(ClientStatistics.from_data(X[i::3], y[i::3]))
+    >>> parts = [ClientStatistics.from_data(X[i::3], y[i::3]) for i in range(3)]
+    >>> bool(np.array_equal(merger.result().gram, merge_statistics(parts).gram))
+    True
+    """
+
+    def __init__(self, *, owned=False):
+        self._pending = []  # (number of messages, their merge), sizes decreasing
+        self._done = False
+        # Partial merges are always the stream's own; the messages only if ``owned``
+        # (a server's freshly parsed replies): then a pair merges into the first.
+        self._owned = owned
+
+    def __len__(self):
+        """Number of partial merges held (0 before the first message)."""
+        return len(self._pending)
+
+    def add(self, stats):
+        """Fold the next message (in the order the merge must follow)."""
+        if self._done:
+            raise ValueError("StreamingMerge.add after result(): the stream has ended.")
+        size = 1
+        while self._pending and self._pending[-1][0] == size:
+            stats = _merge_pair(self._pending.pop()[1], stats, own=size > 1 or self._owned)
+            size *= 2
+        self._pending.append((size, stats))
+
+    def result(self):
+        """The merge of every message added; ends the stream (the partial merges are freed)."""
+        if not self._pending:
+            raise ValueError("StreamingMerge.result needs at least one message.")
+        merged = self._pending.pop()[1]
+        while self._pending:
+            size, first = self._pending.pop()
+            merged = _merge_pair(first, merged, own=size > 1 or self._owned)
+        self._pending, self._done = [(None, merged)], True
+        return merged
+
+
+def _merge_pair(first, second, *, own):
+    """``first.merge(second)``; when ``first`` is the caller's ``own`` (read by no one
+    else), its Gram takes ``second``'s in place: no d x d allocation."""
+    if own and isinstance(first, ClientStatistics) and first.gram.flags.writeable:
+        return first._merge(second, reuse=True)
+    return first.merge(second)
 
 
 def _is_psd(gram):
@@ -1021,12 +1095,19 @@ def _is_psd(gram):
     their row fails unless it is negligible against the other feature.
     """
     diag = np.diag(gram)
-    scale = np.sqrt(np.where(diag > 0, diag, 1.0))
-    scaled = gram / scale[:, None] / scale[None, :]
-    scaled = (scaled + scaled.T) / 2
+    inverse = 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0))
+    # One d x d work array: the upper triangle of the scaled, symmetrized Gram
+    # (all that the factorization reads), made row chunk by row chunk.
+    scaled = np.empty_like(gram, dtype=np.float64)
+    for rows, _ in _row_chunks(gram):
+        upper = slice(rows.start, None)
+        np.add(gram[rows, upper], gram[upper, rows].T, out=scaled[rows, upper])
+        scaled[rows, upper] *= 0.5 * inverse[rows, None]
+        scaled[rows, upper] *= inverse[upper]
     scaled[np.diag_indices_from(scaled)] += _PSD_TOLERANCE
     try:
-        linalg.cholesky(scaled, lower=False, check_finite=False)
+        # The transpose is Fortran-ordered: LAPACK factors it in place, no copy.
+        linalg.cholesky(scaled.T, lower=True, overwrite_a=True, check_finite=False)
     except linalg.LinAlgError:
         return False
     return True
@@ -1160,6 +1241,54 @@ def _scratch(n_rows, n_cols, name="buffer"):
     return cached[:size].reshape(n_rows, n_cols)
 
 
+def _gram_plainly_valid(gram, diag, symmetric):
+    """Whether ``gram`` passes every Gram check of :meth:`ClientStatistics.validate`
+    with no round-off allowance needed: a fast sufficient test (False proves nothing).
+
+    Positive finite diagonal well within the cap, exact symmetry (skipped
+    when ``symmetric`` says it holds by construction), and
+    ``|gram_ij| <= c_i c_j`` with ``c = sqrt(diag (1 + slack / 2))``, read
+    row by row as ``max_j |gram_ij| / c_j <= c_i``: three passes over one
+    temporary instead of the dozen of the full check. Any NaN fails it.
+    """
+    if not (np.all(diag > 0) and np.max(diag) <= _MAX_SECOND / 2):
+        return False
+    if not (symmetric or np.array_equal(gram, gram.T)):
+        return False
+    scale = np.sqrt(diag * (1 + _RELATIVE_SLACK / 2))
+    for rows, ratios in _row_chunks(gram):
+        np.divide(gram[rows], scale, out=ratios)
+        if not np.all(np.abs(ratios, out=ratios).max(axis=1) <= scale[rows]):
+            return False
+    return True
+
+
+# Row chunks of d x d work: small enough to stay in cache and in the heap (a fresh
+# d x d temporary costs more in page faults than the arithmetic at d >= 1,000).
+_CHUNK_BYTES = 2**20
+
+
+def _row_chunks(matrix):
+    """``(rows, buffer)`` covering ``matrix`` in row slices, with a work buffer of their shape."""
+    n_rows, n_cols = matrix.shape
+    step = max(1, _CHUNK_BYTES // (8 * max(n_cols, 1)))
+    buffer = np.empty((min(step, n_rows), n_cols))
+    for start in range(0, n_rows, step):
+        rows = slice(start, min(start + step, n_rows))
+        yield rows, buffer[: rows.stop - start]
+
+
+def _update_by_outer(matrix, u, v, scale_op, scale, update_op):
+    """``matrix = update_op(matrix, scale_op(u_i v_j, scale))`` in place, row chunk by row chunk.
+
+    The same bits as forming ``np.outer(u, v)`` first, without a d x d temporary.
+    """
+    for rows, part in _row_chunks(matrix):
+        np.multiply.outer(u[rows], v, out=part)
+        scale_op(part, scale, out=part)
+        update_op(matrix[rows], part, out=matrix[rows])
+
+
 def _chan_add(total, mean, weight, block_products, block_mean, block_weight, centered):
     """Add one block's (centered) products to the running ones (Chan et al.)."""
     new_weight = weight + block_weight
@@ -1198,13 +1327,15 @@ def _shifted_statistics(X, y, centered, rows):
     zeros), or zero for feature columns whose mean is well within their
     spread there (then BLAS reads ``X`` in place, with no centered copy;
     always without centering). Blocks of rows ``[x - s, y - s_y, 1]`` are
-    added to one ``(p + 1) x (p + 1)`` accumulator of products (``syrk``),
-    and the products are centered once at the end, ``B - S S^T / n``. That
+    added to one accumulator of products (``syrk`` into the Gram when ``X``
+    is read in place), and the products are centered once at the end, ``B - S S^T / n``. That
     cancels digits in proportion to ``(mean - s)^2 / variance``: when this
     exceeds 1 for some column (a client whose first rows are not
     representative of the rest), None is returned and the caller takes the
-    Chan path. The blocks of one client depend only on its own rows, in
-    order, so a site holding just those rows sends the same bits.
+    Chan path. A site of at most ``_HEAD_ROWS`` rows is all head: its copy is
+    shifted by its own mean and multiplied once. The blocks of one client
+    depend only on its own rows, in order, so a site holding just those rows
+    sends the same bits.
     """
     if isinstance(rows, slice):
         first, stop, _ = rows.indices(X.shape[0])
@@ -1234,17 +1365,35 @@ def _shifted_statistics(X, y, centered, rows):
     flat = np.ptp(head, axis=0) == 0
     head_mean = head.mean(axis=0)
     shift = np.where(flat, head[0], head_mean) if centered else np.zeros(p)
+    if len(head) == n:  # the head is the whole site: its products about that shift
+        head -= shift
+        products = head.T @ head
+        sums = head.sum(axis=0)
+        return _centered_parts(
+            products[:d, :d], products[:d, d:], products[d:, d:], sums[:d], sums[d:],
+            shift, n, centered,
+        )
     spread = np.mean((head - head_mean) ** 2, axis=0)
+    # Read in place when centering the raw products loses at most ~half a bit
+    # (mean^2 <= variance / 2 on the head; the check at the end falls back above one).
     in_place = X.dtype == np.float64 and (
-        not centered or bool(np.all(head_mean[:d] ** 2 <= 0.25 * spread[:d]))
+        not centered or bool(np.all(head_mean[:d] ** 2 <= 0.5 * spread[:d]))
     )
     if in_place:
         shift[:d] = 0.0
-    block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p // 2)
-    total = np.zeros((p + 1, p + 1))
-    out = np.empty((d, d)) if in_place else np.empty((p + 1, p + 1))
-    side = np.empty((t + 1, d))
-    corner = np.empty((t + 1, t + 1))
+    # At least p rows per block: a site of up to p rows is one syrk, straight into its Gram.
+    block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p)
+    if in_place:
+        # X's products go straight into the Gram (the first block's syrk writes
+        # it, no copy at the end); [y - s_y, 1] times X and itself go beside.
+        gram = np.empty((d, d))
+        side = np.zeros((t + 1, d))  # rows: sum (y_j - s_j) x per target, then sum x
+        corner = np.zeros((t + 1, t + 1))  # products of [y - s_y, 1]
+        out = np.empty((d, d)) if n > block else None
+        side_block, corner_block = np.empty((t + 1, d)), np.empty((t + 1, t + 1))
+    else:
+        total = np.empty((p + 1, p + 1))  # products of [x - s, y - s_y, 1]
+        out = np.empty((p + 1, p + 1)) if n > block else None
     for start in range(0, n, block):
         m = min(block, n - start)
         if in_place:
@@ -1253,38 +1402,54 @@ def _shifted_statistics(X, y, centered, rows):
             targets = _scratch(t + 1, m, "targets")  # rows: y - s_y per target, then ones
             np.subtract(yb.T, shift[d:, None], out=targets[:t])
             targets[t] = 1.0
-            np.matmul(Xb.T, Xb, out=out)  # numpy runs syrk: one read of the rows in place
-            total[:d, :d] += out
+            # numpy runs syrk: one read of the rows in place
+            np.matmul(Xb.T, Xb, out=gram if start == 0 else out)
+            if start:
+                gram += out
             # Moment and column sums while the block is in cache: a few matrix-vector
             # products read it once each, faster than one matrix product that packs it.
             if t < 4:
                 for j in range(t + 1):
-                    np.matmul(targets[j], Xb, out=side[j])
+                    np.matmul(targets[j], Xb, out=side_block[j])
             else:
-                np.matmul(targets, Xb, out=side)
-            total[d:, :d] += side
-            np.matmul(targets, targets.T, out=corner)
-            total[d:, d:] += corner
+                np.matmul(targets, Xb, out=side_block)
+            side += side_block
+            np.matmul(targets, targets.T, out=corner_block)
+            corner += corner_block
         else:
             work = _scratch(m, p + 1)
             Xb, yb = block_of(start, start + m, None)
             np.subtract(Xb, shift[:d], out=work[:, :d])
             np.subtract(yb, shift[d:], out=work[:, d:p])
             work[:, p] = 1.0
-            np.matmul(work.T, work, out=out)
-            total += out
+            np.matmul(work.T, work, out=total if start == 0 else out)
+            if start:
+                total += out
     if in_place:
-        total[:d, d:] = total[d:, :d].T
-    products, sums = total[:p, :p], total[:p, p]
+        return _centered_parts(gram, side[:t].T, corner[:t, :t], side[t], corner[:t, t],
+                               shift, n, centered)
+    return _centered_parts(total[:d, :d], total[:d, d:p], total[d:p, d:p], total[:d, p],
+                           total[d:p, p], shift, n, centered)
+
+
+def _centered_parts(gram, cross, y_products, x_sums, y_sums, shift, n, centered):
+    """The statistics from products about ``shift``: ``[x - s]^T [x - s]`` (``gram``),
+    ``[x - s]^T [y - s_y]`` (``cross``), ``[y - s_y]^T [y - s_y]`` and the sums of
+    ``x - s`` and ``y - s_y`` over ``n`` rows; None if centering would cancel digits."""
+    d = len(x_sums)
+    sums = np.concatenate([x_sums, y_sums])
     mean = shift + sums / n
     if centered:
-        offset = sums / n
-        if np.any(offset**2 > 0.5 * np.diag(products) / n):  # more than one bit would cancel
+        squares = np.concatenate([np.diag(gram), np.diag(y_products)])
+        if np.any((sums / n) ** 2 > 0.5 * squares / n):  # more than one bit would cancel
             return None
-        products -= np.outer(sums, sums) / n  # symmetric bit for bit
-    gram = np.ascontiguousarray(products[:d, :d])
-    moment = np.ascontiguousarray(products[:d, d:])
-    return float(n), mean[:d], mean[d:], gram, moment, np.maximum(np.diag(products)[d:], 0.0)
+        # B - S S^T / n, each entry (s_i s_j) / n: symmetric bit for bit.
+        _update_by_outer(gram, x_sums, x_sums, np.divide, n, np.subtract)
+        cross -= np.outer(x_sums, y_sums) / n
+        y_products -= np.outer(y_sums, y_sums) / n
+    gram = np.ascontiguousarray(gram)
+    moment = np.ascontiguousarray(cross)
+    return float(n), mean[:d], mean[d:], gram, moment, np.maximum(np.diag(y_products), 0.0)
 
 
 def _chan_statistics(X, y, sample_weight, centered, rows):

@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fed import ClientStatistics, InvalidClientMessage, merge_statistics
+from sklearn_fed.statistics import StreamingMerge, _gram_plainly_valid
 
 
 def _reference(X, y, w, centered=True):
@@ -226,6 +227,42 @@ def test_validation_rejects_indefinite_gram():
     bad.validate(psd=False)  # the O(d^2) checks alone cannot see it
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_fast_gram_check_never_accepts_what_the_full_check_refuses(seed):
+    """``_gram_plainly_valid`` is a sufficient test: True only where ``_check_gram`` passes."""
+    rng = np.random.default_rng(seed)
+    stats = _stats()
+    d = stats.n_features
+    gram = stats.gram.copy()
+    i, j = rng.choice(d, 2, replace=False)
+    bound = np.sqrt(gram[i, i] * gram[j, j])
+    # Entries around the Cauchy-Schwarz bound (both sides of its round-off
+    # allowance), asymmetric by an ulp, NaN, a zero diagonal, beyond the cap.
+    kind = seed % 5
+    if kind == 0:
+        gram[i, j] = gram[j, i] = bound * (1 + rng.choice([-1e-9, 1e-7, 1e-6, 2e-6, 1e-3]))
+    elif kind == 1:
+        gram[i, j] = np.nextafter(gram[i, j], np.inf)
+    elif kind == 2:
+        gram[i, j] = gram[j, i] = np.nan
+    elif kind == 3:
+        gram[i, :] = gram[:, i] = 0.0
+        gram[i, j] = gram[j, i] = rng.choice([0.0, 1e-300, 1e-3])
+    else:
+        gram *= rng.choice([1e199, 3e199, 1e200])
+    diag = np.diag(gram)
+    bad = _with(stats, gram=gram)
+
+    def fail(reason):
+        raise InvalidClientMessage(reason, None)
+
+    for symmetric in (False, True) if kind != 1 else (False,):
+        if _gram_plainly_valid(gram, diag, symmetric):
+            bad._check_gram(fail, diag)  # must not raise
+    # A well-formed Gram takes the fast path.
+    assert _gram_plainly_valid(stats.gram, np.diag(stats.gram), False)
+
+
 def test_validation_of_expected_shape():
     with pytest.raises(InvalidClientMessage, match="has 4 features, expected 5"):
         _stats().validate(client=1, n_features=5)
@@ -268,3 +305,60 @@ def test_constant_columns_center_to_exact_zeros():
     X[:, 1] = 0.1 + 1e6
     stats = ClientStatistics.from_data(X, np.full(300, 3.3))
     assert not stats.gram[1].any() and not stats.moment.any() and not stats.target_ss.any()
+
+
+def _balanced_blocks(parts):
+    """merge_statistics's tree written out: perfect blocks of 2^a, 2^b, ... parts, right-folded."""
+    def balanced(block):
+        if len(block) == 1:
+            return block[0]
+        return balanced(block[: len(block) // 2]).merge(balanced(block[len(block) // 2:]))
+
+    blocks, start = [], 0
+    for bit in reversed(range(len(parts).bit_length())):
+        if len(parts) >> bit & 1:
+            blocks.append(balanced(parts[start:start + 2**bit]))
+            start += 2**bit
+    merged = blocks.pop()
+    while blocks:
+        merged = blocks.pop().merge(merged)
+    return merged
+
+
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 7, 8, 13])
+def test_streaming_merge_is_the_balanced_tree_bit_for_bit(n_parts):
+    rng = np.random.default_rng(n_parts)
+    X, y = rng.normal(size=(20 * n_parts, 4)) * 1e3 + 7.0, rng.normal(size=20 * n_parts)
+    parts = [ClientStatistics.from_data(X[i::n_parts], y[i::n_parts]) for i in range(n_parts)]
+    merger = StreamingMerge()
+    for stats in parts:
+        merger.add(stats)
+    assert len(merger) == bin(n_parts).count("1")  # one partial merge per bit of the count
+    streamed, tree = merger.result(), _balanced_blocks(parts)
+    for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
+        np.testing.assert_array_equal(getattr(streamed, name), getattr(tree, name))
+        np.testing.assert_array_equal(getattr(merge_statistics(parts), name), getattr(tree, name))
+    assert merger.result() is streamed
+    with pytest.raises(ValueError, match="the stream has ended"):
+        merger.add(parts[0])
+    with pytest.raises(ValueError, match="at least one"):
+        StreamingMerge().result()
+
+
+def test_merging_never_modifies_the_messages():
+    """Partial merges add in place into their own Gram; a caller's messages stay as given."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(70, 4)), rng.normal(size=70)
+    parts = [ClientStatistics.from_data(X[i::7], y[i::7]) for i in range(7)]
+    copies = [dataclasses.replace(p, gram=p.gram.copy(), moment=p.moment.copy(),
+                                  target_ss=p.target_ss.copy()) for p in parts]
+    merged = merge_statistics(parts)
+    for part, copy in zip(parts, copies):
+        for name in ("gram", "moment", "target_ss", "x_mean", "y_mean"):
+            assert np.array_equal(getattr(part, name), getattr(copy, name))
+    assert all(merged.gram is not part.gram for part in parts)
+    # A stream that owns its messages gives the same bits.
+    owned = StreamingMerge(owned=True)
+    for copy in copies:
+        owned.add(copy)
+    assert np.array_equal(owned.result().gram, merged.gram)

@@ -22,6 +22,8 @@ class FederatedRidgeServer(StatisticsServer):
     is not used: a second round asks every site for the factor form instead.
     """
 
+    _merges_replies = True
+
     def _apply(self, replies, ledger):
         estimator = self.estimator
         previous = self._previous()
@@ -155,6 +157,8 @@ class FederatedRidge(BaseFederatedRidge):
     _server_role = FederatedRidgeServer
     _client_role = StatisticsClient
     _exact_federation = True  # any partition into clients gives Ridge on all rows
+
+    _finite_from_statistics = True
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, solver="auto"):
         self.alpha = alpha

@@ -101,6 +101,7 @@ class ProjectedClient(StatisticsClient):
     """
 
     protocol = "ridge.projected"
+    _merges_replies = True
 
     def _summarize(self, task, X, y, sample_weight, rows):
         step = _step(task)
@@ -192,6 +193,9 @@ class ProjectedServer(StatisticsServer):
 
     def _expected_features(self, frame):
         return min(self.m, frame.schema["n_features"])
+
+    def _reply_fold(self):
+        return None if self.m is None else super()._reply_fold()  # row counts are summed
 
     def _apply(self, replies, ledger):
         if self.m is None:  # the count round: now m is known

@@ -83,6 +83,9 @@ class _ClassifierRounds(ClassesServerMixin):
     def _cross_check(self, replies):
         return {} if self.classes_ is None else self._regression()._cross_check(replies)
 
+    def _reply_fold(self):
+        return None if self.classes_ is None else self._regression()._reply_fold()
+
     def _expected_targets(self, frame):
         return 1 if self.classes_.shape[0] <= 2 else self.classes_.shape[0]
 

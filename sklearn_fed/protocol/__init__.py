@@ -20,7 +20,7 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
 from ._nested import nest, unnest
-from ._roles import BlockwiseClient, Client, FederatedMixin, Server, SitePolicy
+from ._roles import BlockwiseClient, Client, FederatedMixin, FoldedReplies, Server, SitePolicy
 from ._schema import FeatureSchema, check_site_data, match_columns
 from ._simulate import atomic, run_simulation, simulate_through_bytes
 from ._values import decode_state, decode_values, encode_state, encode_values
@@ -40,6 +40,7 @@ __all__ = [
     "CommunicationLedger",
     "FeatureSchema",
     "FederatedMixin",
+    "FoldedReplies",
     "Frame",
     "InvalidClientMessage",
     "Server",

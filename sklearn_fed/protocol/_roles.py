@@ -15,18 +15,25 @@ Each estimator family subclasses both roles with three small hooks:
 ``Server._plan`` (the tasks of the next round), ``Server._read_reply`` (parse
 and validate one reply) and ``Server._apply`` (compute the new model from the
 round's replies, then commit it); ``Client._compute`` (a site's answer).
+A server whose model needs the replies only through one reduction may also
+fold them as it reads them (``Server._reply_fold``), holding one at a time.
 """
 
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from numbers import Real
 
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
 from ._schema import FeatureSchema, check_site_data, reply_schema
-from ._wire import DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, encode, label_key
+from ._wire import (
+    DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, encode, label_key, sorted_labels,
+)
 
-__all__ = ["BlockwiseClient", "Client", "FederatedMixin", "Server", "SitePolicy"]
+__all__ = [
+    "BlockwiseClient", "Client", "FederatedMixin", "FoldedReplies", "Server", "SitePolicy",
+]
 
 
 class SitePolicy:
@@ -358,14 +365,23 @@ class Server(ABC):
             Naming the first bad reply; nothing of the round is applied
             (unless ``on_invalid="drop"``).
         """
-        frames, sizes, failures = {}, {}, {}
-        for site, data in replies.items():
-            size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else 0
-            sizes[site] = size
+        sizes = {
+            site: len(data) if isinstance(data, (bytes, bytearray, memoryview)) else 0
+            for site, data in replies.items()
+        }
+
+        def frame_of(site):
+            return decode(
+                replies[site], key=self._key(site), client=site, max_bytes=self.max_message_bytes
+            )
+
+        if self._reply_fold() is not None:  # each decoded when read, so one is unpacked at a time
+            self._receive_frames(FramesOnDemand(replies, frame_of), sizes)
+            return
+        frames, failures = {}, {}
+        for site in replies:
             try:
-                frames[site] = decode(
-                    data, key=self._key(site), client=site, max_bytes=self.max_message_bytes
-                )
+                frames[site] = frame_of(site)
             except InvalidClientMessage as exc:
                 failures[site] = exc
         self._receive_frames(frames, sizes, failures)
@@ -445,6 +461,9 @@ class Server(ABC):
         replies before it commits any (see :meth:`_commit_round`).
         """
         failures = dict(failures or {})
+        fold = self._reply_fold()
+        if fold is not None:
+            return self._fold_round(frames, failures, fold), failures
         parsed = {}
         for site, frame in frames.items():
             try:
@@ -461,14 +480,17 @@ class Server(ABC):
     def _commit_round(self, frames, parsed, sizes, failures):
         """Apply a parsed round: the new model, the ledger, then the next round id."""
         ledger = self._ledger.copy() if self._ledger is not None else CommunicationLedger()
-        ledger.record_round(
-            {site: n_bytes for site, n_bytes in self._open.values()},
-            {site: sizes.get(site) or frames[site].nbytes for site in frames},
-        )
-        dtypes = {frames[site].schema.get("dtype") for site in parsed}
+        if isinstance(parsed, FoldedReplies):  # its frames were read once, not kept
+            uplink = {site: sizes.get(site) or n for site, n in parsed.frame_bytes.items()}
+            schemas = parsed.schemas
+        else:
+            uplink = {site: sizes.get(site) or frames[site].nbytes for site in frames}
+            schemas = {site: frames[site].schema for site in parsed}
+        ledger.record_round({site: n_bytes for site, n_bytes in self._open.values()}, uplink)
+        dtypes = {schemas[site].get("dtype") for site in parsed}
         self._dtype = "float32" if dtypes == {"float32"} else "float64"
         schema = self.schema
-        self.schema = self._pinned_schema(frames[next(iter(parsed))].schema)
+        self.schema = self._pinned_schema(schemas[next(iter(parsed))])
         try:
             self._apply(parsed, ledger)
         except BaseException:
@@ -485,18 +507,45 @@ class Server(ABC):
         """Replies of one round must describe the same features and targets."""
         reference = None
         for site in list(parsed):
-            schema = frames[site].schema
-            shape = (schema.get("n_features"), schema.get("names"), schema.get("n_targets"))
+            shape = _described(frames[site].schema)
             if reference is None:
                 reference = (site, shape)
             elif shape != reference[1]:
-                failures[site] = InvalidClientMessage(
-                    f"client {site!r}: its features or targets differ from site "
-                    f"{reference[0]!r}'s (n_features, names, n_targets = {shape} vs "
-                    f"{reference[1]}); pass feature_names to make_server to fix the order.",
-                    site,
-                )
+                failures[site] = _disagreement(site, shape, reference)
                 del parsed[site]
+
+    def _fold_round(self, frames, failures, fold):
+        """:meth:`_parse_round` of a server that folds replies (see :meth:`_reply_fold`).
+
+        Replies are read in label order, each validated, checked against the
+        first valid one (as :meth:`_check_agreement` does) and folded before
+        the next is read; ``frames`` may compute each frame when it is read
+        (the simulation does), so only one reply is unpacked at a time.
+        Records ``failures`` and returns :class:`FoldedReplies`.
+        """
+        frame_bytes, schemas, reference = {}, {}, None
+        for site in sorted_labels(frames):
+            try:
+                parsed, schema = self._read_to_fold(site, frames, frame_bytes, reference)
+            except InvalidClientMessage as exc:
+                failures[site] = exc
+                continue
+            reference = reference or (site, _described(schema))
+            schemas[site] = schema
+            fold.add(parsed)
+            del parsed  # the fold keeps what it needs: one reply is unpacked at a time
+        return FoldedReplies(self, frames, schemas, frame_bytes, fold)
+
+    def _read_to_fold(self, site, frames, frame_bytes, reference):
+        """``(parsed, schema)`` of one reply of :meth:`_fold_round`; its frame is not kept."""
+        frame = frames[site]  # decoded or computed now, when frames are on demand
+        frame_bytes[site] = frame.nbytes
+        self._check_header(site, frame)
+        parsed = self._read_reply(site, frame)
+        shape = _described(frame.schema)
+        if reference is not None and shape != reference[1]:
+            raise _disagreement(site, shape, reference)
+        return parsed, frame.schema
 
     def _pinned_schema(self, schema):
         if self.schema.n_features is not None:
@@ -504,6 +553,22 @@ class Server(ABC):
         return FeatureSchema(schema["n_features"], schema.get("feature_names"))
 
     # ------------------------------------------------------------ hooks
+    def _reply_fold(self):
+        """A fresh fold of this round's replies, or None (default) to keep every parsed reply.
+
+        A family whose :meth:`_apply` uses a round's replies only through one
+        reduction in label order (a sum, an exact merge) may return an object
+        whose ``add(parsed)`` folds the next valid reply. The server then
+        reads, validates and folds the replies one at a time (the simulation
+        computes each site's reply only when the server reads it) and hands
+        :meth:`_apply` a :class:`FoldedReplies`: the fold as ``.fold``, each
+        reply parsed again only if it is looked up (e.g. to name a culprit
+        after the reduction fails a check). Memory then holds the fold and
+        one reply, not all of them. No fold where :meth:`_cross_check`
+        needs every reply at once.
+        """
+        return None
+
     def _cross_check(self, replies):
         """Checks that need every reply of the round (e.g. duplicates, outliers).
 
@@ -523,6 +588,72 @@ class Server(ABC):
     @abstractmethod
     def _apply(self, replies, ledger):
         """Compute the new model from ``{site: parsed}``, then commit it and ``ledger``."""
+
+
+def _described(schema):
+    """What replies of one round must agree on (from a reply's schema): features, names, targets."""
+    return schema.get("n_features"), schema.get("names"), schema.get("n_targets")
+
+
+def _disagreement(site, shape, reference):
+    return InvalidClientMessage(
+        f"client {site!r}: its features or targets differ from site "
+        f"{reference[0]!r}'s (n_features, names, n_targets = {shape} vs "
+        f"{reference[1]}); pass feature_names to make_server to fix the order.",
+        site,
+    )
+
+
+class FoldedReplies(Mapping):
+    """The valid replies of a round that a server folded as it read them (see ``_reply_fold``).
+
+    ``fold`` holds their reduction. Looking a site up parses its frame
+    again (read from the round's frames, which the simulation recomputes),
+    so a server that needs single replies only to explain a failure never
+    holds them all. Iterates over the sites in the order of the frames.
+    """
+
+    def __init__(self, server, frames, schemas, frame_bytes, fold):
+        self._server = server
+        self._frames = frames
+        self.schemas = {site: schemas[site] for site in frames if site in schemas}
+        self.frame_bytes = frame_bytes
+        self.fold = fold
+
+    def __getitem__(self, site):
+        if site not in self.schemas:
+            raise KeyError(site)
+        return self._server._read_reply(site, self._frames[site])
+
+    def __iter__(self):
+        return iter(self.schemas)
+
+    def __len__(self):
+        return len(self.schemas)
+
+
+class FramesOnDemand(Mapping):
+    """``{site: frame}`` whose frames are made when read (and again if read again).
+
+    ``frame_of(site)`` makes one: the simulation computes the site's reply,
+    :meth:`Server.receive` decodes its bytes. A server that folds replies
+    (see :meth:`Server._reply_fold`) then holds one at a time.
+    """
+
+    def __init__(self, sites, frame_of):
+        self._sites = sites
+        self._frame_of = frame_of
+
+    def __getitem__(self, site):
+        if site not in self._sites:
+            raise KeyError(site)
+        return self._frame_of(site)
+
+    def __iter__(self):
+        return iter(self._sites)
+
+    def __len__(self):
+        return len(self._sites)
 
 
 class FederatedMixin:

@@ -7,6 +7,9 @@ frames are handed over as objects (their sizes, counted in the ledger, are
 computed exactly without serializing); inside :func:`simulate_through_bytes`
 every task and reply is encoded to bytes and decoded again, as on a network.
 Both paths carry the same float64 values, so they give identical models.
+For a server that folds replies as it reads them (:meth:`Server._reply_fold`),
+each site's reply is computed only when the server reads it, so a round
+never holds every site's reply at once.
 """
 
 import contextlib
@@ -15,6 +18,7 @@ import threading
 
 import numpy as np
 
+from ._roles import FramesOnDemand
 from ._wire import decode, encode, label_key
 
 __all__ = ["atomic", "run_simulation", "simulate_through_bytes"]
@@ -78,18 +82,27 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     while tasks:
         tasks = {site: deliver_task(server, role(site), site, task) for site, task in tasks.items()}
         site_rows = {site: rows[position[label_key(site)]] for site in tasks}
-        if per_site:
-            replies = {
-                site: clients[site]._reply(task, X, y, sample_weight, site_rows[site], names)
-                for site, task in tasks.items()
-            }
-        else:  # one role for every site: it may compute them together
-            replies = clients._reply_many(tasks, X, y, sample_weight, site_rows, names)
         sizes = {}
-        replies = {
-            site: deliver_reply(server, role(site), site, reply, sizes)
-            for site, reply in replies.items()
-        }
+        if server._reply_fold() is not None:
+            # The server folds each reply as soon as it reads it: compute it
+            # then, so a round holds one site's reply at a time, not all.
+            def reply_of(site, tasks=tasks, site_rows=site_rows, sizes=sizes):
+                reply = role(site)._reply(tasks[site], X, y, sample_weight, site_rows[site], names)
+                return deliver_reply(server, role(site), site, reply, sizes)
+
+            replies = FramesOnDemand(tasks, reply_of)
+        else:
+            if per_site:
+                replies = {
+                    site: clients[site]._reply(task, X, y, sample_weight, site_rows[site], names)
+                    for site, task in tasks.items()
+                }
+            else:  # one role for every site: it may compute them together
+                replies = clients._reply_many(tasks, X, y, sample_weight, site_rows, names)
+            replies = {
+                site: deliver_reply(server, role(site), site, reply, sizes)
+                for site, reply in replies.items()
+            }
         server._receive_frames(replies, sizes)
         tasks = server._next_frames(labels)
     return server

@@ -1,0 +1,161 @@
+"""Servers that fold replies as they read them (``Server._reply_fold``): memory and guarantees."""
+
+import gc
+import pickle
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from sklearn_fed import FederatedRidge
+from sklearn_fed.linear_model._federated_ridge import FederatedRidgeServer
+from sklearn_fed.protocol import (
+    FoldedReplies,
+    InvalidClientMessage,
+    decode,
+    encode,
+    simulate_through_bytes,
+)
+from sklearn_fed.statistics import ClientStatistics, merge_statistics
+
+# Many small sites of wide data: every reply is a d x d Gram far larger than the site's rows.
+N_FEATURES, N_SITES, ROWS = 200, 32, 40
+GRAM_BYTES = N_FEATURES * N_FEATURES * 8
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N_SITES * ROWS, N_FEATURES))
+    y = X[:, 0] + rng.standard_normal(N_SITES * ROWS)
+    return X, y, np.repeat(np.arange(N_SITES), ROWS)
+
+
+def _peak_grams(call):
+    """Peak memory allocated by ``call()``, in d x d float64 matrices."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak / GRAM_BYTES
+
+
+class _HoldingServer(FederatedRidgeServer):
+    """FederatedRidge's server keeping every parsed reply (the path of servers that do not fold)."""
+
+    _merges_replies = False
+
+
+class _HoldingRidge(FederatedRidge):
+    _server_role = _HoldingServer
+
+
+# log2(32) = 5 partial merges, the reply being read, and the transients of
+# computing, validating and solving: well under the 32+ Grams of holding all.
+MAX_GRAMS = 16
+
+
+@pytest.mark.parametrize("through_bytes", [False, True])
+def test_fit_holds_log_k_grams_not_k(through_bytes):
+    X, y, clients = _data()
+    with simulate_through_bytes(through_bytes):
+        assert _peak_grams(lambda: FederatedRidge().fit(X, y, clients=clients)) < MAX_GRAMS
+
+
+def test_receive_unpacks_one_reply_at_a_time():
+    X, y, clients = _data()
+    server, replies = _round(FederatedRidge(), X, y, clients)
+    assert _peak_grams(lambda: server.receive(replies)) < MAX_GRAMS
+
+
+def _round(estimator, X, y, clients, **kwargs):
+    server = estimator.make_server(**kwargs)
+    client = estimator.make_client()
+    tasks = server.next_tasks(list(range(N_SITES)))
+    replies = {s: client.respond(tasks[s], X[clients == s], y[clients == s]) for s in tasks}
+    return server, replies
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_folded_round_equals_holding_every_reply_bit_for_bit(fit_intercept):
+    X, y, clients = _data()
+    folded = FederatedRidge(fit_intercept=fit_intercept).fit(X, y, clients=clients)
+    held = _HoldingRidge(fit_intercept=fit_intercept).fit(X, y, clients=clients)
+    np.testing.assert_array_equal(folded.coef_, held.coef_)
+    np.testing.assert_array_equal(folded.intercept_, held.intercept_)
+    assert folded.communication_.uplink_bytes_per_client == \
+        held.communication_.uplink_bytes_per_client
+    assert folded.clients_.tolist() == held.clients_.tolist()
+
+
+def test_replies_are_folded_in_label_order_whatever_the_arrival_order():
+    X, y, clients = _data()
+    server, replies = _round(FederatedRidge(), X, y, clients)
+    server.receive(dict(reversed(list(replies.items()))))
+    stats = [ClientStatistics.from_data(X[clients == s], y[clients == s])
+             for s in range(N_SITES)]
+    np.testing.assert_array_equal(server.estimator._aggregate.gram, merge_statistics(stats).gram)
+    assert server.estimator.clients_.tolist() == list(range(N_SITES))[::-1]
+
+
+def _hostile(reply, gram):
+    frame = decode(reply)
+    frame.arrays = {**frame.arrays, "gram": gram}
+    return encode(frame)
+
+
+def test_a_bad_merge_is_blamed_on_its_site_and_nothing_is_applied():
+    # Symmetric, within every O(d^2) check, but not positive semi-definite:
+    # only the merge's PSD test sees it; the folded replies are read again
+    # to name the site.
+    X, y, clients = _data()
+    estimator = FederatedRidge()
+    server, replies = _round(estimator, X, y, clients)
+    d = N_FEATURES
+    gram = 1e6 * (2.0 * np.eye(d) - np.ones((d, d)))  # eigenvalue 2 - d < 0
+    replies[7] = _hostile(replies[7], gram)
+    before = pickle.dumps(estimator)
+    with pytest.raises(InvalidClientMessage, match="client 7: gram is not positive") as info:
+        server.receive(replies)
+    assert info.value.client == 7
+    assert pickle.dumps(estimator) == before
+
+
+def test_drop_mode_folds_only_the_valid_replies():
+    X, y, clients = _data()
+    server, replies = _round(FederatedRidge(), X, y, clients, on_invalid="drop")
+    replies[3] = replies[3][:-1] + bytes([replies[3][-1] ^ 1])
+    server.receive(replies)
+    keep = clients != 3
+    expected = FederatedRidge().fit(X[keep], y[keep], clients=clients[keep])
+    np.testing.assert_array_equal(server.estimator.coef_, expected.coef_)
+    assert list(server.dropped_) == [3]
+
+
+def test_robust_aggregation_keeps_every_reply():
+    from sklearn_fed.linear_model import RobustAggregation
+
+    server = FederatedRidge().make_server(robust=RobustAggregation())
+    assert server._reply_fold() is None
+    assert FederatedRidge().make_server()._reply_fold() is not None
+
+
+def test_folded_replies_parse_a_site_again_only_when_looked_up():
+    X, y, clients = _data()
+    server, replies = _round(FederatedRidge(), X, y, clients)
+    reads = []
+    read_reply = server._read_reply
+
+    def counting(site, frame):
+        reads.append(site)
+        return read_reply(site, frame)
+
+    server._read_reply = counting
+    parsed, failures = server._parse_round({s: decode(r) for s, r in replies.items()})
+    assert isinstance(parsed, FoldedReplies) and not failures
+    assert reads == list(range(N_SITES)) and len(parsed) == N_SITES
+    assert parsed[5].n_samples == ROWS and reads[-1] == 5
+    with pytest.raises(KeyError):
+        parsed["nobody"]
