@@ -246,24 +246,27 @@ def group_rows_by_client(clients, n_samples):
         return runs
     small = _small_integer_labels(clients)
     if small is not None:
-        labels, inverse = small
+        labels, keys, counts = small
     else:
         try:
-            labels, inverse = np.unique(clients, return_inverse=True)
+            labels, keys = np.unique(clients, return_inverse=True)
         except TypeError:  # mixed, unorderable labels: keep order of first appearance
-            labels, inverse = _first_appearance(clients, n_samples)
-    inverse = inverse.reshape(-1)
-    # Stable sorts of 16-bit integers are radix sorts in numpy: O(n).
-    keys = inverse.astype(np.uint16) if len(labels) <= 2**16 else inverse
-    order = np.argsort(keys, kind="stable")
-    bounds = np.cumsum(np.bincount(inverse, minlength=len(labels)))[:-1]
-    rows = []
-    for idx in np.split(order, bounds):
-        if idx[-1] - idx[0] + 1 == idx.shape[0]:
-            rows.append(slice(int(idx[0]), int(idx[-1]) + 1))
-        else:
-            rows.append(idx)
-    return labels, rows
+            labels, keys = _first_appearance(clients, n_samples)
+        keys = keys.reshape(-1)
+        counts = np.bincount(keys, minlength=len(labels))
+    # Keys order rows as the labels do. Stable sorts of 16-bit integers are
+    # radix sorts in numpy: O(n).
+    order = np.argsort(keys.astype(np.uint16) if keys.max(initial=0) < 2**16 else keys,
+                       kind="stable")
+    stops = np.cumsum(counts)
+    starts = stops - counts
+    # A label's rows are contiguous when its first and last row span its count.
+    firsts, lasts = order[starts].tolist(), order[stops - 1].tolist()
+    return labels, [
+        slice(first, last + 1) if last - first + 1 == count else order[start:stop]
+        for first, last, count, start, stop in zip(
+            firsts, lasts, counts.tolist(), starts.tolist(), stops.tolist())
+    ]
 
 
 def _label_runs(clients):
@@ -274,26 +277,30 @@ def _label_runs(clients):
     """
     if clients.dtype.kind not in "biuf" or clients.shape[0] == 0:
         return None
+    if not (clients[1:] >= clients[:-1]).all():
+        return None  # a label comes back, or runs are out of order: np.unique's order
     starts = np.concatenate([[0], np.flatnonzero(clients[1:] != clients[:-1]) + 1])
     labels = clients[starts]
-    if labels.shape[0] > 1 and not np.all(labels[1:] > labels[:-1]):
-        return None  # a label comes back, or runs are out of order: np.unique's order
     stops = np.append(starts[1:], clients.shape[0])
     return labels, [slice(int(a), int(b)) for a, b in zip(starts, stops)]
 
 
 def _small_integer_labels(clients):
-    """``np.unique(clients, return_inverse=True)`` by counting, for integers in a small range."""
+    """``(labels, keys, counts)`` by counting, for integers in a small range; else None.
+
+    ``labels`` are the distinct labels, sorted; ``keys`` give each row's label
+    an integer in the labels' order (its offset from the smallest label) and
+    ``counts`` the rows of each label.
+    """
     if clients.dtype.kind not in "iu" or clients.shape[0] == 0:
         return None
     low, high = int(clients.min()), int(clients.max())
     if high - low > 4 * clients.shape[0]:
         return None
     offset = clients - low
-    present = np.bincount(offset, minlength=high - low + 1) > 0
-    labels = (np.flatnonzero(present) + low).astype(clients.dtype)
-    lookup = np.cumsum(present) - 1
-    return labels, lookup[offset]
+    counts = np.bincount(offset, minlength=high - low + 1)
+    present = np.flatnonzero(counts)
+    return (present + low).astype(clients.dtype), offset, counts[present]
 
 
 def _first_appearance(clients, n_samples):

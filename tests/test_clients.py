@@ -191,3 +191,29 @@ def test_scikit_learn_checks_pass_with_the_warning_shown(estimator):
         warnings.simplefilter("always", MissingClientsWarning)
         check_estimator(estimator)
     assert any(issubclass(w.category, MissingClientsWarning) for w in caught)
+
+
+def _grouped_by_unique(clients):
+    """The grouping spelled out: np.unique's labels, each with its rows in order."""
+    labels, inverse = np.unique(clients, return_inverse=True)
+    return labels, [np.flatnonzero(inverse == i) for i in range(len(labels))]
+
+
+@pytest.mark.parametrize("clients", [
+    np.arange(50) % 5,                        # interleaved: every label comes back
+    np.repeat([3, 1, 2], [4, 1, 5]),          # runs out of order
+    np.repeat([-2, 0, 7], 3),                 # sorted runs: slices without a sort
+    np.array([5, 5, 10**9, 5]),               # too wide a range to count
+    np.array([2.5, 0.5, 2.5, 0.5]),           # floats
+    np.array(["b", "a", "b", "c"]),           # strings
+    np.arange(70000) % 66000,                 # more labels than 16 bits
+])
+def test_group_rows_by_client_matches_unique(clients):
+    labels, rows = group_rows_by_client(clients, len(clients))
+    expected_labels, expected_rows = _grouped_by_unique(clients)
+    np.testing.assert_array_equal(labels, expected_labels)
+    assert labels.dtype == expected_labels.dtype
+    for got, want in zip(rows, expected_rows, strict=True):
+        np.testing.assert_array_equal(np.arange(len(clients))[got], want)
+        contiguous = want[-1] - want[0] + 1 == len(want)
+        assert isinstance(got, slice) == contiguous  # contiguous rows: a view, no copy

@@ -1,5 +1,6 @@
 """What every ridge estimator shares: the solver and the statistics-based base class."""
 
+import math
 from collections.abc import Mapping
 from numbers import Real
 
@@ -587,6 +588,8 @@ class BaseFederatedRidge(
 
     def _checked_alpha(self, n_targets, name="alpha"):
         """``alpha`` as a float64 scalar or vector, checked with Ridge's messages."""
+        if type(self.alpha) in (float, int) and 0 <= self.alpha < math.inf:  # the usual case
+            return np.float64(self.alpha)
         alpha = np.asarray(self.alpha, dtype=np.float64).ravel()
         if alpha.size not in (1, n_targets):
             raise ValueError(

@@ -10,9 +10,11 @@ previous solution when that is cheaper, else by a Cholesky factorization of
 the exact statistics.
 """
 
+import contextlib
 import copy
 import functools
 import math
+import threading
 import time
 from numbers import Integral, Real
 
@@ -45,6 +47,16 @@ from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]
 
+# The solve, and a round of at most d rows, run on one BLAS thread up to this
+# many features: their triangular solves, small QRs and products are too small
+# for a second thread to pay for waking it, and when another library's threads
+# hold the other core they wait for it. Measured on 2 cores
+# (benchmarks/bench_incremental.py, model read every round): pinned / unpinned
+# 0.12 at d = 128, 0.40 at 1,000 (21.9 ms against 8.3 ms per solve on a quiet
+# machine), 0.55 at 4,000; at d = 100, 1.02-1.06 on a quiet machine but 0.5 ms
+# against 8 ms per round beside scikit-learn-intelex's busy thread pool. Above
+# it (where many cores may pay) not measured: BLAS decides.
+_ONE_THREAD_MAX_FEATURES = 4000
 # Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
 # rows (measured crossover, see benchmarks/bench_incremental.py).
 _AUTO_RANK_RATIO = 8
@@ -230,7 +242,9 @@ def _factor_failures(contributions):
 
     Checked one by one they would be some twenty numpy calls on tiny arrays
     per site, the largest cost of a round of small sites; stacked, the same
-    checks take the same few calls for any number of sites. Returns
+    checks take the same few calls for any number of sites, and when every
+    value of the round passes them (the usual case) they are checked over
+    the whole stack at once, without finding out which site failed. Returns
     ``{site: InvalidClientMessage}`` with each failing site's first failed
     check: entries within the caps of
     :meth:`ClientStatistics.validate` (which keep merging and solving free of
@@ -242,36 +256,48 @@ def _factor_failures(contributions):
     """
     if not contributions:
         return {}
-    n_rows = np.array([c.factor.shape[0] for c in contributions])
+    # (shapes were checked per reply, so np.array stacks: faster than np.stack)
     rows = np.concatenate([c.factor for c in contributions])
-    failed = {}
-
-    def flag(bad, reason):
-        for i in np.flatnonzero(bad):
-            failed.setdefault(int(i), reason)
-
+    x_mean = np.array([c.x_mean for c in contributions])
+    y_mean = np.array([c.y_mean for c in contributions])
+    moment = np.array([c.moment for c in contributions])
+    target_ss = np.array([c.target_ss for c in contributions])
+    diagonal = np.array([c.gram_diagonal for c in contributions])
+    roots = np.sqrt([c.weight_sum for c in contributions])
     with np.errstate(all="ignore"):  # refused replies may hold inf or NaN
-        x_mean = np.stack([c.x_mean for c in contributions])
-        y_mean = np.stack([c.y_mean for c in contributions])
-        moment = np.stack([c.moment for c in contributions])
-        target_ss = np.stack([c.target_ss for c in contributions])
-        diagonal = np.stack([c.gram_diagonal for c in contributions])
+        column = np.sqrt(diagonal) + 1e-8 * roots[:, None] * np.abs(x_mean)
+        bound = column[:, :, None] * np.sqrt(target_ss)[:, None, :] * (1 + 1e-6)
+        caps = (
+            ("x_mean", x_mean, _MAX_MEAN),
+            ("y_mean", y_mean, _MAX_MEAN),
+            ("moment", moment, _MAX_SECOND),
+            ("target_ss", target_ss, _MAX_SECOND),
+            ("factor", rows, math.sqrt(_MAX_SECOND)),
+        )
+        if (  # False for NaN: the site-by-site checks below then name the site
+            all(np.abs(values).max(initial=0.0) <= cap for _, values, cap in caps)
+            and (np.abs(moment) <= bound).all() and target_ss.min(initial=0.0) >= 0
+            and diagonal.max(initial=0.0) <= _MAX_SECOND
+        ):
+            return {}
+        failed = {}
+
+        def flag(bad, reason):
+            for i in np.flatnonzero(bad):
+                failed.setdefault(int(i), reason)
+
+        n_rows = np.array([c.factor.shape[0] for c in contributions])
         factor_max = np.zeros(len(contributions))
         some = n_rows > 0  # sites whose factor has rows (reduceat needs non-empty runs)
         if some.any():
             starts = np.concatenate([[0], np.cumsum(n_rows[some])[:-1]])
             factor_max[some] = np.maximum.reduceat(np.abs(rows).max(axis=1), starts)
-        for name, values, cap in (
-            ("x_mean", np.abs(x_mean).max(axis=1, initial=0.0), _MAX_MEAN),
-            ("y_mean", np.abs(y_mean).max(axis=1, initial=0.0), _MAX_MEAN),
-            ("moment", np.abs(moment).max(axis=(1, 2), initial=0.0), _MAX_SECOND),
-            ("target_ss", np.abs(target_ss).max(axis=1, initial=0.0), _MAX_SECOND),
-            ("factor", factor_max, math.sqrt(_MAX_SECOND)),
-        ):
+        for name, values, cap in caps:
+            if name == "factor":
+                values = factor_max
+            else:
+                values = np.abs(values).reshape(len(values), -1).max(axis=1, initial=0.0)
             flag(~(values <= cap), _beyond_cap(name, cap))
-        roots = np.sqrt([c.weight_sum for c in contributions])
-        column = np.sqrt(diagonal) + 1e-8 * roots[:, None] * np.abs(x_mean)
-        bound = column[:, :, None] * np.sqrt(target_ss)[:, None, :] * (1 + 1e-6)
         flag((target_ss < 0).any(axis=1) | (np.abs(moment) > bound).any(axis=(1, 2)),
              "moment violates the Cauchy-Schwarz bound of its factor and target_ss.")
         too_large = ~(diagonal.max(axis=1, initial=0.0) <= _MAX_SECOND)
@@ -291,8 +317,9 @@ def _merge_round(previous, contributions, centered):
     ``(n_samples, weight_sum, x_mean, y_mean, moment, target_ss)``, the
     update as a list of row ``blocks`` (the sites' factors and the Chan
     mean-shift rows, reduced by one, see the User Guide; stacked only when
-    solved) and the sum ``dense`` of any full Grams, so that
-    ``G_new = G + sum(B^T B for B in blocks) + dense``.
+    solved), the sum ``dense`` of any full Grams, so that
+    ``G_new = G + sum(B^T B for B in blocks) + dense``, and the diagonal of
+    that update (from the diagonals the replies' checks computed).
     """
     groups = ([previous] if previous is not None else []) + list(contributions)
     d = contributions[0].moment.shape[0]
@@ -302,9 +329,10 @@ def _merge_round(previous, contributions, centered):
     grams = [c.gram for c in contributions if c.gram is not None]
     moment = sum(c.moment for c in contributions)
     target_ss = sum(c.target_ss for c in contributions)
+    diagonal = np.array([c.gram_diagonal for c in contributions]).sum(axis=0)
     x_ref, y_ref = groups[0].x_mean, groups[0].y_mean
-    dx = np.stack([g.x_mean for g in groups]) - x_ref
-    dy = np.stack([g.y_mean for g in groups]) - y_ref
+    dx = np.array([g.x_mean for g in groups]) - x_ref  # (np.stack, without its overhead)
+    dy = np.array([g.y_mean for g in groups]) - y_ref
     if total > 0:
         shift_x, shift_y = weights @ dx / total, weights @ dy / total
     else:
@@ -319,6 +347,7 @@ def _merge_round(previous, contributions, centered):
         shift_rows = _drop_direction(mx, root)
         if shift_rows.shape[0]:
             factors.append(shift_rows)
+            diagonal += np.einsum("ij,ij->j", shift_rows, shift_rows)
     dense = None
     if grams:
         dense = grams[0].copy()
@@ -331,7 +360,7 @@ def _merge_round(previous, contributions, centered):
         n_samples += previous.n_samples
     merged = (n_samples, total, x_ref + shift_x, y_ref + shift_y, moment,
               np.maximum(target_ss, 0.0))
-    return merged, factors, dense
+    return merged, factors, dense, diagonal
 
 
 def _gram_of(rows):
@@ -486,12 +515,9 @@ class _Model:
     @classmethod
     def after_round(cls, previous, contributions, *, alpha, options, centered, single_target,
                     dtype, record):
-        merged, blocks, dense = _merge_round(previous, contributions, centered)
+        merged, blocks, dense, diagonal = _merge_round(previous, contributions, centered)
         d = merged[2].shape[0]
         record["rank"] = d if dense is not None else sum(block.shape[0] for block in blocks)
-        diagonal = np.diag(dense).copy() if dense is not None else np.zeros(d)
-        for block in blocks:
-            diagonal += np.einsum("ij,ij->j", block, block)
         if previous is None:
             gram, pending, solvers = None, (), {}
         elif previous._solution is not None:  # continue from the solved system
@@ -537,6 +563,10 @@ class _Model:
     def _solve(self):
         if self._solution is not None:
             return self._solution
+        with _one_blas_thread(self.n_features):
+            return self._solve_now()
+
+    def _solve_now(self):
         start = time.perf_counter()
         d, t = self.moment.shape
         rows = np.vstack(self.pending) if self.pending else np.zeros((0, d))
@@ -596,6 +626,27 @@ class _Model:
         self.record["update"] = "+".join(sorted(routes))
         self.record["solve_seconds"] = time.perf_counter() - start
         return self._solution
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_libraries():
+    """threadpoolctl's controller of the BLAS libraries (finding them takes ms: once)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
+def _one_blas_thread(n_features):
+    """A context in which BLAS runs on one thread, for a solve of this size.
+
+    Entered only when BLAS has more than one thread: limiting costs ~10 us
+    (threadpoolctl reads every library's info), checking ~1 us.
+    """
+    if n_features <= _ONE_THREAD_MAX_FEATURES:
+        libraries = _blas_libraries()
+        if any(lib.get_num_threads() != 1 for lib in libraries.lib_controllers):
+            return libraries.limit(limits=1)
+    return contextlib.nullcontext()
 
 
 def _magnitude(contribution):
@@ -717,8 +768,7 @@ class IncrementalServer(Server):
     def _round_rng(self):
         """This round's randomness: derived from the seed and the round index, so a
         failed round draws nothing twice and no generator is copied."""
-        state = self._state
-        return np.random.Generator(np.random.Philox(key=state["seed"], counter=self.round))
+        return _philox(self._state["seed"], self.round)
 
     def _plan(self, sites):
         estimator, state = self.estimator, self._state
@@ -848,6 +898,31 @@ class IncrementalServer(Server):
 
     def _dtype_of_round(self):
         return np.float32 if self._dtype == "float32" else np.float64
+
+
+_THREAD = threading.local()
+
+
+def _philox(key, counter):
+    """``Generator(Philox(key=key, counter=counter))``, reusing this thread's generator.
+
+    Building a Philox bit generator costs more than all of a small round's
+    draws; setting the key and counter of one kept per thread gives the
+    same stream (a fresh generator's buffers are empty, as set here).
+    """
+    if not (0 <= key < 2**64 and 0 <= counter < 2**64):
+        return np.random.Generator(np.random.Philox(key=key, counter=counter))
+    kept = getattr(_THREAD, "philox", None)
+    if kept is None:
+        kept = _THREAD.philox = np.random.Generator(np.random.Philox())
+    kept.bit_generator.state = {
+        "bit_generator": "Philox",
+        "state": {"counter": np.array([counter, 0, 0, 0], dtype=np.uint64),
+                  "key": np.array([key, 0], dtype=np.uint64)},
+        "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4,
+        "has_uint32": 0, "uinteger": 0,
+    }
+    return kept
 
 
 def _round_bytes(totals, previous_ledger, direction, sites):
@@ -1201,7 +1276,11 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
                 # a copy: the stored client stays as it was if the round fails
                 clients[label] = copy.copy(client)
         server = self.make_server(feature_names=names, warm_start=warm_start, max_rounds=1)
-        run_simulation(server, clients, X, y, sample_weight, labels, rows, names)
+        # A streaming round (at most d new rows) is small BLAS work too: the
+        # sites' QRs and the merge's products and folds run on one thread.
+        n_rows, n_features = getattr(X, "shape", (1, 0))  # (Dask partitions: no shape)
+        with _one_blas_thread(n_features) if n_rows <= n_features else contextlib.nullcontext():
+            run_simulation(server, clients, X, y, sample_weight, labels, rows, names)
         self._sites = {
             label_key(label): client for label, client in clients.items() if client._pending
         }

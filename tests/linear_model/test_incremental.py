@@ -583,3 +583,68 @@ def test_copies_that_go_on_separately_keep_their_own_nodes():
     assert twin.clients_.tolist() == [0, 1, 3, 2]
     assert model.clients_.tolist() == [0, 1, 2]
     assert twin.n_samples_seen_ == model.n_samples_seen_ == 40
+
+
+def test_factor_checks_name_each_failing_site_among_many():
+    """The round's checks run on all replies at once; each bad site is still named."""
+    X, y, _ = stream(n=40, d=6)
+    estimator = IncrementalFederatedRidge()
+    server = estimator.make_server(on_invalid="drop")
+    labels = ["a", "b", "c", "d"]
+    sites = {s: estimator.make_client(site=s) for s in labels}
+    tasks = server.next_tasks(labels)
+    replies = {s: sites[s].respond(tasks[s], X[i::4], y[i::4]) for i, s in enumerate(labels)}
+    from sklearn_fed.protocol import encode
+
+    replies["b"] = encode(_frame_of(replies["b"], arrays={"moment": np.full((6, 1), 1e6)}))
+    replies["d"] = encode(_frame_of(replies["d"], arrays={"x_mean": np.full(6, np.nan)}))
+    server.receive(replies)
+    assert sorted(server.dropped_) == ["b", "d"]
+    assert "Cauchy-Schwarz" in server.dropped_["b"] and "x_mean" in server.dropped_["d"]
+    assert estimator.round_history_[0]["contributors"] == ["a", "c"]
+
+
+def test_round_draws_are_philox_of_the_seed_and_round():
+    # The generator of each round is reused, but its stream is a fresh Philox's.
+    from sklearn_fed.linear_model._incremental import _philox
+
+    for key, counter in [(0, 0), (12345, 7), (2**64 - 1, 2**40), (2**70, 3)]:
+        fresh = np.random.Generator(np.random.Philox(key=key, counter=counter))
+        _philox(key + 1, counter).binomial(1000, 0.4)  # leave the kept one used
+        kept = _philox(key, counter)
+        assert kept.integers(10**9, size=4).tolist() == fresh.integers(10**9, size=4).tolist()
+        assert kept.binomial(50, 0.3) == fresh.binomial(50, 0.3)
+
+
+def test_solve_runs_on_one_blas_thread_and_restores_the_count():
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from sklearn_fed.linear_model import _incremental
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    seen = {"_refactor": [], "_site_statistics": []}
+
+    def spy(name):
+        function = getattr(_incremental, name)
+
+        def spied(*args):
+            seen[name].append(blas_threads())
+            return function(*args)
+        return spied
+
+    X, y, _ = stream(n=700, d=300)
+    with threadpool_limits(2, user_api="blas"), pytest.MonkeyPatch.context() as patch:
+        for name in seen:
+            patch.setattr(_incremental, name, spy(name))
+        model = IncrementalFederatedRidge().partial_fit(X, y, clients=np.arange(700) % 3)
+        coef = model.coef_  # the solve: one thread
+        assert seen["_site_statistics"] == [[2] * len(blas_threads())] * 3  # 700 rows > d
+        model.partial_fit(X[:50], y[:50], clients=np.arange(50) % 2)  # a streaming round
+        assert seen["_site_statistics"][3:] == [[1] * len(blas_threads())] * 2
+        assert seen["_refactor"] and all(set(counts) == {1} for counts in seen["_refactor"])
+        assert blas_threads() == [2] * len(blas_threads())
+    with threadpool_limits(1, user_api="blas"):
+        again = IncrementalFederatedRidge().partial_fit(X, y, clients=np.arange(700) % 3).coef_
+    np.testing.assert_array_equal(coef, again)
