@@ -504,10 +504,12 @@ class BaseFederatedRidge(
         return X, y, sample_weight, labels, rows
 
     #: Whether ``fit`` leaves the NaN/inf check of a dense ``X`` to the statistics:
-    #: every site sums the squares of its rows' entries, and a finite sum of
-    #: squares has finite terms, so a run that succeeds proves ``X`` finite and
-    #: saves one pass over it (a tenth of the fit at 100 features); a run that
-    #: fails checks ``X`` then, to raise scikit-learn's error (:meth:`_run_protocol`).
+    #: every site sums the squares of its rows' entries (a site refuses to send
+    #: non-finite sums, or the server refuses them), and a finite sum of squares
+    #: has finite terms, so a run that succeeds proves ``X`` finite and saves one
+    #: pass over it (a tenth of the fit at 100 features); a run that fails checks
+    #: ``X`` then, to raise scikit-learn's error (:meth:`_simulate`). Only for
+    #: families where NaN provably reaches every sum (not a sparse projection).
     _finite_from_statistics = False
 
     def _validate_X_y(self, X, y, *, reset):
@@ -554,11 +556,19 @@ class BaseFederatedRidge(
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
         server = self.make_server(feature_names=names, warm_start=warm_start)
+        self._simulate(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        return self
+
+    def _simulate(self, server, client, X, y, sample_weight, labels, rows, names):
+        """:func:`run_simulation`, and scikit-learn's error if it failed on a non-finite ``X``.
+
+        See ``_finite_from_statistics``: the run's failure is what proves ``X``
+        not finite, so ``X`` is only scanned then.
+        """
         try:
             # inf - inf in a site's sums is no news: the error below says what is wrong.
             with np.errstate(invalid="ignore" if self._finite_from_statistics else None):
-                run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows,
-                               names)
+                run_simulation(server, client, X, y, sample_weight, labels, rows, names)
         except Exception as exc:
             if self._finite_from_statistics and isinstance(X, np.ndarray):
                 try:
@@ -566,7 +576,6 @@ class BaseFederatedRidge(
                 except ValueError as not_finite:
                     raise not_finite from exc
             raise
-        return self
 
     def _set_schema(self, schema, n_features):
         """``n_features_in_`` and ``feature_names_in_`` from the server's schema."""

@@ -13,7 +13,13 @@ from sklearn.model_selection import GridSearchCV, GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from sklearn_fed import ClientStatistics, FederatedRidge, FederatedRidgeCV, InvalidClientMessage
+from sklearn_fed import (
+    ClientStatistics,
+    FederatedRidge,
+    FederatedRidgeCV,
+    InvalidClientMessage,
+    PrivateFederatedRidge,
+)
 from sklearn_fed.simulation import fedavg_bytes
 
 RTOL64 = 1e-9
@@ -438,9 +444,16 @@ def test_partial_fit_after_escalation_stays_in_factor_form():
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("solver", ["auto", "cholesky", "svd"])
+@pytest.mark.parametrize("make", [
+    lambda: FederatedRidge(solver="auto"),
+    lambda: FederatedRidge(solver="cholesky"),
+    lambda: FederatedRidge(solver="svd"),
+    lambda: PrivateFederatedRidge(feature_bound=2.0, target_bound=2.0, random_state=0),
+    lambda: PrivateFederatedRidge(feature_bound=2.0, target_bound=2.0, noise="distributed",
+                                  random_state=0),
+], ids=["auto", "cholesky", "svd", "private local", "private distributed"])
 @pytest.mark.parametrize("layout", ["one site", "three sites", "zero weight", "sparse"])
-def test_non_finite_X_gets_scikit_learns_error(bad, solver, layout):
+def test_non_finite_X_gets_scikit_learns_error(bad, make, layout):
     """fit proves a dense X finite through its statistics, not by a scan of its own;
     every path still ends in scikit-learn's error naming X, and nothing is fitted."""
     rng = np.random.default_rng(0)
@@ -454,7 +467,7 @@ def test_non_finite_X_gets_scikit_learns_error(bad, solver, layout):
     if layout == "sparse":
         X = sp.csr_matrix(np.where(rng.random((30, 4)) < 0.5, X, 0.0) + np.where(
             np.isfinite(X), 0.0, X))
-    model = FederatedRidge(solver=solver)
+    model = make()
     with pytest.raises(ValueError, match="Input X contains (NaN|infinity)"):
         model.fit(X, y, sample_weight=sample_weight, clients=clients)
     assert not hasattr(model, "coef_")
