@@ -1226,6 +1226,12 @@ def _drop_direction(M, s):
     return reflected[1:]
 
 
+# Work blocks up to this size are kept between calls; a larger one (blocks of
+# at least p rows are Gram-sized: 32 MB at d = 2,000) is freed after use, so no
+# such buffer outlives a fit.
+_SCRATCH_KEEP_BYTES = 16 * 2**20
+
+
 def _scratch(n_rows, n_cols, name="buffer"):
     """A reusable C-ordered float64 work block (one per thread and ``name``).
 
@@ -1234,6 +1240,8 @@ def _scratch(n_rows, n_cols, name="buffer"):
     pages every time.
     """
     size = n_rows * n_cols
+    if 8 * size > _SCRATCH_KEEP_BYTES:
+        return np.empty((n_rows, n_cols))
     cached = getattr(_workspace, name, None)
     if cached is None or cached.size < size:
         cached = np.empty(size)
