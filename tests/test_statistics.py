@@ -362,3 +362,13 @@ def test_merging_never_modifies_the_messages():
     for copy in copies:
         owned.add(copy)
     assert np.array_equal(owned.result().gram, merged.gram)
+
+
+def test_large_work_blocks_are_not_kept():
+    """A Gram-sized work block (blocks of p rows at large d) is freed after use."""
+    from sklearn_fed.statistics import _scratch, _workspace
+
+    small = _scratch(10, 10, "test-keep")
+    assert getattr(_workspace, "test-keep") is small.base
+    large = _scratch(3000, 1000, "test-free")  # 24 MB
+    assert large.shape == (3000, 1000) and not hasattr(_workspace, "test-free")
