@@ -1226,10 +1226,11 @@ def _drop_direction(M, s):
     return reflected[1:]
 
 
-# Work blocks up to this size are kept between calls; a larger one (blocks of
-# at least p rows are Gram-sized: 32 MB at d = 2,000) is freed after use, so no
-# such buffer outlives a fit.
-_SCRATCH_KEEP_BYTES = 16 * 2**20
+# Work blocks up to this size are kept between calls (a fresh one costs its page
+# faults every time); a larger one (blocks of at least p rows are Gram-sized:
+# 32 MB at d = 2,000, 800 MB at d = 10,000) is freed after use, so no buffer
+# above it outlives a fit.
+_SCRATCH_KEEP_BYTES = 64 * 2**20
 
 
 def _scratch(n_rows, n_cols, name="buffer"):

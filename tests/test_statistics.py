@@ -370,5 +370,5 @@ def test_large_work_blocks_are_not_kept():
 
     small = _scratch(10, 10, "test-keep")
     assert getattr(_workspace, "test-keep") is small.base
-    large = _scratch(3000, 1000, "test-free")  # 24 MB
-    assert large.shape == (3000, 1000) and not hasattr(_workspace, "test-free")
+    large = _scratch(9000, 1000, "test-free")  # 72 MB
+    assert large.shape == (9000, 1000) and not hasattr(_workspace, "test-free")
