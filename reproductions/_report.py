@@ -16,6 +16,7 @@ One place for the output conventions of :mod:`sklearn_fed.experiments`:
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -168,6 +169,26 @@ def save_figure(fig, out, filename, dpi=100):
     path = os.path.join(out, filename)
     fig.savefig(path, dpi=dpi)
     return path
+
+
+def publish(args, name, text, figure, *, started=None):
+    """Print a reproduction's ``text`` (and its run time since ``started``); with
+    ``--out``, also write it and the figure ``figure()`` there. Returns 0 (exit status).
+
+    Examples
+    --------
+    >>> import argparse
+    >>> publish(argparse.Namespace(out=None), "demo", "Table 0", figure=None)
+    Table 0
+    0
+    """
+    print(text)
+    if started is not None:
+        print(f"\n({time.perf_counter() - started:.1f} s)")
+    if args.out:
+        write_markdown(args.out, name, text)
+        save_figure(figure(), args.out, f"{name}.png")
+    return 0
 
 
 def format_gap(ours, paper):

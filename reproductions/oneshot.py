@@ -34,9 +34,8 @@ from ._report import (
     new_figure,
     progress,
     progress_enabled,
-    save_figure,
+    publish,
     verdict,
-    write_markdown,
 )
 
 DESCRIPTIONS = {
@@ -508,9 +507,4 @@ def run(args):
     else:
         print(f"error: {name!r} is not served by this module", file=sys.stderr)
         return 2
-    text = f"{title}\n\n{text}"
-    print(text)
-    if args.out:
-        write_markdown(args.out, name, text)
-        save_figure(figure(), args.out, f"{name}.png")
-    return 0
+    return publish(args, name, f"{title}\n\n{text}", figure)

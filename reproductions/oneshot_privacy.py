@@ -40,9 +40,8 @@ from ._report import (
     new_figure,
     progress,
     progress_enabled,
-    save_figure,
+    publish,
     verdict,
-    write_markdown,
 )
 
 DESCRIPTION = "One-shot ridge paper, Table V: private one-shot MSE vs epsilon (valid sensitivity)."
@@ -205,10 +204,5 @@ def run(args):
         "its Algorithm 2 with unit sensitivities and no clipping, which is not "
         "(epsilon, delta)-DP on this data."
     )
-    print(text)
-    print(f"\n({time.perf_counter() - start:.1f} s)")
     name = getattr(args, "name", "oneshot-table5")
-    if args.out:
-        write_markdown(args.out, name, text)
-        save_figure(figure_table5(results), args.out, f"{name}.png")
-    return 0
+    return publish(args, name, text, lambda: figure_table5(results), started=start)

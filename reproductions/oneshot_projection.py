@@ -27,9 +27,8 @@ from ._report import (
     new_figure,
     progress,
     progress_enabled,
-    save_figure,
+    publish,
     verdict,
-    write_markdown,
 )
 
 DESCRIPTION = "One-shot ridge paper, Table VII: projected one-shot MSE and uplink vs m."
@@ -133,10 +132,5 @@ def run(args):
         "ridge) the gap is the finite-sample excess of any least-squares fit, about "
         "0.01 d / (n - d) = 0.0014 with n = 8000 training rows."
     )
-    print(text)
-    print(f"\n({time.perf_counter() - start:.1f} s)")
     name = getattr(args, "name", "oneshot-table7")
-    if args.out:
-        write_markdown(args.out, name, text)
-        save_figure(figure_table7(results), args.out, f"{name}.png")
-    return 0
+    return publish(args, name, text, lambda: figure_table7(results), started=start)
