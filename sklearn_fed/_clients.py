@@ -8,6 +8,7 @@ depends on it, and reads pandas labels by index), then
 
 import sys
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -241,6 +242,13 @@ def group_rows_by_client(clients, n_samples):
             f"at row {int(np.argmax(missing))}; every row needs a client: drop those "
             f"rows or give them a label."
         )
+    from .protocol._simulate import collection_paused
+
+    with collection_paused():  # one slice per client: O(K) objects at once
+        return _grouped_rows(clients, n_samples)
+
+
+def _grouped_rows(clients, n_samples):
     runs = _label_runs(clients)
     if runs is not None:  # each client's rows are one run: slices, no sort
         return runs
@@ -282,7 +290,7 @@ def _label_runs(clients):
     starts = np.concatenate([[0], np.flatnonzero(clients[1:] != clients[:-1]) + 1])
     labels = clients[starts]
     stops = np.append(starts[1:], clients.shape[0])
-    return labels, [slice(int(a), int(b)) for a, b in zip(starts, stops)]
+    return labels, [slice(a, b) for a, b in zip(starts.tolist(), stops.tolist())]
 
 
 def _small_integer_labels(clients):
@@ -341,7 +349,7 @@ def label_array(labels):
     """
     labels = list(labels)
     array = np.asarray(labels)
-    if array.ndim != 1 or array.tolist() != [
+    if array.ndim != 1 or array.dtype.kind not in "biuf" and array.tolist() != [
         label.item() if hasattr(label, "item") else label for label in labels
     ]:
         array = np.empty(len(labels), dtype=object)
@@ -359,6 +367,8 @@ def known_labels(previous_labels, new_labels):
     """
     from .protocol import label_key
 
+    if len(previous_labels) == 0 and isinstance(new_labels, Mapping):
+        return label_array(new_labels)  # the sites of one round: distinct already
     known = list(previous_labels)
     seen = {label_key(label) for label in known}
     for label in new_labels:

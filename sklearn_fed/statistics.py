@@ -55,6 +55,7 @@ __all__ = [
     "check_aggregate",
     "merge_statistics",
     "most_extreme_client",
+    "parts_within_caps",
 ]
 
 #: Message kind of a statistics reply (the payload of :class:`ClientStatistics`).
@@ -1150,6 +1151,45 @@ def check_aggregate(aggregate, messages):
         "(this client's message has the largest entries).",
         label,
     )
+
+
+def parts_within_caps(stats, fewest_weight):
+    """Whether the statistics of any part of these rows, of weight at least ``fewest_weight``,
+    pass the magnitude caps of :meth:`ClientStatistics.validate` (Gram form, already valid).
+
+    The caps are the only per-message checks real, finite rows can fail
+    while their union passes: a part's centered second moments are at most
+    the whole's (the whole adds positive semi-definite mean-shift terms, and
+    ``|moment_jt| <= sqrt(gram_jj target_ss_t)`` for the part), and a part's
+    mean is within ``sqrt(gram_jj / weight)`` of the whole's (its shift term
+    ``weight (mean - whole mean)^2`` is one of those terms; uncentered: of
+    zero). Half of each cap is kept as room for round-off.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> def stats(*column):
+    ...     return ClientStatistics.from_data(np.array(column)[:, None], np.zeros(len(column)))
+    >>> parts_within_caps(stats(1.0, 3.0), 1)
+    True
+
+    The two rows below average to 0, but a site holding one of them sends
+    a mean beyond the cap of 1e75:
+
+    >>> parts_within_caps(stats(2e75, -2e75), 1)
+    False
+    """
+    if stats.factor is not None:
+        return False
+    second = (stats.gram, stats.moment, stats.target_ss)
+    if any(np.max(np.abs(value), initial=0.0) > _MAX_SECOND / 2 for value in second):
+        return False
+    x_room = np.sqrt(np.maximum(np.diag(stats.gram), 0.0) / fewest_weight)
+    y_room = np.sqrt(np.maximum(stats.target_ss, 0.0) / fewest_weight)
+    if stats.centered:
+        x_room += np.abs(stats.x_mean)
+        y_room += np.abs(stats.y_mean)
+    return bool(np.all(x_room <= _MAX_MEAN / 2) and np.all(y_room <= _MAX_MEAN / 2))
 
 
 def most_extreme_client(messages):

@@ -32,6 +32,7 @@ from ..statistics import (
     check_aggregate,
     merge_statistics,
     most_extreme_client,
+    parts_within_caps,
 )
 
 __all__ = [
@@ -291,6 +292,9 @@ class StatisticsClient(BlockwiseClient):
     def _finish(self, task, summary):
         return summary.to_payload()
 
+    def _fields_of_rows(self, fields, n_rows):
+        return dict(fields, n_samples=n_rows, weight_sum=float(n_rows))
+
 
 def requested_form(task):
     """The statistics form a task asks for: its ``form`` field, ``"gram"`` if absent."""
@@ -347,7 +351,7 @@ class StatisticsServer(Server):
         if self.robust is not None:
             fields.update(self.robust.task_fields())
         fields.update((k, v) for k, v in self._next.items() if (k, v) != ("form", "gram"))
-        return {site: (dict(fields), {}) for site in sites}
+        return dict.fromkeys(sites, (fields, {}))  # one task for all: frames never change it
 
     def _cross_check(self, replies):
         return {} if self.robust is None else self.robust.cross_check(replies)
@@ -401,6 +405,24 @@ class StatisticsServer(Server):
     def _expected_features(self, frame):
         """Number of features the statistics of a reply must have."""
         return frame.schema["n_features"]
+
+    #: Whether a Gram round of this server may be pooled in simulation (see
+    #: :meth:`~sklearn_fed.protocol.Server._pools_round`): the model uses the
+    #: replies only through their merge, which equals the pooled rows' statistics.
+    _pools_rows = False
+
+    def _pools_round(self, fields):
+        if not (self._pools_rows and self._merges_replies and self.robust is None):
+            return False
+        return fields is None or set(fields) == {"centered"}
+
+    def _pooled_fold(self, site, reply, fewest_rows):
+        stats = self._read_reply(site, reply)
+        if not parts_within_caps(stats, fewest_rows):
+            return None
+        fold = self._reply_fold()
+        fold.add(stats)
+        return fold
 
     def _reply_fold(self):
         # A server whose _apply reads the replies only through _merged folds

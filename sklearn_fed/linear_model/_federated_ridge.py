@@ -23,6 +23,7 @@ class FederatedRidgeServer(StatisticsServer):
     """
 
     _merges_replies = True
+    _pools_rows = True
 
     def _apply(self, replies, ledger):
         estimator = self.estimator

@@ -40,6 +40,9 @@ def fedavg_bytes(n_parameters, n_rounds, n_clients, itemsize=_FLOAT64):
     return {"uplink_bytes": total, "downlink_bytes": total}
 
 
+_PLAIN = {int, str, float, bool, tuple, type(None)}
+
+
 def _key(client):
     return client.item() if isinstance(client, np.generic) else client
 
@@ -102,10 +105,14 @@ class CommunicationLedger:
 
     def record_round(self, downloads, uploads):
         """Count one round: ``{client: bytes}`` sent to and received from clients."""
-        for client, n_bytes in downloads.items():
-            self.record_download(client, n_bytes)
-        for client, n_bytes in uploads.items():
-            self.record_upload(client, n_bytes)
+        for counts, new in ((self.downlink_bytes_per_client, downloads),
+                            (self.uplink_bytes_per_client, uploads)):
+            if not counts and set(map(type, new)) <= _PLAIN and set(map(type, new.values())) <= {int}:
+                counts.update(new)  # the first round, plain labels and sizes: a copy
+                continue
+            for client, n_bytes in new.items():
+                key = _key(client)
+                counts[key] = counts.get(key, 0) + int(n_bytes)
         self.rounds += 1
 
     def copy(self):

@@ -230,6 +230,11 @@ class Client(ABC):
     def _compute(self, task, X, y, sample_weight, rows):
         """A site's answer: ``(fields, arrays)`` from its rows ``X[rows]``."""
 
+    def _fields_of_rows(self, fields, n_rows):
+        """For a pooled round (see :meth:`Server._pools_round`): the fields of the reply
+        of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``."""
+        raise NotImplementedError
+
 
 class BlockwiseClient(Client):
     """A site whose answer is a reduction over its rows, so it can come in blocks.
@@ -391,32 +396,39 @@ class Server(ABC):
         return self.keys.get(label_key(site))
 
     def _next_frames(self, sites):
+        plan = self._next_plan(sites)
+        frames = {
+            site: self._task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
+        }
+        if frames:
+            self._open = {label_key(site): (site, frame.nbytes) for site, frame in frames.items()}
+        return frames
+
+    def _next_plan(self, sites):
+        """``_plan`` of the next round, ``{}`` (and finished) when there is none."""
         if self.max_rounds is not None and self.rounds_applied >= self.max_rounds:
             self.finished = True
         if self.finished:
             return {}
         sites = list(sites)
-        if len({label_key(s) for s in sites}) != len(sites):
-            raise ValueError("sites must be distinct labels.")
         plan = self._plan(sites)
         if not plan:
             self.finished = True
             self._open = None
-            return {}
-        frames = {
-            site: Frame(
-                kind=f"{self.protocol}/task",
-                federation=self.federation,
-                round=self.round,
-                site=site,
-                schema=self.schema.to_json(),
-                fields=fields,
-                arrays=arrays,
-            )
-            for site, (fields, arrays) in plan.items()
-        }
-        self._open = {label_key(site): (site, frame.nbytes) for site, frame in frames.items()}
-        return frames
+        elif len(set(map(label_key, sites))) != len(sites):
+            raise ValueError("sites must be distinct labels.")
+        return plan
+
+    def _task_frame(self, site, fields, arrays):
+        return Frame(
+            kind=f"{self.protocol}/task",
+            federation=self.federation,
+            round=self.round,
+            site=site,
+            schema=self.schema.to_json(),
+            fields=fields,
+            arrays=arrays,
+        )
 
     def _check_header(self, site, frame):
         name = f"client {site!r}"
@@ -481,13 +493,17 @@ class Server(ABC):
         """Apply a parsed round: the new model, the ledger, then the next round id."""
         ledger = self._ledger.copy() if self._ledger is not None else CommunicationLedger()
         if isinstance(parsed, FoldedReplies):  # its frames were read once, not kept
-            uplink = {site: sizes.get(site) or n for site, n in parsed.frame_bytes.items()}
+            uplink = parsed.frame_bytes if not sizes else {
+                site: sizes.get(site) or n for site, n in parsed.frame_bytes.items()
+            }
             schemas = parsed.schemas
         else:
             uplink = {site: sizes.get(site) or frames[site].nbytes for site in frames}
             schemas = {site: frames[site].schema for site in parsed}
-        ledger.record_round({site: n_bytes for site, n_bytes in self._open.values()}, uplink)
-        dtypes = {schemas[site].get("dtype") for site in parsed}
+        ledger.record_round(dict(self._open.values()), uplink)
+        # Sites usually share one schema object: look each distinct one up once.
+        dtypes = {schema.get("dtype") for schema in dict(zip(map(id, schemas.values()),
+                                                             schemas.values())).values()}
         self._dtype = "float32" if dtypes == {"float32"} else "float64"
         schema = self.schema
         self.schema = self._pinned_schema(schemas[next(iter(parsed))])
@@ -568,6 +584,30 @@ class Server(ABC):
         needs every reply at once.
         """
         return None
+
+    def _pools_round(self, fields):
+        """Whether a round whose tasks all carry ``fields`` (and no arrays) may be pooled.
+
+        Pooled (see :func:`~sklearn_fed.protocol.run_simulation`): the
+        simulation computes one reply from every site's rows together and
+        hands it to :meth:`_pooled_fold` instead of one reply per site. Only
+        for a round whose result is provably the fold of the pooled rows'
+        reply. ``fields=None`` asks before planning whether this server may
+        pool at all; its :meth:`_plan` must then have no side effects.
+        Default: never.
+        """
+        return False
+
+    def _pooled_fold(self, site, reply, fewest_rows):
+        """The fold of a pooled round (see :meth:`_pools_round`) from the pooled ``reply``.
+
+        Validates ``reply`` as a reply of ``site`` (raises
+        :class:`InvalidClientMessage`) and returns None unless every site's
+        own reply, from at least ``fewest_rows`` of the rows, provably passes
+        the checks the pooled one passes; either way the round then runs
+        site by site.
+        """
+        raise NotImplementedError
 
     def _cross_check(self, replies):
         """Checks that need every reply of the round (e.g. duplicates, outliers).

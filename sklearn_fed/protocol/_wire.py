@@ -164,6 +164,39 @@ class Frame:
         return _HEADER.size + len(self._meta()) + self.payload_bytes + TRAILER_BYTES
 
 
+def frame_sizes(frame, sites, fields=None):
+    """Exact :attr:`Frame.nbytes` of ``frame`` addressed to (or sent by) each of ``sites``.
+
+    ``fields``, when given, holds each site's own fields (same keys and
+    arrays as ``frame``'s, other values; sites with equal fields may share
+    one dict). Only the site label and the fields differ between the
+    frames, and JSON encodes a nested value exactly as on its own, so each
+    size is ``frame``'s adjusted by those lengths: O(1) per site instead of
+    one header per site.
+
+    Examples
+    --------
+    >>> task = Frame("ridge.statistics/task", site=0, fields={"centered": True})
+    >>> frame_sizes(task, [7, "site-b"]) == [
+    ...     Frame("ridge.statistics/task", site=s, fields={"centered": True}).nbytes
+    ...     for s in [7, "site-b"]]
+    True
+    """
+    base = frame.nbytes - len(_json(plain_label(frame.site)))
+    if set(map(type, sites)) == {int}:  # the usual labels: their JSON is their str()
+        lengths = map(len, map(str, sites))
+    else:
+        lengths = (len(_json(plain_label(site))) for site in sites)
+    sizes = np.fromiter(lengths, dtype=np.int64, count=len(sites))
+    if fields is not None:
+        base -= len(_json(frame.fields))
+        distinct = dict(zip(map(id, fields), fields))  # encode each distinct dict once
+        length_of = {key: len(_json(own)) for key, own in distinct.items()}
+        sizes += np.fromiter(map(length_of.__getitem__, map(id, fields)), dtype=np.int64,
+                             count=len(sites))
+    return (sizes + base).tolist()
+
+
 def _wire_dtype(dtype, name):
     code = _dtype_code(dtype)
     if code not in _DTYPES:
@@ -206,14 +239,11 @@ def label_key(label):
     >>> label_key(1) == label_key(np.int64(1)) != label_key("1")
     True
     """
-    if type(label) is str or type(label) is int:  # the usual labels: asked for every round
-        return _cached_label_key(label)
+    if type(label) is int:  # the usual labels, asked for every site of every round
+        return str(label)
+    if type(label) is str:
+        return _json(label)
     return json.dumps(plain_label(label), sort_keys=True, separators=(",", ":"))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _cached_label_key(label):
-    return json.dumps(label, separators=(",", ":"))
 
 
 def sorted_labels(labels):
