@@ -55,7 +55,6 @@ __all__ = [
     "check_aggregate",
     "merge_statistics",
     "most_extreme_client",
-    "parts_within_caps",
 ]
 
 #: Message kind of a statistics reply (the payload of :class:`ClientStatistics`).
@@ -1153,7 +1152,7 @@ def check_aggregate(aggregate, messages):
     )
 
 
-def parts_within_caps(stats, fewest_weight):
+def _parts_within_caps(stats, fewest_weight):
     """Whether the statistics of any part of these rows, of weight at least ``fewest_weight``,
     pass the magnitude caps of :meth:`ClientStatistics.validate` (Gram form, already valid).
 
@@ -1170,13 +1169,13 @@ def parts_within_caps(stats, fewest_weight):
     >>> import numpy as np
     >>> def stats(*column):
     ...     return ClientStatistics.from_data(np.array(column)[:, None], np.zeros(len(column)))
-    >>> parts_within_caps(stats(1.0, 3.0), 1)
+    >>> _parts_within_caps(stats(1.0, 3.0), 1)
     True
 
     The two rows below average to 0, but a site holding one of them sends
     a mean beyond the cap of 1e75:
 
-    >>> parts_within_caps(stats(2e75, -2e75), 1)
+    >>> _parts_within_caps(stats(2e75, -2e75), 1)
     False
     """
     if stats.factor is not None:

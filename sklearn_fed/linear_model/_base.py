@@ -32,7 +32,7 @@ from ..statistics import (
     check_aggregate,
     merge_statistics,
     most_extreme_client,
-    parts_within_caps,
+    _parts_within_caps,
 )
 
 __all__ = [
@@ -418,7 +418,7 @@ class StatisticsServer(Server):
 
     def _pooled_fold(self, site, reply, fewest_rows):
         stats = self._read_reply(site, reply)
-        if not parts_within_caps(stats, fewest_rows):
+        if not _parts_within_caps(stats, fewest_rows):
             return None
         fold = self._reply_fold()
         fold.add(stats)

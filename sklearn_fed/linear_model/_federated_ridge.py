@@ -128,6 +128,17 @@ class FederatedRidge(BaseFederatedRidge):
     FederatedRidgeCV : Chooses alpha by cross-validation, with RidgeCV's interface.
     sklearn_fed.statistics.ClientStatistics : The message each client sends.
 
+    Notes
+    -----
+    ``fit(X, y, clients=...)`` pools the Gram round: every site's statistics
+    add up to those of all rows, so the simulation computes them once from
+    all rows and counts each site's message size exactly as the per-site run
+    sends it (same ledger, model equal to round-off; see
+    :ref:`deploying`). Inside
+    :func:`~sklearn_fed.protocol.simulate_through_bytes`, with sample
+    weights, or when the pooled statistics cannot vouch for every site's
+    message, every site's message is computed and checked.
+
     Examples
     --------
     >>> import numpy as np

@@ -28,9 +28,9 @@ import contextlib
 import functools
 import gc
 import threading
+from collections.abc import Mapping
 
 import numpy as np
-from collections.abc import Mapping
 
 from ._errors import InvalidClientMessage
 from ._roles import FoldedReplies, FramesOnDemand

@@ -12,7 +12,8 @@ The checks:
 - :func:`check_fit_equals_protocol_run`: ``fit(X, y, clients=c)`` and a run
   of ``make_server``/``make_client``/``next_tasks``/``respond``/``receive``
   driven by hand with bytes give the same model (bit for bit: coefficients,
-  or a network's parameters), the same predictions and the same byte counts.
+  or a network's parameters; to round-off for a round ``fit`` pools), the
+  same predictions and the same byte counts.
 - :func:`check_ledger_matches_bytes`: ``communication_`` counts exactly the
   bytes of the tasks and replies.
 - :func:`check_label_round_trip`: ``clients_`` keeps each label's type.
@@ -39,7 +40,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, clone, is_classifier
 
 from .._clients import group_rows_by_client
-from ..protocol import InvalidClientMessage, decode, encode
+from ..protocol import InvalidClientMessage, decode, encode, simulate_through_bytes
 
 __all__ = [
     "check_bad_reply_rejects_round",
@@ -175,18 +176,30 @@ def _rounds_of(estimator):
 
 
 def check_fit_equals_protocol_run(estimator):
-    """``fit`` is an in-process run of the roles: same model, predictions and bytes."""
+    """``fit`` is an in-process run of the roles: same model, predictions and bytes.
+
+    Bit for bit; a server that pools a round in simulation (see
+    :meth:`~sklearn_fed.protocol.Server._pools_round`) gives the model to
+    round-off and the same bytes, and bit for bit inside
+    :func:`~sklearn_fed.protocol.simulate_through_bytes`, which never pools.
+    """
     X, y, clients = _data(estimator)
-    fitted = clone(estimator).fit(X, y, clients=clients)
     server, _ = run_protocol_by_hand(
         clone(estimator), X, y, clients, max_rounds=_rounds_of(estimator)
     )
     by_hand = server.estimator
+    pools = clone(estimator).make_server()._pools_round(None)
+    with simulate_through_bytes(pools):
+        fitted = clone(estimator).fit(X, y, clients=clients)
     np.testing.assert_equal(_model_state(fitted), _model_state(by_hand))
     for method in ("predict", "predict_proba"):
         if hasattr(fitted, method):
             np.testing.assert_array_equal(getattr(fitted, method)(X), getattr(by_hand, method)(X))
     assert _ledger(fitted) == _ledger(by_hand)
+    if pools:
+        pooled = clone(estimator).fit(X, y, clients=clients)
+        _assert_close_state(_model_state(pooled), _model_state(by_hand))
+        assert _ledger(pooled) == _ledger(by_hand)
 
 
 def _ledger(estimator):

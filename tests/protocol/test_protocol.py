@@ -220,8 +220,12 @@ def test_fuzzed_messages_are_rejected_cleanly(data):
 def test_hand_driven_run_equals_fit_and_ridge():
     X, y, data = _sites()
     server = _run(FederatedRidge(alpha=0.5), data)
-    fitted = FederatedRidge(alpha=0.5).fit(X, y, clients=np.repeat(list("abc"), 30))
+    with simulate_through_bytes():  # site by site, bit for bit
+        fitted = FederatedRidge(alpha=0.5).fit(X, y, clients=np.repeat(list("abc"), 30))
     np.testing.assert_array_equal(server.estimator.coef_, fitted.coef_)
+    pooled = FederatedRidge(alpha=0.5).fit(X, y, clients=np.repeat(list("abc"), 30))
+    np.testing.assert_allclose(pooled.coef_, fitted.coef_, rtol=1e-13)
+    assert pooled.communication_ == server.estimator.communication_
     np.testing.assert_allclose(server.estimator.coef_, Ridge(alpha=0.5).fit(X, y).coef_,
                                rtol=1e-10)
     assert server.finished and server.next_tasks(list(data)) == {}
@@ -377,9 +381,10 @@ def test_site_policy_refuses_tasks_outside_it():
 def test_simulation_through_bytes_is_identical():
     X, y, _ = _sites()
     clients = np.arange(len(X)) % 4
-    plain = FederatedRidge().fit(X, y, clients=clients)
+    weights = np.ones(len(X))  # with weights nothing is pooled: every reply is computed
+    plain = FederatedRidge().fit(X, y, weights, clients=clients)
     with simulate_through_bytes():
-        wired = FederatedRidge().fit(X, y, clients=clients)
+        wired = FederatedRidge().fit(X, y, weights, clients=clients)
     np.testing.assert_array_equal(plain.coef_, wired.coef_)
     assert plain.communication_ == wired.communication_
 
