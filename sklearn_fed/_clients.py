@@ -8,7 +8,7 @@ depends on it, and reads pandas labels by index), then
 
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -213,20 +213,22 @@ def group_rows_by_client(clients, n_samples):
     labels : ndarray of shape (n_clients,)
         Distinct labels, sorted when they can be sorted, otherwise in order of
         first appearance.
-    rows : list of (slice or ndarray)
+    rows : ClientRows
         For each label, the rows of that client: a ``slice`` when they are
-        contiguous (so no copy is made), else an increasing index array.
+        contiguous (so no copy is made), else an increasing index array; and
+        ``rows.counts``, the number of rows of each, known before any row
+        index is made.
 
     Examples
     --------
     >>> labels, rows = group_rows_by_client(["b", "a", "b", "c", "c"], 5)
-    >>> labels.tolist()
-    ['a', 'b', 'c']
-    >>> rows
+    >>> labels.tolist(), rows.counts
+    (['a', 'b', 'c'], [1, 2, 2])
+    >>> list(rows)
     [slice(1, 2, None), array([0, 2]), slice(3, 5, None)]
     """
     if clients is None:
-        return np.array([0]), [slice(0, n_samples)]
+        return np.array([0]), ClientRows([n_samples], lambda: [slice(0, n_samples)])
     clients = np.asarray(clients)
     if clients.ndim == 2 and clients.shape[1] == 1:
         clients = clients[:, 0]
@@ -242,13 +244,6 @@ def group_rows_by_client(clients, n_samples):
             f"at row {int(np.argmax(missing))}; every row needs a client: drop those "
             f"rows or give them a label."
         )
-    from .protocol._simulate import collection_paused
-
-    with collection_paused():  # one slice per client: O(K) objects at once
-        return _grouped_rows(clients, n_samples)
-
-
-def _grouped_rows(clients, n_samples):
     runs = _label_runs(clients)
     if runs is not None:  # each client's rows are one run: slices, no sort
         return runs
@@ -262,19 +257,59 @@ def _grouped_rows(clients, n_samples):
             labels, keys = _first_appearance(clients, n_samples)
         keys = keys.reshape(-1)
         counts = np.bincount(keys, minlength=len(labels))
-    # Keys order rows as the labels do. Stable sorts of 16-bit integers are
-    # radix sorts in numpy: O(n).
-    order = np.argsort(keys.astype(np.uint16) if keys.max(initial=0) < 2**16 else keys,
-                       kind="stable")
-    stops = np.cumsum(counts)
-    starts = stops - counts
-    # A label's rows are contiguous when its first and last row span its count.
-    firsts, lasts = order[starts].tolist(), order[stops - 1].tolist()
-    return labels, [
-        slice(first, last + 1) if last - first + 1 == count else order[start:stop]
-        for first, last, count, start, stop in zip(
-            firsts, lasts, counts.tolist(), starts.tolist(), stops.tolist())
-    ]
+
+    def rows():
+        # Keys order rows as the labels do. Stable sorts of 16-bit integers are
+        # radix sorts in numpy: O(n).
+        order = np.argsort(keys.astype(np.uint16) if keys.max(initial=0) < 2**16 else keys,
+                           kind="stable")
+        stops = np.cumsum(counts)
+        starts = stops - counts
+        # A label's rows are contiguous when its first and last row span its count.
+        firsts, lasts = order[starts].tolist(), order[stops - 1].tolist()
+        return [
+            slice(first, last + 1) if last - first + 1 == count else order[start:stop]
+            for first, last, count, start, stop in zip(
+                firsts, lasts, counts.tolist(), starts.tolist(), stops.tolist())
+        ]
+
+    return labels, ClientRows(counts.tolist(), rows)
+
+
+class ClientRows(Sequence):
+    """Each client's rows (see :func:`group_rows_by_client`), made when first read.
+
+    ``counts`` is known at once; the row indices (a sort, for shuffled
+    labels, and one object per client) are made on first access, so a
+    round that needs only the counts (a pooled round, see
+    :func:`~sklearn_fed.protocol.run_simulation`) never makes them.
+    """
+
+    def __init__(self, counts, make):
+        self.counts = counts
+        self._make = make
+        self._rows = None
+
+    def _all(self):
+        if self._rows is None:
+            from .protocol._simulate import collection_paused
+
+            with collection_paused():  # one object per client at once
+                self._rows = self._make()
+            self._make = None
+        return self._rows
+
+    def __getitem__(self, index):
+        return self._all()[index]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self.counts)
+
+    def __repr__(self):
+        return f"ClientRows({self._all()!r})"
 
 
 def _label_runs(clients):
@@ -290,7 +325,10 @@ def _label_runs(clients):
     starts = np.concatenate([[0], np.flatnonzero(clients[1:] != clients[:-1]) + 1])
     labels = clients[starts]
     stops = np.append(starts[1:], clients.shape[0])
-    return labels, [slice(a, b) for a, b in zip(starts.tolist(), stops.tolist())]
+    return labels, ClientRows(
+        (stops - starts).tolist(),
+        lambda: [slice(a, b) for a, b in zip(starts.tolist(), stops.tolist())],
+    )
 
 
 def _small_integer_labels(clients):

@@ -201,10 +201,9 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     ):
         return False
     task = server._task_frame(first, fields, arrays)
-    whole = range(X.shape[0])
-    if set(map(type, rows)) == {slice}:  # runs of rows: count them without a Python loop
-        counts = list(map(len, map(whole.__getitem__, rows)))
-    else:
+    counts = getattr(rows, "counts", None)  # group_rows_by_client's: no row index made
+    if counts is None:
+        whole = range(X.shape[0])
         counts = [len(whole[r]) if isinstance(r, slice) else len(r) for r in rows]
     try:
         # The reply of one site holding every row (the fold of all replies).
