@@ -1434,6 +1434,10 @@ def _shifted_statistics(X, y, centered, rows):
         shift[:d] = 0.0
     # At least p rows per block: a site of up to p rows is one syrk, straight into its Gram.
     block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p)
+    if in_place and block == p and index is None and X.flags.c_contiguous:
+        # Blocks of p rows outgrow the cache anyway, and these are views of X:
+        # one syrk over the whole site needs no second d x d accumulator.
+        block = max(n, 1)
     if in_place:
         # X's products go straight into the Gram (the first block's syrk writes
         # it, no copy at the end); [y - s_y, 1] times X and itself go beside.

@@ -116,10 +116,10 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
         system[np.diag_indices(d)] += value
         trusted = _trusted_cholesky(system)  # consumes system (scaled in place)
         if trusted is not None:
-            factor, scale = trusted  # system = diag(1/scale) factor^T factor diag(1/scale)
+            factor, scale = trusted  # system = diag(1/scale) factor factor^T diag(1/scale)
             rhs = scale[:, None] * moment[:, targets]
             coef[targets] = (scale[:, None] * linalg.cho_solve(
-                (factor, False), rhs, check_finite=False)).T
+                (factor, True), rhs, check_finite=False)).T
             continue
         if cholesky_only:
             return None, "eigen"
@@ -132,29 +132,39 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
     return coef, path
 
 
+def _chunks(d, values=2**17):
+    """Row slices of a d x d matrix of about ``values`` entries each."""
+    step = max(1, values // d)
+    return [slice(start, start + step) for start in range(0, d, step)]
+
+
 def _trusted_cholesky(system):
     """``(factor, scale)`` with ``system`` scaled to a unit diagonal and factored, or None.
 
-    ``scale = 1 / sqrt(diag(system))`` and ``factor`` is the upper Cholesky
-    factor of ``scale system scale``, returned when LAPACK's ``pocon``
+    ``scale = 1 / sqrt(diag(system))`` and ``factor`` is the lower Cholesky
+    factor of ``scale system scale`` (made in ``system``'s memory), returned when LAPACK's ``pocon``
     estimate of that matrix's 1-norm condition number (``O(d^2)`` next to the
     ``O(d^3)`` factorization) is at most :data:`GRAM_MAX_CONDITION`.
-    ``system`` is scaled in place (no d x d temporaries besides the factor).
+    ``system`` is scaled and factored in place (no d x d temporary).
     """
     diag = np.diag(system)
+    d = len(diag)
     if not np.all(diag > 0):
         return None
     scale = 1.0 / np.sqrt(diag)
     scaled = system
     scaled *= scale[:, None]
     scaled *= scale[None, :]
-    norm = np.abs(scaled).sum(axis=0).max()  # before the factor exists: one d x d at a time
+    # Its 1-norm (the largest row sum: it is symmetric), a row chunk at a time.
+    norm = max(np.abs(scaled[rows]).sum(axis=1).max() for rows in _chunks(d))
     try:
-        factor = linalg.cholesky(scaled, lower=False, check_finite=False)
+        # The transpose of the symmetric system is Fortran-ordered: LAPACK
+        # factors it in place (lower L = U^T), no d x d copy.
+        factor = linalg.cholesky(scaled.T, lower=True, overwrite_a=True, check_finite=False)
     except linalg.LinAlgError:
         return None
     pocon = get_lapack_funcs("pocon", (factor,))
-    rcond, info = pocon(factor, norm, uplo="U")
+    rcond, info = pocon(factor, norm, uplo="L")
     if info != 0 or not rcond * GRAM_MAX_CONDITION >= 1.0:
         return None
     return factor, scale
