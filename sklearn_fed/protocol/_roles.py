@@ -28,7 +28,8 @@ from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
 from ._schema import FeatureSchema, check_site_data, reply_schema
 from ._wire import (
-    DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, encode, label_key, sorted_labels,
+    DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, distinct_labels, encode, label_key,
+    label_keys, sorted_labels,
 )
 
 __all__ = [
@@ -333,7 +334,8 @@ class Server(ABC):
         self.rounds_applied = 0
         self.finished = False
         self.dropped_ = {}
-        self._open = None
+        self._open = None  # the open round: label key -> site
+        self._task_bytes = None  # its tasks' sizes: site -> bytes
         self._dtype = None
         # Read, never changed: each round records on a copy (O(sites seen) per round).
         self._ledger = (
@@ -401,7 +403,8 @@ class Server(ABC):
             site: self._task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
         }
         if frames:
-            self._open = {label_key(site): (site, frame.nbytes) for site, frame in frames.items()}
+            self._open = dict(zip(label_keys(frames), frames))  # label key -> site
+            self._task_bytes = {site: frame.nbytes for site, frame in frames.items()}
         return frames
 
     def _next_plan(self, sites):
@@ -415,7 +418,7 @@ class Server(ABC):
         if not plan:
             self.finished = True
             self._open = None
-        elif len(set(map(label_key, sites))) != len(sites):
+        elif not distinct_labels(sites):
             raise ValueError("sites must be distinct labels.")
         return plan
 
@@ -500,7 +503,7 @@ class Server(ABC):
         else:
             uplink = {site: sizes.get(site) or frames[site].nbytes for site in frames}
             schemas = {site: frames[site].schema for site in parsed}
-        ledger.record_round(dict(self._open.values()), uplink)
+        ledger.record_round(self._task_bytes, uplink)
         # Sites usually share one schema object: look each distinct one up once.
         dtypes = {schema.get("dtype") for schema in dict(zip(map(id, schemas.values()),
                                                              schemas.values())).values()}
@@ -656,7 +659,10 @@ class FoldedReplies(Mapping):
     def __init__(self, server, frames, schemas, frame_bytes, fold):
         self._server = server
         self._frames = frames
-        self.schemas = {site: schemas[site] for site in frames if site in schemas}
+        same_order = len(schemas) == len(frames) and list(schemas) == list(frames)
+        self.schemas = schemas if same_order else {
+            site: schemas[site] for site in frames if site in schemas
+        }
         self.frame_bytes = frame_bytes
         self.fold = fold
 

@@ -34,7 +34,9 @@ import numpy as np
 
 from ._errors import InvalidClientMessage
 from ._roles import FoldedReplies, FramesOnDemand
-from ._wire import decode, encode, frame_sizes, label_key
+from ._wire import (
+    decode, encode, frame_sizes, json_length, label_key, label_keys,
+)
 
 __all__ = ["atomic", "run_simulation", "simulate_through_bytes"]
 
@@ -196,8 +198,9 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     first = labels[0]
     fields, arrays = plan[first]
     same = plan[first]
-    if arrays or not server._pools_round(fields) or any(
-        entry is not same and (entry[0] != fields or entry[1]) for entry in plan.values()
+    if arrays or not server._pools_round(fields) or (
+        set(map(id, plan.values())) != {id(same)}  # one task object for all: the same task
+        and any(entry[0] != fields or entry[1] for entry in plan.values())
     ):
         return False
     task = server._task_frame(first, fields, arrays)
@@ -205,24 +208,30 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     if counts is None:
         whole = range(X.shape[0])
         counts = [len(whole[r]) if isinstance(r, slice) else len(r) for r in rows]
+    counts = np.asarray(counts)
     try:
         # The reply of one site holding every row (the fold of all replies).
         reply = client._reply(task, X, y, None, None, names)
-        fold = server._pooled_fold(first, reply, min(counts))
+        fold = server._pooled_fold(first, reply, int(counts.min()))
     except (InvalidClientMessage, ValueError, ArithmeticError):
         return False
     if fold is None:
         return False
-    own_fields = {}
-    uplink = frame_sizes(reply, labels, [
-        own_fields.get(n) or own_fields.setdefault(n, client._fields_of_rows(reply.fields, n))
-        for n in counts
-    ])
-    if max(uplink) > server.max_message_bytes:
+    # A site's reply differs from the pooled one in its label and the fields
+    # its row count sets: sizes per distinct count, then per site.
+    distinct, which = np.unique(counts, return_inverse=True)
+    fields_lengths = np.array([
+        json_length(client._fields_of_rows(reply.fields, int(n))) for n in distinct
+    ])[which]
+    keys = label_keys(labels)
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    uplink = frame_sizes(reply, lengths, fields_lengths)
+    if uplink.max() > server.max_message_bytes:
         return False
-    server._open = dict(zip(map(label_key, labels), zip(labels, frame_sizes(task, labels))))
+    server._open = dict(zip(keys, labels))
+    server._task_bytes = dict(zip(labels, frame_sizes(task, lengths).tolist()))
     folded = FoldedReplies(server, _PooledFrames(labels), dict.fromkeys(labels, reply.schema),
-                           dict(zip(labels, uplink)), fold)
+                           dict(zip(labels, uplink.tolist())), fold)
     try:
         server._commit_round(None, folded, {}, {})
     except PoolingDeclined:

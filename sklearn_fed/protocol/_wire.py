@@ -164,37 +164,45 @@ class Frame:
         return _HEADER.size + len(self._meta()) + self.payload_bytes + TRAILER_BYTES
 
 
-def frame_sizes(frame, sites, fields=None):
-    """Exact :attr:`Frame.nbytes` of ``frame`` addressed to (or sent by) each of ``sites``.
+def frame_sizes(frame, label_lengths, fields_lengths=None):
+    """Exact :attr:`Frame.nbytes` of ``frame`` sent to or by each of many sites, as an array.
 
-    ``fields``, when given, holds each site's own fields (same keys and
-    arrays as ``frame``'s, other values; sites with equal fields may share
-    one dict). Only the site label and the fields differ between the
-    frames, and JSON encodes a nested value exactly as on its own, so each
-    size is ``frame``'s adjusted by those lengths: O(1) per site instead of
-    one header per site.
+    Frames that differ from ``frame`` only in their site label (and in their
+    fields) differ in size only by the length of its JSON (and of theirs),
+    because JSON encodes a nested value exactly as on its own: O(1) per site
+    instead of one header per site.
+
+    Parameters
+    ----------
+    frame : Frame
+        The frame of one of the sites.
+    label_lengths : ndarray of int
+        Length of the JSON of each site's label: of its :func:`label_key`
+        (the same text, but for the order of a label's dict keys).
+    fields_lengths : ndarray of int, default=None
+        Length of the JSON of each site's own fields (same keys and arrays
+        as ``frame``'s); None: the sites share ``frame``'s fields.
 
     Examples
     --------
     >>> task = Frame("ridge.statistics/task", site=0, fields={"centered": True})
-    >>> frame_sizes(task, [7, "site-b"]) == [
+    >>> sites = [7, "site-b"]
+    >>> lengths = np.array([len(key) for key in label_keys(sites)])
+    >>> frame_sizes(task, lengths).tolist() == [
     ...     Frame("ridge.statistics/task", site=s, fields={"centered": True}).nbytes
-    ...     for s in [7, "site-b"]]
+    ...     for s in sites]
     True
     """
     base = frame.nbytes - len(_json(plain_label(frame.site)))
-    if set(map(type, sites)) == {int}:  # the usual labels: their JSON is their str()
-        lengths = map(len, map(str, sites))
-    else:
-        lengths = (len(_json(plain_label(site))) for site in sites)
-    sizes = np.fromiter(lengths, dtype=np.int64, count=len(sites))
-    if fields is not None:
+    if fields_lengths is not None:
         base -= len(_json(frame.fields))
-        distinct = dict(zip(map(id, fields), fields))  # encode each distinct dict once
-        length_of = {key: len(_json(own)) for key, own in distinct.items()}
-        sizes += np.fromiter(map(length_of.__getitem__, map(id, fields)), dtype=np.int64,
-                             count=len(sites))
-    return (sizes + base).tolist()
+        label_lengths = label_lengths + fields_lengths
+    return label_lengths + base
+
+
+def json_length(value):
+    """Length of the JSON of ``value`` as a frame's header encodes it."""
+    return len(_json(value))
 
 
 def _wire_dtype(dtype, name):
@@ -244,6 +252,36 @@ def label_key(label):
     if type(label) is str:
         return _json(label)
     return json.dumps(plain_label(label), sort_keys=True, separators=(",", ":"))
+
+
+def label_keys(labels):
+    """``[label_key(label) for label in labels]``, without a Python call per plain label.
+
+    Examples
+    --------
+    >>> label_keys([3, 10]), label_keys(["a", "b"])
+    (['3', '10'], ['"a"', '"b"'])
+    """
+    types = set(map(type, labels))
+    if types == {int}:
+        return list(map(str, labels))
+    if types == {str}:
+        return list(map(json.encoder.encode_basestring_ascii, labels))
+    return list(map(label_key, labels))
+
+
+def distinct_labels(labels):
+    """Whether no two of ``labels`` are the same site (have the same :func:`label_key`).
+
+    Examples
+    --------
+    >>> distinct_labels([1, 2, "1"]), distinct_labels([1, np.int64(1)])
+    (True, False)
+    """
+    labels = list(labels)
+    if set(map(type, labels)) in ({int}, {str}):  # equal as keys iff equal
+        return len(set(labels)) == len(labels)
+    return len(set(map(label_key, labels))) == len(labels)
 
 
 def sorted_labels(labels):
