@@ -216,19 +216,19 @@ def group_rows_by_client(clients, n_samples):
     rows : ClientRows
         For each label, the rows of that client: a ``slice`` when they are
         contiguous (so no copy is made), else an increasing index array; and
-        ``rows.counts``, the number of rows of each, known before any row
-        index is made.
+        ``rows.counts``, the number of rows of each (an array), known before
+        any row index is made.
 
     Examples
     --------
     >>> labels, rows = group_rows_by_client(["b", "a", "b", "c", "c"], 5)
-    >>> labels.tolist(), rows.counts
+    >>> labels.tolist(), rows.counts.tolist()
     (['a', 'b', 'c'], [1, 2, 2])
     >>> list(rows)
     [slice(1, 2, None), array([0, 2]), slice(3, 5, None)]
     """
     if clients is None:
-        return np.array([0]), ClientRows([n_samples], lambda: [slice(0, n_samples)])
+        return np.array([0]), ClientRows(np.array([n_samples]), lambda: [slice(0, n_samples)])
     clients = np.asarray(clients)
     if clients.ndim == 2 and clients.shape[1] == 1:
         clients = clients[:, 0]
@@ -273,13 +273,13 @@ def group_rows_by_client(clients, n_samples):
                 firsts, lasts, counts.tolist(), starts.tolist(), stops.tolist())
         ]
 
-    return labels, ClientRows(counts.tolist(), rows)
+    return labels, ClientRows(counts, rows)
 
 
 class ClientRows(Sequence):
     """Each client's rows (see :func:`group_rows_by_client`), made when first read.
 
-    ``counts`` is known at once; the row indices (a sort, for shuffled
+    ``counts`` (an integer array) is known at once; the row indices (a sort, for shuffled
     labels, and one object per client) are made on first access, so a
     round that needs only the counts (a pooled round, see
     :func:`~sklearn_fed.protocol.run_simulation`) never makes them.
@@ -326,7 +326,7 @@ def _label_runs(clients):
     labels = clients[starts]
     stops = np.append(starts[1:], clients.shape[0])
     return labels, ClientRows(
-        (stops - starts).tolist(),
+        stops - starts,
         lambda: [slice(a, b) for a, b in zip(starts.tolist(), stops.tolist())],
     )
 

@@ -219,7 +219,10 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
         return False
     # A site's reply differs from the pooled one in its label and the fields
     # its row count sets: sizes per distinct count, then per site.
-    distinct, which = np.unique(counts, return_inverse=True)
+    if counts.min() == counts.max():  # sites of one size: one length
+        distinct, which = counts[:1], 0
+    else:
+        distinct, which = np.unique(counts, return_inverse=True)
     fields_lengths = np.array([
         json_length(client._fields_of_rows(reply.fields, int(n))) for n in distinct
     ])[which]
