@@ -101,7 +101,6 @@ class ProjectedClient(StatisticsClient):
     """
 
     protocol = "ridge.projected"
-    _merges_replies = True
 
     def _summarize(self, task, X, y, sample_weight, rows):
         step = _step(task)
@@ -149,6 +148,7 @@ class ProjectedServer(StatisticsServer):
     """
 
     protocol = "ridge.projected"
+    _merges_replies = True  # _apply reads the statistics round only through _merged
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
@@ -196,6 +196,15 @@ class ProjectedServer(StatisticsServer):
 
     def _reply_fold(self):
         return None if self.m is None else super()._reply_fold()  # row counts are summed
+
+    # The statistics round is pooled in simulation: every site projects with
+    # the same R, so their statistics add up to those of all rows projected.
+    _pools_rows = True
+
+    def _pools_round(self, fields):
+        if fields is None or fields.get("step") != "statistics":
+            return fields is None and super()._pools_round(None)
+        return super()._pools_round({"centered": fields["centered"]})
 
     def _apply(self, replies, ledger):
         if self.m is None:  # the count round: now m is known

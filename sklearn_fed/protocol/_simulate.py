@@ -118,9 +118,15 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
     if hasattr(X, "_run_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
         return X._run_partitions(server, clients, labels, names)
     per_site = isinstance(clients, dict)
-    if not through_bytes() and not per_site:
-        pool_round(server, clients, X, y, sample_weight, labels, rows, names)
-    tasks = server._next_frames(labels)
+    pools = not (through_bytes() or per_site)
+
+    def next_tasks():
+        # Each round pooled when it can be (see pool_round), else site by site.
+        while pools and pool_round(server, clients, X, y, sample_weight, labels, rows, names):
+            pass
+        return server._next_frames(labels)
+
+    tasks = next_tasks()
     if not tasks:
         return server
     position = {label_key(label): i for i, label in enumerate(labels)}
@@ -153,7 +159,7 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
                 for site, reply in replies.items()
             }
         server._receive_frames(replies, sizes)
-        tasks = server._next_frames(labels)
+        tasks = next_tasks()
     return server
 
 
