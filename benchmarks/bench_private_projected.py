@@ -2,7 +2,9 @@
 
 Prints, for 1 and 2 BLAS threads, the median (min-max) over interleaved
 repeats of the wall and user-CPU time ratios to ``FederatedRidge.fit`` on the
-same rows and clients (targets: <= 1.2), the extra peak memory of each fit as
+same rows and clients (targets: <= 1.2) and the wall ratio to FederatedRidge's
+protocol run site by site (``simulate_through_bytes``: ``fit`` pools
+FederatedRidge's round, which per-site noise rules out for Private), the extra peak memory of each fit as
 a share of X (tracemalloc, in a separate untimed run; target <= 10%), and the
 cost of each of 50 ``PrivateFederatedRidge.partial_fit`` releases against one
 ``FederatedRidge.partial_fit`` on the same batch (target <= 2). Timings on a
@@ -34,6 +36,7 @@ from sklearn_fed import (  # noqa: E402
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
+from sklearn_fed.protocol import simulate_through_bytes  # noqa: E402
 
 
 def _times(call):
@@ -74,16 +77,23 @@ def bench_fit(n, d, n_clients, repeats, rng):
     rows = []
     for layout, clients in layouts.items():
         baseline = lambda: FederatedRidge().fit(X, y, clients=clients)  # noqa: E731
+
+        def per_site(clients=clients):  # FederatedRidge site by site (fit pools its round)
+            with simulate_through_bytes():
+                FederatedRidge().fit(X, y, clients=clients)
+
         for name, make in candidates.items():
             fit = lambda make=make: make().fit(X, y, clients=clients)  # noqa: E731
-            wall, cpu = [], []
-            for _ in range(repeats):  # interleaved: both see the same machine state
-                ours, base = _times(fit), _times(baseline)
+            wall, cpu, site_wall = [], [], []
+            for _ in range(repeats):  # interleaved: all see the same machine state
+                ours, base, sites = _times(fit), _times(baseline), _times(per_site)
                 wall.append(ours[0] / base[0])
                 cpu.append(ours[1] / base[1])
+                site_wall.append(ours[0] / sites[0])
             memory = _peak_bytes(fit) / X.nbytes
             base_memory = _peak_bytes(baseline) / X.nbytes
-            rows.append((layout, name, _summary(wall), _summary(cpu), memory, base_memory))
+            rows.append((layout, name, _summary(wall), _summary(cpu), _summary(site_wall),
+                         memory, base_memory))
     return rows
 
 
@@ -119,11 +129,14 @@ def main(argv=None):
           f"median (min-max) of {args.repeats} interleaved repeats")
     for threads in (1, 2):
         with threadpool_limits(threads):
-            print(f"\n{threads} BLAS thread(s): fit / FederatedRidge.fit")
+            print(f"\n{threads} BLAS thread(s): fit / FederatedRidge.fit (pooled), and / its "
+                  "per-site run (through bytes)")
             print(f"{'layout':>10} {'estimator':>24} | {'wall ratio':>18} | "
-                  f"{'user-CPU ratio':>18} | {'extra mem':>9} {'(FedRidge)':>10}")
-            for layout, name, wall, cpu, memory, base in bench_fit(n, d, k, args.repeats, rng):
-                print(f"{layout:>10} {name:>24} | {wall:>18} | {cpu:>18} | "
+                  f"{'user-CPU ratio':>18} | {'wall / per-site':>18} | "
+                  f"{'extra mem':>9} {'(FedRidge)':>10}")
+            for layout, name, wall, cpu, site_wall, memory, base in bench_fit(
+                    n, d, k, args.repeats, rng):
+                print(f"{layout:>10} {name:>24} | {wall:>18} | {cpu:>18} | {site_wall:>18} | "
                       f"{memory:>9.1%} {base:>10.1%}", flush=True)
             stream, last = bench_stream(d, 1000, 50, max(1, args.repeats // 2), rng)
             print(f"50 releases of PrivateFederatedRidge.partial_fit (1000 rows, d={d}) / "

@@ -10,6 +10,7 @@ server solves ridge in the projected space, ``w~``, and reports
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.random_projection import (
     GaussianRandomProjection,
     SparseRandomProjection,
@@ -54,19 +55,36 @@ def _take(array, rows):
     return array if rows is None or array is None else array[rows]
 
 
-def _project(projection, block):
-    """``projection.transform(block)`` of rows the site has validated already.
+# A sparse R of at most this many entries is multiplied as a dense matrix.
+_DENSE_ENTRIES = 2**21
 
-    The product ``transform`` computes, without its validation of ``block``
-    (a pass over it that each block would pay again); other inputs go
-    through ``transform``.
+
+class Projector:
+    """``projection.transform`` of rows the site has validated already.
+
+    Dense float rows are multiplied by ``R^T`` directly, without
+    ``transform``'s validation of each block (a pass over it); other inputs
+    go through ``transform``. A sparse ``R`` of at most 2**21 entries is
+    multiplied as a dense matrix: BLAS beats the sparse product even at the
+    sparse projection's density of ``1/sqrt(d)`` and runs on every BLAS
+    thread (at d=100, m=25: 1.13 vs 1.35 ms per block on one thread, 0.65
+    vs 1.37 on two).
     """
-    if isinstance(block, np.ndarray) and block.dtype.type in (np.float64, np.float32):
-        return np.asarray(block @ projection.components_.T)
-    return projection.transform(block)
+
+    def __init__(self, projection):
+        self.projection = projection
+        components = projection.components_
+        if sp.issparse(components) and np.prod(components.shape) <= _DENSE_ENTRIES:
+            components = components.toarray()
+        self._transposed = components.T
+
+    def __call__(self, block):
+        if isinstance(block, np.ndarray) and block.dtype.type in (np.float64, np.float32):
+            return np.asarray(block @ self._transposed)
+        return self.projection.transform(block)
 
 
-def projected_statistics(X, y, sample_weight, rows, projection, centered):
+def projected_statistics(X, y, sample_weight, rows, project, centered):
     """Statistics of ``X[rows] R`` computed block by block (never a copy of X).
 
     Each block of rows is projected (``n_b x m``) and reduced to
@@ -84,7 +102,7 @@ def projected_statistics(X, y, sample_weight, rows, projection, centered):
         if isinstance(take, range):
             take = slice(take.start, take.stop)  # a view of X, not a gather
         part = ClientStatistics.from_data(
-            _project(projection, X[take]), y[take], _take(sample_weight, take),
+            project(X[take]), y[take], _take(sample_weight, take),
             centered=centered, check_input=False,
         )
         statistics = part if statistics is None else statistics.merge(part)
@@ -117,9 +135,8 @@ class ProjectedClient(StatisticsClient):
             identity = (seed, X.shape[1], m, kind)
             cached = getattr(self, "_projection", None)
             if cached is None or cached[0] != identity:
-                cached = self._projection = (identity, shared_projection(*identity))
-            projection = cached[1]
-            return projected_statistics(X, y, sample_weight, rows, projection, centered)
+                cached = self._projection = (identity, Projector(shared_projection(*identity)))
+            return projected_statistics(X, y, sample_weight, rows, cached[1], centered)
         return ClientStatistics.from_data(
             X, y, sample_weight, centered=centered, rows=rows, check_input=False
         )

@@ -35,7 +35,12 @@ import numpy as np
 from ._errors import InvalidClientMessage
 from ._roles import FoldedReplies, FramesOnDemand
 from ._wire import (
-    decode, encode, frame_sizes, json_length, label_key, label_keys,
+    decode,
+    encode,
+    frame_sizes,
+    json_length,
+    label_key,
+    label_keys,
 )
 
 __all__ = ["atomic", "run_simulation", "simulate_through_bytes"]
