@@ -35,6 +35,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
+from ..protocol._simulate import blas_libraries
 from ..simulation import elect_leader
 from ..statistics import (
     _MAX_MEAN,
@@ -628,14 +629,6 @@ class _Model:
         return self._solution
 
 
-@functools.lru_cache(maxsize=1)
-def _blas_libraries():
-    """threadpoolctl's controller of the BLAS libraries (finding them takes ms: once)."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController().select(user_api="blas")
-
-
 def _one_blas_thread(n_features):
     """A context in which BLAS runs on one thread, for a solve of this size.
 
@@ -643,7 +636,7 @@ def _one_blas_thread(n_features):
     (threadpoolctl reads every library's info), checking ~1 us.
     """
     if n_features <= _ONE_THREAD_MAX_FEATURES:
-        libraries = _blas_libraries()
+        libraries = blas_libraries()
         if any(lib.get_num_threads() != 1 for lib in libraries.lib_controllers):
             return libraries.limit(limits=1)
     return contextlib.nullcontext()

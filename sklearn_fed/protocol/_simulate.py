@@ -29,11 +29,12 @@ import functools
 import gc
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ._errors import InvalidClientMessage
-from ._roles import FoldedReplies, FramesOnDemand
+from ._roles import BlockwiseClient, FoldedReplies, FramesOnDemand
 from ._wire import (
     decode,
     encode,
@@ -222,7 +223,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     counts = np.asarray(counts)
     try:
         # The reply of one site holding every row (the fold of all replies).
-        reply = client._reply(task, X, y, None, None, names)
+        reply = pooled_reply(client, task, X, y, names)
         fold = server._pooled_fold(first, reply, int(counts.min()))
     except (InvalidClientMessage, ValueError, ArithmeticError):
         return False
@@ -252,6 +253,57 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
         server._open = None
         return False
     return True
+
+
+# A pooled reply is computed in parts of at least this many rows, at most
+# _POOLED_PARTS of them, each holding its own (d + t)^2 statistics: together at
+# most 1/20 of X. Parts depend on the shape only, so the bits do not depend on
+# how many threads compute them.
+_POOLED_PART_ROWS = 1 << 14
+_POOLED_PARTS = 8
+
+
+def pooled_reply(client, task, X, y, names):
+    """The reply of one site holding every row of ``X``, computed on every BLAS thread.
+
+    A :class:`BlockwiseClient`'s reply is a reduction over its rows, so the
+    rows are cut into contiguous parts summarized concurrently (each on one
+    BLAS thread; as many at once as BLAS has threads) and merged in order:
+    the per-block work of a site (its matrix-vector products, its chunked
+    O(d^2) updates) runs on every core, not only its BLAS products.
+    """
+    n, p = X.shape[0], X.shape[1] + (1 if y.ndim == 1 else y.shape[1])
+    n_parts = int(min(_POOLED_PARTS, n // _POOLED_PART_ROWS,
+                      X.nbytes // (20 * 8 * p * p)))
+    if n_parts < 2 or not isinstance(client, BlockwiseClient) or not client._reads_rows(task):
+        return client._reply(task, X, y, None, None, names)
+    edges = np.linspace(0, n, n_parts + 1).astype(int).tolist()
+    parts = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+
+    def summarize(rows):
+        return client._summarize(task, X, y, None, rows)
+
+    workers = min(n_parts, blas_threads())
+    if workers > 1:
+        with blas_libraries().limit(limits=1), ThreadPoolExecutor(workers) as pool:
+            summaries = list(pool.map(summarize, parts))
+    else:
+        summaries = [summarize(rows) for rows in parts]
+    fields, arrays = client._finish(task, functools.reduce(client._merge, summaries))
+    return client._reply_frame(task, X, y, names, fields, arrays)
+
+
+@functools.lru_cache(maxsize=1)
+def blas_libraries():
+    """threadpoolctl's controller of the BLAS libraries (finding them takes ms: once)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
+def blas_threads():
+    """The most threads any loaded BLAS library may use now."""
+    return max((lib.get_num_threads() for lib in blas_libraries().lib_controllers), default=1)
 
 
 def deliver_task(server, client, site, task):

@@ -156,3 +156,26 @@ def test_pooled_ledger_matches_encoded_frames_for_many_sites():
     pooled = FederatedRidge().fit(X, y, clients=clients)
     per_site = _per_site(FederatedRidge(), X, y, clients=clients)
     _assert_same_run(pooled, per_site)
+
+
+def test_a_large_pooled_reply_is_computed_in_parts_whatever_the_threads(monkeypatch):
+    """Rows cut into parts by shape (4 here), summarized on the BLAS threads: same bits."""
+    from threadpoolctl import threadpool_limits
+
+    import sklearn_fed.protocol._simulate as simulate
+
+    X, y = _problem(n=70_000, d=4)
+    clients = np.arange(len(X)) % 50
+    parts = []
+    summarize = StatisticsClient._summarize
+    monkeypatch.setattr(StatisticsClient, "_summarize", lambda self, task, X, y, w, rows: (
+        parts.append(rows) or summarize(self, task, X, y, w, rows)))
+    with threadpool_limits(1):
+        one = FederatedRidge().fit(X, y, clients=clients)
+    assert parts == [slice(0, 17500), slice(17500, 35000), slice(35000, 52500),
+                     slice(52500, 70000)]
+    monkeypatch.setattr(simulate, "blas_threads", lambda: 2)
+    two = FederatedRidge().fit(X, y, clients=clients)
+    np.testing.assert_array_equal(one.coef_, two.coef_)
+    np.testing.assert_array_equal(one.intercept_, two.intercept_)
+    _assert_same_run(one, _per_site(FederatedRidge(), X, y, clients=clients))
