@@ -4,8 +4,9 @@ Prints, for 1 and 2 BLAS threads, the median (min-max) over interleaved
 repeats of the wall and user-CPU time ratios to ``FederatedRidge.fit`` on the
 same rows and clients (targets: <= 1.2) and the wall ratio to FederatedRidge's
 protocol run site by site (``simulate_through_bytes``: ``fit`` pools
-FederatedRidge's round, which per-site noise rules out for Private), the extra peak memory of each fit as
-a share of X (tracemalloc, in a separate untimed run; target <= 10%), and the
+FederatedRidge's round, which per-site noise rules out for Private), the
+extra peak memory of each fit as a share of X (tracemalloc, in a separate
+untimed run; target <= 10%), and the
 cost of each of 50 ``PrivateFederatedRidge.partial_fit`` releases against one
 ``FederatedRidge.partial_fit`` on the same batch (target <= 2). Timings on a
 shared machine are indicative: read the ratios, not the seconds.

@@ -279,9 +279,9 @@ def group_rows_by_client(clients, n_samples):
 class ClientRows(Sequence):
     """Each client's rows (see :func:`group_rows_by_client`), made when first read.
 
-    ``counts`` (an integer array) is known at once; the row indices (a sort, for shuffled
-    labels, and one object per client) are made on first access, so a
-    round that needs only the counts (a pooled round, see
+    ``counts`` (an integer array) is known at once; the row indices (a sort,
+    for shuffled labels, and one object per client) are made on first
+    access, so a round that needs only the counts (a pooled round, see
     :func:`~sklearn_fed.protocol.run_simulation`) never makes them.
     """
 

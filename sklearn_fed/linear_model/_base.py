@@ -142,7 +142,8 @@ def _trusted_cholesky(system):
     """``(factor, scale)`` with ``system`` scaled to a unit diagonal and factored, or None.
 
     ``scale = 1 / sqrt(diag(system))`` and ``factor`` is the lower Cholesky
-    factor of ``scale system scale`` (made in ``system``'s memory), returned when LAPACK's ``pocon``
+    factor of ``scale system scale`` (made in ``system``'s memory), returned
+    when LAPACK's ``pocon``
     estimate of that matrix's 1-norm condition number (``O(d^2)`` next to the
     ``O(d^3)`` factorization) is at most :data:`GRAM_MAX_CONDITION`.
     ``system`` is scaled and factored in place (no d x d temporary).

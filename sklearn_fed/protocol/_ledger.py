@@ -107,8 +107,9 @@ class CommunicationLedger:
         """Count one round: ``{client: bytes}`` sent to and received from clients."""
         for counts, new in ((self.downlink_bytes_per_client, downloads),
                             (self.uplink_bytes_per_client, uploads)):
-            if not counts and set(map(type, new)) <= _PLAIN and set(map(type, new.values())) <= {int}:
-                counts.update(new)  # the first round, plain labels and sizes: a copy
+            plain = set(map(type, new)) <= _PLAIN and set(map(type, new.values())) <= {int}
+            if not counts and plain:  # the first round, plain labels and sizes: a copy
+                counts.update(new)
                 continue
             for client, n_bytes in new.items():
                 key = _key(client)

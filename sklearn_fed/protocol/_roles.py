@@ -605,9 +605,9 @@ class Server(ABC):
         """The fold of a pooled round (see :meth:`_pools_round`) from the pooled ``reply``.
 
         Validates ``reply`` as a reply of ``site`` (raises
-        :class:`InvalidClientMessage`) and returns None unless every site's
-        own reply, from at least ``fewest_rows`` of the rows, provably passes
-        the checks the pooled one passes; either way the round then runs
+        :class:`InvalidClientMessage`) and returns the fold, or None when a
+        site's own reply, from as few as ``fewest_rows`` of the rows, could
+        fail a check the pooled one passes. On either failure the round runs
         site by site.
         """
         raise NotImplementedError

@@ -208,8 +208,8 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     if not plan:
         return False
     first = labels[0]
-    fields, arrays = plan[first]
     same = plan[first]
+    fields, arrays = same
     if arrays or not server._pools_round(fields) or (
         set(map(id, plan.values())) != {id(same)}  # one task object for all: the same task
         and any(entry[0] != fields or entry[1] for entry in plan.values())
@@ -272,7 +272,8 @@ def pooled_reply(client, task, X, y, names):
     the per-block work of a site (its matrix-vector products, its chunked
     O(d^2) updates) runs on every core, not only its BLAS products.
     """
-    n, p = X.shape[0], X.shape[1] + (1 if y.ndim == 1 else y.shape[1])
+    n_targets = 0 if y is None else 1 if y.ndim == 1 else y.shape[1]
+    n, p = X.shape[0], X.shape[1] + n_targets
     n_parts = int(min(_POOLED_PARTS, n // _POOLED_PART_ROWS,
                       X.nbytes // (20 * 8 * p * p)))
     if n_parts < 2 or not isinstance(client, BlockwiseClient) or not client._reads_rows(task):
