@@ -40,7 +40,8 @@ def fedavg_bytes(n_parameters, n_rounds, n_clients, itemsize=_FLOAT64):
     return {"uplink_bytes": total, "downlink_bytes": total}
 
 
-_PLAIN = {int, str, float, bool, tuple, type(None)}
+_PLAIN = frozenset({int, str, float, bool, tuple, type(None)})
+_INT = frozenset({int})
 
 
 def _key(client):
@@ -107,7 +108,7 @@ class CommunicationLedger:
         """Count one round: ``{client: bytes}`` sent to and received from clients."""
         for counts, new in ((self.downlink_bytes_per_client, downloads),
                             (self.uplink_bytes_per_client, uploads)):
-            plain = set(map(type, new)) <= _PLAIN and set(map(type, new.values())) <= {int}
+            plain = _PLAIN.issuperset(map(type, new)) and _INT.issuperset(map(type, new.values()))
             if not counts and plain:  # the first round, plain labels and sizes: a copy
                 counts.update(new)
                 continue

@@ -19,6 +19,7 @@ A server whose model needs the replies only through one reduction may also
 fold them as it reads them (``Server._reply_fold``), holding one at a time.
 """
 
+import operator
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -29,7 +30,7 @@ from ._ledger import CommunicationLedger
 from ._schema import FeatureSchema, check_site_data, reply_schema
 from ._wire import (
     DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, distinct_labels, encode, label_key,
-    label_keys, sorted_labels,
+    label_keys, plain_keys, sorted_labels,
 )
 
 __all__ = [
@@ -418,7 +419,9 @@ class Server(ABC):
         if not plan:
             self.finished = True
             self._open = None
-        elif not distinct_labels(sites):
+        # A plan has one task per site it names: as many as sites means no two of
+        # them are equal, which for plain labels means distinct sites.
+        elif not (len(plan) == len(sites) and plain_keys(sites)) and not distinct_labels(sites):
             raise ValueError("sites must be distinct labels.")
         return plan
 
@@ -505,8 +508,9 @@ class Server(ABC):
             schemas = {site: frames[site].schema for site in parsed}
         ledger.record_round(self._task_bytes, uplink)
         # Sites usually share one schema object: look each distinct one up once.
-        dtypes = {schema.get("dtype") for schema in dict(zip(map(id, schemas.values()),
-                                                             schemas.values())).values()}
+        distinct = set(map(id, schemas.values()))
+        dtypes = {schema.get("dtype") for schema in (
+            [next(iter(schemas.values()))] if len(distinct) == 1 else schemas.values())}
         self._dtype = "float32" if dtypes == {"float32"} else "float64"
         schema = self.schema
         self.schema = self._pinned_schema(schemas[next(iter(parsed))])
@@ -659,7 +663,7 @@ class FoldedReplies(Mapping):
     def __init__(self, server, frames, schemas, frame_bytes, fold):
         self._server = server
         self._frames = frames
-        same_order = len(schemas) == len(frames) and list(schemas) == list(frames)
+        same_order = len(schemas) == len(frames) and all(map(operator.is_, schemas, frames))
         self.schemas = schemas if same_order else {
             site: schemas[site] for site in frames if site in schemas
         }

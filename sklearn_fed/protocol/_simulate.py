@@ -27,6 +27,8 @@ falls back to the per-site run, which then raises what it raises.
 import contextlib
 import functools
 import gc
+import itertools
+import operator
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -211,7 +213,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     same = plan[first]
     fields, arrays = same
     if arrays or not server._pools_round(fields) or (
-        set(map(id, plan.values())) != {id(same)}  # one task object for all: the same task
+        not all(map(operator.is_, plan.values(), itertools.repeat(same)))  # one task for all
         and any(entry[0] != fields or entry[1] for entry in plan.values())
     ):
         return False

@@ -279,9 +279,14 @@ def distinct_labels(labels):
     (True, False)
     """
     labels = list(labels)
-    if set(map(type, labels)) in ({int}, {str}):  # equal as keys iff equal
+    if plain_keys(labels):
         return len(set(labels)) == len(labels)
     return len(set(map(label_key, labels))) == len(labels)
+
+
+def plain_keys(labels):
+    """Whether ``labels`` are all ints or all strings: then equal as labels iff equal as keys."""
+    return set(map(type, labels)) in ({int}, {str})
 
 
 def sorted_labels(labels):
