@@ -345,11 +345,7 @@ class SiteAnswers:
 
 def _answers_from_blocks(role):
     """Whether ``role`` answers blockwise: a BlockwiseClient whose ``_compute`` is not replaced."""
-    return issubclass(role, BlockwiseClient) and _owner(role, "_compute") is BlockwiseClient
-
-
-def _owner(cls, name):
-    return next(base for base in cls.__mro__ if name in base.__dict__)
+    return issubclass(role, BlockwiseClient) and role._answers_from_blocks()
 
 
 # ------------------------------------------------------------------- stream

@@ -86,6 +86,18 @@ class _ClassifierRounds(ClassesServerMixin):
     def _reply_fold(self):
         return None if self.classes_ is None else self._regression()._reply_fold()
 
+    def _pools_round(self, fields):
+        # The statistics round pools as the regression's does: every site encodes
+        # its labels with the same classes, so the statistics add up. Only with
+        # unit class weights (a site's weight sum is then its row count).
+        if fields is None:
+            return self._regression()._pools_round(None)
+        if self.classes_ is None or fields.get("step") != "statistics" or not np.all(
+                self.class_weight_ == 1.0):
+            return False
+        own = self._classes_task()[0].keys() | {"step"}
+        return self._regression()._pools_round({k: v for k, v in fields.items() if k not in own})
+
     def _expected_targets(self, frame):
         return 1 if self.classes_.shape[0] <= 2 else self.classes_.shape[0]
 

@@ -252,6 +252,13 @@ class BlockwiseClient(Client):
     def _compute(self, task, X, y, sample_weight, rows):
         return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
 
+    @classmethod
+    def _answers_from_blocks(cls):
+        """Whether this role's reply is ``_finish`` of its merged ``_summarize`` (``_compute``
+        is not replaced), so its rows may be summarized in blocks."""
+        owner = next(base for base in cls.__mro__ if "_compute" in base.__dict__)
+        return owner is BlockwiseClient
+
     def _reads_rows(self, task):
         """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
         return True

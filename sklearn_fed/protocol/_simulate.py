@@ -212,9 +212,14 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     first = labels[0]
     same = plan[first]
     fields, arrays = same
-    if arrays or not server._pools_round(fields) or (
+
+    def same_task(entry):  # equal fields, the very same arrays
+        return entry[0] == fields and entry[1].keys() == arrays.keys() and all(
+            entry[1][name] is value for name, value in arrays.items())
+
+    if not server._pools_round(fields) or (
         not all(map(operator.is_, plan.values(), itertools.repeat(same)))  # one task for all
-        and any(entry[0] != fields or entry[1] for entry in plan.values())
+        and not all(map(same_task, plan.values()))
     ):
         return False
     task = server._task_frame(first, fields, arrays)
@@ -278,7 +283,8 @@ def pooled_reply(client, task, X, y, names):
     n, p = X.shape[0], X.shape[1] + n_targets
     n_parts = int(min(_POOLED_PARTS, n // _POOLED_PART_ROWS,
                       X.nbytes // (20 * 8 * p * p)))
-    if n_parts < 2 or not isinstance(client, BlockwiseClient) or not client._reads_rows(task):
+    blockwise = isinstance(client, BlockwiseClient) and type(client)._answers_from_blocks()
+    if n_parts < 2 or not blockwise or not client._reads_rows(task):
         return client._reply(task, X, y, None, None, names)
     edges = np.linspace(0, n, n_parts + 1).astype(int).tolist()
     parts = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]

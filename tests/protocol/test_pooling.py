@@ -179,3 +179,51 @@ def test_a_large_pooled_reply_is_computed_in_parts_whatever_the_threads(monkeypa
     np.testing.assert_array_equal(one.coef_, two.coef_)
     np.testing.assert_array_equal(one.intercept_, two.intercept_)
     _assert_same_run(one, _per_site(FederatedRidge(), X, y, clients=clients))
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_the_ridge_classifier_pools_its_statistics_round(n_classes, monkeypatch):
+    from sklearn_fed import FederatedRidgeClassifier
+
+    X, target = _problem(n=400)
+    y = np.digitize(target, np.quantile(target, np.linspace(0, 1, n_classes + 1)[1:-1]))
+    clients = np.arange(len(X)) % 13
+    calls = _counting_replies(monkeypatch)
+    pooled = FederatedRidgeClassifier().fit(X, y, clients=clients)
+    assert sum(rows is None for rows in calls) == 1  # classes per site, then one pooled reply
+    per_site = _per_site(FederatedRidgeClassifier(), X, y, clients=clients)
+    assert pooled.communication_.as_dict() == per_site.communication_.as_dict()
+    np.testing.assert_array_equal(pooled.classes_, per_site.classes_)
+    np.testing.assert_allclose(pooled.coef_, per_site.coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(pooled.predict(X), per_site.predict(X))
+
+
+def test_class_weights_are_not_pooled(monkeypatch):
+    from sklearn_fed import FederatedRidgeClassifier
+
+    X, target = _problem(n=200)
+    calls = _counting_replies(monkeypatch)
+    # 60 / 140 rows: balanced weights are not all one (equal classes would be)
+    FederatedRidgeClassifier(class_weight="balanced").fit(
+        X, target > np.quantile(target, 0.7), clients=np.arange(200) % 4)
+    assert all(rows is not None for rows in calls)
+
+
+class _WholeRowsClient(StatisticsClient):
+    """Answers from all its rows at once: it replaces _compute, so it is not blockwise."""
+
+    def _compute(self, task, X, y, sample_weight, rows):
+        self.computed = getattr(self, "computed", []) + [rows]
+        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
+
+
+def test_a_role_that_replaces_compute_is_pooled_whole_not_in_parts():
+    class WholeRowsRidge(FederatedRidge):
+        _client_role = _WholeRowsClient
+
+    X, y = _problem(n=70_000, d=3)
+    model = WholeRowsRidge()
+    client = model.make_client()
+    model.make_client = lambda **kwargs: client
+    model.fit(X, y, clients=np.arange(len(X)) % 7)
+    assert client.computed == [None]
