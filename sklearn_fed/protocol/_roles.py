@@ -234,8 +234,9 @@ class Client(ABC):
 
     def _fields_of_rows(self, fields, n_rows):
         """For a pooled round (see :meth:`Server._pools_round`): the fields of the reply
-        of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``."""
-        raise NotImplementedError
+        of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``;
+        None (the default) when this role cannot tell, and the round runs site by site."""
+        return None
 
 
 class BlockwiseClient(Client):
@@ -619,9 +620,10 @@ class Server(ABC):
         :class:`InvalidClientMessage`) and returns the fold, or None when a
         site's own reply, from as few as ``fewest_rows`` of the rows, could
         fail a check the pooled one passes. On either failure the round runs
-        site by site.
+        site by site. By default None: a server that cannot vouch for its
+        sites' replies never pools.
         """
-        raise NotImplementedError
+        return None
 
     def _cross_check(self, replies):
         """Checks that need every reply of the round (e.g. duplicates, outliers).

@@ -131,7 +131,7 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
     def next_tasks():
         # Each round pooled when it can be (see pool_round), else site by site.
         while pools and pool_round(server, clients, X, y, sample_weight, labels, rows, names):
-            pass
+            continue
         return server._next_frames(labels)
 
     tasks = next_tasks()
@@ -242,9 +242,10 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
         distinct, which = counts[:1], 0
     else:
         distinct, which = np.unique(counts, return_inverse=True)
-    fields_lengths = np.array([
-        json_length(client._fields_of_rows(reply.fields, int(n))) for n in distinct
-    ])[which]
+    own_fields = [client._fields_of_rows(reply.fields, int(n)) for n in distinct]
+    if any(own is None for own in own_fields):
+        return False
+    fields_lengths = np.array([json_length(own) for own in own_fields])[which]
     keys = label_keys(labels)
     lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
     uplink = frame_sizes(reply, lengths, fields_lengths)
