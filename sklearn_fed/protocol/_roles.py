@@ -29,8 +29,16 @@ from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
 from ._schema import FeatureSchema, check_site_data, reply_schema
 from ._wire import (
-    DEFAULT_MAX_MESSAGE_BYTES, Frame, _as_key, decode, distinct_labels, encode, label_key,
-    label_keys, plain_keys, sorted_labels,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Frame,
+    _as_key,
+    decode,
+    distinct_labels,
+    encode,
+    label_key,
+    label_keys,
+    plain_keys,
+    sorted_labels,
 )
 
 __all__ = [
