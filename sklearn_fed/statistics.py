@@ -717,7 +717,7 @@ class ClientStatistics:
         """Finite values within the magnitude caps that keep merging overflow-free."""
         for name, cap in caps.items():
             value = getattr(self, name)
-            largest = np.max(np.abs(value), initial=0.0)  # NaN if any entry is NaN
+            largest = _max_abs(value)  # NaN if any entry is NaN
             if largest <= cap:  # the common case: one reduction
                 continue
             if not np.all(np.isfinite(value)):
@@ -1053,6 +1053,7 @@ class StreamingMerge:
         # Partial merges are always the stream's own; the messages only if ``owned``
         # (a server's freshly parsed replies): then a pair merges into the first.
         self._owned = owned
+        self._count = 0
 
     def __len__(self):
         """Number of partial merges held (0 before the first message)."""
@@ -1062,11 +1063,18 @@ class StreamingMerge:
         """Fold the next message (in the order the merge must follow)."""
         if self._done:
             raise ValueError("StreamingMerge.add after result(): the stream has ended.")
+        self._count += 1
         size = 1
         while self._pending and self._pending[-1][0] == size:
             stats = _merge_pair(self._pending.pop()[1], stats, own=size > 1 or self._owned)
             size *= 2
         self._pending.append((size, stats))
+
+    @property
+    def owns_result(self):
+        """Whether no one else holds the arrays of :meth:`result`: a merge of two or more
+        messages, or an ``owned`` message (so its Gram may lend work space)."""
+        return self._owned or self._count > 1
 
     def result(self):
         """The merge of every message added; ends the stream (the partial merges are freed)."""
@@ -1088,32 +1096,58 @@ def _merge_pair(first, second, *, own):
     return first.merge(second)
 
 
-def _is_psd(gram):
+def _is_psd(gram, *, in_place=False):
     """PSD test on the Jacobi-scaled Gram: a tolerance relative to every pair of features.
 
     Features with a zero variance are scaled by 1, so a non-zero entry in
     their row fails unless it is negligible against the other feature.
+
+    With ``in_place`` (for a Gram no one else reads meanwhile), a Gram that
+    is symmetric bit for bit lends its upper triangle as the work array (see
+    :func:`_lend_upper`) and gets it back unchanged: no d x d allocation.
     """
     diag = np.diag(gram)
     inverse = 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0))
-    # One d x d work array: the upper triangle of the scaled, symmetrized Gram
-    # (all that the factorization reads), made row chunk by row chunk.
-    scaled = np.empty_like(gram, dtype=np.float64)
-    for rows, _ in _row_chunks(gram):
+
+    def scale(rows, part, mirror):
+        # The upper part of these rows of the scaled, symmetrized Gram (all that
+        # the factorization reads); ``part`` holds gram[rows], ``mirror`` the
+        # same entries of gram.T.
         upper = slice(rows.start, None)
-        np.add(gram[rows, upper], gram[upper, rows].T, out=scaled[rows, upper])
-        scaled[rows, upper] *= 0.5 * inverse[rows, None]
-        scaled[rows, upper] *= inverse[upper]
-    scaled[np.diag_indices_from(scaled)] += _PSD_TOLERANCE
+        np.add(part[:, upper], mirror, out=part[:, upper])
+        part[:, upper] *= 0.5 * inverse[rows, None]
+        part[:, upper] *= inverse[upper]
+        np.einsum("ii->i", part[:, rows])[...] += _PSD_TOLERANCE  # the diagonal
+
+    if in_place and _lendable(gram):
+        # _lend_upper checked that the rows equal their mirror: add them to themselves
+        # (the same bits), without reading the mirror again.
+        saved = _lend_upper(gram, lambda rows, part: scale(rows, part, part[:, rows.start:]))
+        if saved is not None:
+            try:
+                return _cholesky_succeeds(gram.T)
+            finally:
+                _restore_upper(gram, saved)
+    # One d x d work array, made row chunk by row chunk.
+    scaled = np.empty_like(gram, dtype=np.float64)
+    for rows, part in _row_chunks(gram):
+        np.copyto(part, gram[rows])
+        scale(rows, part, gram[rows.start:, rows].T)
+        scaled[rows, rows.start:] = part[:, rows.start:]
+    return _cholesky_succeeds(scaled.T)
+
+
+def _cholesky_succeeds(matrix):
+    """Whether LAPACK factors the lower triangle of the Fortran-ordered ``matrix`` (in place)."""
     try:
-        # The transpose is Fortran-ordered: LAPACK factors it in place, no copy.
-        linalg.cholesky(scaled.T, lower=True, overwrite_a=True, check_finite=False)
+        # cho_factor leaves the other triangle alone (cholesky would zero it).
+        linalg.cho_factor(matrix, lower=True, overwrite_a=True, check_finite=False)
     except linalg.LinAlgError:
         return False
     return True
 
 
-def check_aggregate(aggregate, messages):
+def check_aggregate(aggregate, messages, *, in_place=False):
     """Check merged statistics once before solving; blame the message that broke them.
 
     The server validates each message in O(d^2) (:meth:`ClientStatistics.validate`
@@ -1126,6 +1160,10 @@ def check_aggregate(aggregate, messages):
     aggregate : ClientStatistics
     messages : dict
         Client label -> ClientStatistics that were merged.
+    in_place : bool, default=False
+        Whether the aggregate's Gram is the caller's own (no one else reads
+        it meanwhile): the PSD test then borrows its upper triangle as work
+        space and restores it, instead of allocating a d x d array.
 
     Raises
     ------
@@ -1136,8 +1174,10 @@ def check_aggregate(aggregate, messages):
     else:
         arrays = (aggregate.gram, aggregate.moment, aggregate.x_mean, aggregate.y_mean,
                   aggregate.target_ss)
-    finite = all(np.all(np.isfinite(a)) for a in arrays) and math.isfinite(aggregate.weight_sum)
-    if finite and (aggregate.factor is not None or _is_psd(aggregate.gram)):
+    # _max_abs is NaN or inf exactly when an entry is: no d x d boolean temporary.
+    finite = all(np.isfinite(_max_abs(a)) for a in arrays) and math.isfinite(aggregate.weight_sum)
+    if finite and (aggregate.factor is not None
+                   or _is_psd(aggregate.gram, in_place=in_place)):
         return
     for label, stats in messages.items():
         if stats.factor is None and not _is_psd(stats.gram):
@@ -1181,7 +1221,7 @@ def _parts_within_caps(stats, fewest_weight):
     if stats.factor is not None:
         return False
     second = (stats.gram, stats.moment, stats.target_ss)
-    if any(np.max(np.abs(value), initial=0.0) > _MAX_SECOND / 2 for value in second):
+    if any(_max_abs(value) > _MAX_SECOND / 2 for value in second):
         return False
     x_room = np.sqrt(np.maximum(np.diag(stats.gram), 0.0) / fewest_weight)
     y_room = np.sqrt(np.maximum(stats.target_ss, 0.0) / fewest_weight)
@@ -1195,7 +1235,7 @@ def most_extreme_client(messages):
     """The label whose statistics hold the largest magnitude (whom to blame for overflow)."""
 
     def magnitude(stats):
-        return max(float(np.max(np.abs(getattr(stats, name)), initial=0.0)) for name in _ARRAYS)
+        return max(float(_max_abs(getattr(stats, name))) for name in _ARRAYS)
 
     return max(messages, key=lambda label: magnitude(messages[label]))
 
@@ -1327,6 +1367,89 @@ def _row_chunks(matrix):
         (slice(start, min(start + step, n_rows)), buffer[: min(step, n_rows - start)])
         for start in range(0, n_rows, step)
     )
+
+
+def _max_abs(values):
+    """``np.max(np.abs(values), initial=0.0)`` (NaN if any entry is NaN) without the
+    array-sized temporary of ``np.abs``: a Gram's would be one more d x d matrix."""
+    return np.maximum(values.max(initial=0.0), -values.min(initial=0.0))
+
+
+def _lendable(matrix):
+    """Whether ``matrix`` can lend its upper triangle to LAPACK (:func:`_lend_upper`)."""
+    return (isinstance(matrix, np.ndarray) and matrix.dtype == np.float64
+            and matrix.ndim == 2 and matrix.shape[0] == matrix.shape[1] > 0
+            and matrix.flags.c_contiguous and matrix.flags.writeable)
+
+
+def _lend_upper(gram, fill):
+    """Write another matrix into the upper triangle of an exactly symmetric ``gram``.
+
+    A symmetric Gram holds all its values in its lower triangle (and a
+    diagonal saved aside), so its upper triangle can serve as the d x d work
+    array of a factorization: LAPACK reads it as the lower triangle of the
+    Fortran-ordered ``gram.T`` (``lower=True``). Row chunk by row chunk from
+    the top, ``fill(rows, part)`` gets ``part``, a copy of ``gram[rows]``, and
+    turns its upper part (columns from ``rows.start`` on) into those rows of
+    the wanted matrix, which are then written into ``gram``. Undo with
+    :func:`_restore_upper`.
+
+    Parameters
+    ----------
+    gram : ndarray of shape (n, n)
+        C-ordered, writeable (see :func:`_lendable`).
+    fill : callable
+
+    Returns
+    -------
+    diagonal : ndarray of shape (n,) or None
+        ``gram``'s diagonal, for :func:`_restore_upper`; None when ``gram`` is
+        not symmetric bit for bit (its upper triangle could not be restored
+        from the lower one), and ``gram`` is then unchanged (as it is when
+        ``fill`` raises).
+    """
+    diagonal = np.diag(gram).copy()
+    masks = {}
+    for rows, part in _row_chunks(gram):
+        start, stop = rows.start, rows.stop
+        np.copyto(part, gram[rows])
+        # Checked as we go: the rows above were checked, so they can be restored.
+        # Bit for bit (as integers: -0.0 is not 0.0), in the mirror's memory order.
+        mirror, upper = gram[start:, rows].view(np.int64), part[:, start:].T.view(np.int64)
+        if not (mirror == upper).all():
+            _restore_upper(gram, diagonal, stop=start)
+            return None
+        try:
+            fill(rows, part)
+        except BaseException:
+            _restore_upper(gram, diagonal, stop=start)
+            raise
+        gram[rows, stop:] = part[:, stop:]
+        np.copyto(gram[rows, rows], part[:, rows], where=_upper_mask(stop - start, 0, masks))
+    return diagonal
+
+
+def _restore_upper(gram, diagonal, stop=None):
+    """Undo :func:`_lend_upper`: the upper triangle of ``gram`` (in rows before ``stop``)
+    copied back from its lower one, and its diagonal from ``diagonal``."""
+    n = gram.shape[0]
+    step = max(1, _CHUNK_BYTES // (8 * n))  # the row chunks of _row_chunks
+    masks = {}
+    for start in range(0, n if stop is None else stop, step):
+        rows = slice(start, min(start + step, n))
+        gram[rows, rows.stop:] = gram[rows.stop:, rows].T
+        block = gram[rows, rows]
+        np.copyto(block, block.T.copy(), where=_upper_mask(block.shape[0], 1, masks))
+        np.einsum("ii->i", block)[...] = diagonal[rows]
+
+
+def _upper_mask(n, k, cache):
+    """Boolean mask of the entries of an n x n matrix on and above its ``k``-th diagonal
+    (kept in the dict ``cache``: the row chunks but the last have one size)."""
+    mask = cache.get(n)
+    if mask is None:
+        mask = cache[n] = np.triu(np.ones((n, n), dtype=bool), k)
+    return mask
 
 
 def _update_by_outer(matrix, u, v, scale_op, scale, update_op):

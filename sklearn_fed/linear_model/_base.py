@@ -32,7 +32,10 @@ from ..statistics import (
     check_aggregate,
     merge_statistics,
     most_extreme_client,
+    _lend_upper,
+    _lendable,
     _parts_within_caps,
+    _restore_upper,
 )
 
 __all__ = [
@@ -100,11 +103,14 @@ def solve_ridge(gram, moment, alpha):
     return _solve_gram(gram, moment, alpha)[0]
 
 
-def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
+def _solve_gram(gram, moment, alpha, *, cholesky_only=False, in_place=False):
     """``(coef, path)`` of the Gram path; ``path`` is "cholesky" or "eigen".
 
     With ``cholesky_only``, returns ``(None, "eigen")`` as soon as one alpha
     needs the eigendecomposition (the caller will ask for factors instead).
+    With ``in_place`` (a Gram no one else reads meanwhile), a Gram symmetric
+    bit for bit lends its upper triangle to the factorization and gets it
+    back unchanged (no d x d work array; the same bits).
     """
     d, t = moment.shape
     alphas = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (t,))
@@ -112,14 +118,15 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False):
     path, spectrum = "cholesky", None
     for value in np.unique(alphas):  # one factorization per distinct alpha
         targets = np.flatnonzero(alphas == value)
-        system = np.array(gram, dtype=np.float64)  # gram + value I, without a d x d eye
-        system[np.diag_indices(d)] += value
-        trusted = _trusted_cholesky(system)  # consumes system (scaled in place)
-        if trusted is not None:
-            factor, scale = trusted  # system = diag(1/scale) factor factor^T diag(1/scale)
-            rhs = scale[:, None] * moment[:, targets]
-            coef[targets] = (scale[:, None] * linalg.cho_solve(
-                (factor, True), rhs, check_finite=False)).T
+        solved = _cholesky_in_place(gram, moment[:, targets], value) if (
+            in_place and _lendable(gram)) else _ASYMMETRIC
+        if solved is _ASYMMETRIC:
+            system = np.array(gram, dtype=np.float64)  # gram + value I, without a d x d eye
+            system[np.diag_indices(d)] += value
+            trusted = _trusted_cholesky(system)  # consumes system (scaled in place)
+            solved = None if trusted is None else _scaled_solve(*trusted, moment[:, targets])
+        if solved is not None:
+            coef[targets] = solved
             continue
         if cholesky_only:
             return None, "eigen"
@@ -158,17 +165,63 @@ def _trusted_cholesky(system):
     scaled *= scale[None, :]
     # Its 1-norm (the largest row sum: it is symmetric), a row chunk at a time.
     norm = max(np.abs(scaled[rows]).sum(axis=1).max() for rows in _chunks(d))
+    # The transpose of the symmetric system is Fortran-ordered: LAPACK
+    # factors it in place (lower L = U^T), no d x d copy.
+    factor = _well_conditioned_factor(scaled.T, norm)
+    return None if factor is None else (factor, scale)
+
+
+#: What :func:`_cholesky_in_place` returns for a Gram that cannot lend its triangle.
+_ASYMMETRIC = object()
+
+
+def _cholesky_in_place(gram, moment, value):
+    """:func:`_trusted_cholesky` and :func:`_scaled_solve` of ``gram + value I`` in the
+    upper triangle of ``gram`` (restored after): ``coef`` rows, None when not trusted,
+    or ``_ASYMMETRIC`` (``gram`` not symmetric bit for bit, untouched)."""
+    diag = np.diag(gram) + value
+    if not np.all(diag > 0):
+        return None
+    scale = 1.0 / np.sqrt(diag)
+    norms = []
+
+    def fill(rows, part):
+        # The same operations, entry by entry, as _solve_gram's copy and _trusted_cholesky.
+        np.einsum("ii->i", part[:, rows])[...] += value
+        part *= scale[rows, None]
+        part *= scale[None, :]
+        norms.append(np.abs(part).sum(axis=1).max())  # the whole rows: its 1-norm
+
+    saved = _lend_upper(gram, fill)
+    if saved is None:
+        return _ASYMMETRIC
     try:
-        # The transpose of the symmetric system is Fortran-ordered: LAPACK
-        # factors it in place (lower L = U^T), no d x d copy.
-        factor = linalg.cholesky(scaled.T, lower=True, overwrite_a=True, check_finite=False)
+        factor = _well_conditioned_factor(gram.T, max(norms))
+        return None if factor is None else _scaled_solve(factor, scale, moment)
+    finally:
+        _restore_upper(gram, saved)
+
+
+def _well_conditioned_factor(scaled, norm):
+    """The lower Cholesky factor of the Fortran-ordered ``scaled`` (made in its lower
+    triangle; the upper one is not touched), or None if it fails or LAPACK's
+    ``pocon`` estimates the condition number (from the 1-norm ``norm``) above
+    :data:`GRAM_MAX_CONDITION`."""
+    try:
+        factor, _ = linalg.cho_factor(scaled, lower=True, overwrite_a=True, check_finite=False)
     except linalg.LinAlgError:
         return None
     pocon = get_lapack_funcs("pocon", (factor,))
     rcond, info = pocon(factor, norm, uplo="L")
     if info != 0 or not rcond * GRAM_MAX_CONDITION >= 1.0:
         return None
-    return factor, scale
+    return factor
+
+
+def _scaled_solve(factor, scale, moment):
+    """``coef`` rows ``(t, d)`` of ``diag(1/scale) factor factor^T diag(1/scale) w = moment``."""
+    rhs = scale[:, None] * moment
+    return (scale[:, None] * linalg.cho_solve((factor, True), rhs, check_finite=False)).T
 
 
 def numerical_range(gram):
@@ -450,12 +503,21 @@ class StatisticsServer(Server):
         of :meth:`_reply_fold`: merged already; single replies are then
         parsed again only if the merge fails its check, to name the culprit.
         """
+        return self._merged_and_owned(replies)[0]
+
+    def _merged_and_owned(self, replies):
+        """``(merged, owned)``: :meth:`_merged`, and whether no one else holds its
+        arrays (a merge of two or more replies, or of replies this server parsed),
+        so that its Gram may lend work space to the checks and the solve."""
         if isinstance(replies, FoldedReplies):
-            merged = replies.fold.result()
+            fold = replies.fold
+            merged = fold.result()
+            owned = getattr(fold, "owns_result", False)
         else:
             merged = merge_statistics(replies[site] for site in sorted_labels(replies))
-        check_aggregate(merged, replies)
-        return merged
+            owned = len(replies) > 1
+        check_aggregate(merged, replies, in_place=owned)
+        return merged, owned
 
     def _dtype_of_round(self):
         return np.float32 if self._dtype == "float32" else np.float64

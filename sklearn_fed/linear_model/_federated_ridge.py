@@ -28,8 +28,8 @@ class FederatedRidgeServer(StatisticsServer):
     def _apply(self, replies, ledger):
         estimator = self.estimator
         previous = self._previous()
-        batch = self._merged(replies)
-        aggregate = batch if previous is None else previous.merge(batch)
+        batch, owned = self._merged_and_owned(replies)
+        aggregate = batch if previous is None else previous.merge(batch)  # a merge is new
         alpha = estimator._checked_alpha(aggregate.n_targets)
         if aggregate.factor is not None:
             coef, solver = solve_ridge_factor(aggregate.factor, aggregate.n_features, alpha), "svd"
@@ -43,7 +43,8 @@ class FederatedRidgeServer(StatisticsServer):
                 and (previous is None or previous.factor is not None)
             )
             coef, solver = _solve_gram(
-                aggregate.gram, aggregate.moment, alpha, cholesky_only=escalate
+                aggregate.gram, aggregate.moment, alpha, cholesky_only=escalate,
+                in_place=owned or previous is not None,
             )
             if coef is None:
                 self.request_round(form="factor")

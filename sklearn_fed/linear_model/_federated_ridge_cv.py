@@ -644,12 +644,14 @@ class FederatedRidgeCVServer(StatisticsServer):
         statistics = {label_key(site): replies[site] for site in labels}
         messages = {site: replies[site]["all"] for site in labels}
         aggregate = merge_statistics(messages[site] for site in labels)
-        check_aggregate(aggregate, messages)  # finite and PSD, once, before any solve
+        owned = len(messages) > 1  # a merge is new: its Gram may lend work space
+        # finite and PSD, once, before any solve
+        check_aggregate(aggregate, messages, in_place=owned)
         alphas = estimator._checked_alphas()
         if (estimator.solver == "auto" and aggregate.factor is None and self.form == "gram"
                 and (self.max_rounds is None or self.round + 1 < self.max_rounds)
                 and _solve_gram(aggregate.gram, aggregate.moment, alphas.min(),
-                                cholesky_only=True)[0] is None):
+                                cholesky_only=True, in_place=owned)[0] is None):
             self.form = "factor"  # the statistics round once more, as factors
             self._request("statistics")
             return
