@@ -620,12 +620,17 @@ def test_range_scaler_uses_stated_ranges_only():
 @pytest.mark.parametrize("layout", ["contiguous", "shuffled"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_blockwise_clipped_sums_equal_the_reference(monkeypatch, layout, weighted, dtype):
+@pytest.mark.parametrize("clipped", ["many", "few"])
+def test_blockwise_clipped_sums_equal_the_reference(monkeypatch, layout, weighted, dtype,
+                                                     clipped):
     from sklearn_fed.linear_model import _private
 
     monkeypatch.setattr(_private, "_BLOCK_BYTES", 8 * 7 * 13)  # 13 rows per block
     rng = np.random.default_rng(3)
-    X = (rng.normal(size=(200, 5)) * rng.uniform(0.1, 3, size=(200, 1))).astype(dtype)
+    scale = rng.uniform(0.1, 3, size=(200, 1))
+    if clipped == "few":  # at most one row in 13 clipped: blocks read in place, rows corrected
+        scale = np.where(np.arange(200)[:, None] % 13 == 5, 3.0, 0.1)
+    X = (rng.normal(size=(200, 5)) * scale).astype(dtype)
     y = rng.normal(size=(200, 1)) * 2
     w = rng.uniform(0, 2, size=200) if weighted else None
     rows = slice(20, 170) if layout == "contiguous" else np.sort(rng.permutation(200)[:150])
