@@ -22,6 +22,7 @@ fold them as it reads them (``Server._reply_fold``), holding one at a time.
 import operator
 import secrets
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from numbers import Real
 
@@ -217,10 +218,28 @@ class Client(ABC):
         together (one batched product for many sites) provided every frame
         is exactly the one :meth:`_reply` would build for that site alone.
         """
-        return {
-            site: self._reply(task, X, y, sample_weight, rows[site], names)
-            for site, task in tasks.items()
-        }
+        def reply(site):
+            return self._reply(tasks[site], X, y, sample_weight, rows[site], names)
+
+        from ._simulate import blas_libraries, blas_threads  # (it imports this module)
+
+        sites = list(tasks)
+        workers = min(len(sites), blas_threads())
+        if workers > 1 and self._replies_are_independent(tasks):
+            # As real sites do, they compute at once: each on one BLAS thread,
+            # as many at a time as BLAS had threads (GIL released in BLAS and numpy).
+            with blas_libraries().limit(limits=1), ThreadPoolExecutor(workers) as pool:
+                return dict(zip(sites, pool.map(reply, sites)))
+        return {site: reply(site) for site in sites}
+
+    def _replies_are_independent(self, tasks):
+        """Whether :meth:`_reply_many` may compute these sites' replies on parallel threads.
+
+        True only for a role whose reply to a site reads nothing but its task
+        and rows and changes no state another site's reply reads (a pure
+        function of them). Default False: sites answer one after another.
+        """
+        return False
 
     def _reply_frame(self, task, X, y, names, fields, arrays):
         """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""

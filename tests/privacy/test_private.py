@@ -669,3 +669,39 @@ def test_the_same_release_under_two_sites_is_refused():
     frame.site = "b"
     with pytest.raises(InvalidClientMessage, match="client 'b': sent the same release"):
         server.receive({"a": reply, "b": encode(frame)})
+
+
+@pytest.mark.parametrize("noise", ["local", "distributed"])
+def test_sites_release_on_parallel_threads_with_the_same_bits(monkeypatch, noise):
+    # With several BLAS threads, local-noise sites compute their releases at
+    # once (each its own stream); distributed noise shares masking keys, so
+    # its sites run one after another. Either way the model is the same.
+    import threading
+
+    from sklearn_fed.linear_model._private import PrivateClient
+    from sklearn_fed.protocol import _simulate
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 4)) / 2
+    y = X @ [1.0, -1.0, 0.5, 0.0] + 0.1 * rng.normal(size=600)
+    clients = np.repeat(np.arange(6), 100)
+    threads = set()
+    summarize = PrivateClient._summarize
+
+    def spy(self, *args):
+        threads.add(threading.get_ident())
+        return summarize(self, *args)
+
+    monkeypatch.setattr(PrivateClient, "_summarize", spy)
+    fits = {}
+    for n_threads in (1, 3):
+        monkeypatch.setattr(_simulate, "blas_threads", lambda n=n_threads: n)
+        threads.clear()
+        model = PrivateFederatedRidge(epsilon=2.0, feature_bound=2.0, target_bound=4.0,
+                                      noise=noise, random_state=0)
+        fits[n_threads] = model.fit(X, y, clients=clients)
+        on_pool = n_threads > 1 and noise == "local"
+        main = threading.get_ident()
+        assert (main not in threads) if on_pool else (threads == {main})
+    assert_array_equal(fits[1].coef_, fits[3].coef_)
+    assert fits[1].intercept_ == fits[3].intercept_
