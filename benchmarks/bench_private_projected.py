@@ -70,6 +70,8 @@ def bench_fit(n, d, n_clients, repeats, rng):
     }
     candidates = {
         "Private local": lambda: PrivateFederatedRidge(epsilon=1.0, feature_bound=2.0),
+        # rows of norm ~1 over a bound of 0.5: nearly every row is clipped
+        "Private local clipped": lambda: PrivateFederatedRidge(epsilon=1.0, feature_bound=0.5),
         "Private distributed": lambda: PrivateFederatedRidge(
             epsilon=1.0, feature_bound=2.0, noise="distributed"),
         "Projected sparse m=d/4": lambda: ProjectedFederatedRidge(

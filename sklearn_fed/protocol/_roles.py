@@ -22,9 +22,11 @@ fold them as it reads them (``Server._reply_fold``), holding one at a time.
 import operator
 import secrets
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Real
+
+import numpy as np
 
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
@@ -36,6 +38,8 @@ from ._wire import (
     decode,
     distinct_labels,
     encode,
+    frame_sizes,
+    json_length,
     label_key,
     label_keys,
     plain_keys,
@@ -45,6 +49,30 @@ from ._wire import (
 __all__ = [
     "BlockwiseClient", "Client", "FederatedMixin", "FoldedReplies", "Server", "SitePolicy",
 ]
+
+
+def _n_rows(selections, X):
+    """Rows of ``X`` that these selections (slices or index arrays, None: all) hold."""
+    whole = range(X.shape[0])
+    return sum(len(whole) if rows is None else len(whole[rows]) if isinstance(rows, slice)
+               else len(rows) for rows in selections)
+
+
+def _task_sizes(frames, plan, keys):
+    """Each task frame's exact size, in closed form when the tasks share their arrays.
+
+    Tasks of one round differ then only in their label and fields (see
+    :func:`~sklearn_fed.protocol._wire.frame_sizes`): O(1) per site rather
+    than one header per site.
+    """
+    plan = list(plan)
+    fields, arrays = plan[0]
+    if not all(own is arrays or not (own or arrays) for _, own in plan):
+        return [frame.nbytes for frame in frames.values()]
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    fields_lengths = None if all(own is fields for own, _ in plan) else np.array(
+        [json_length(own) for own, _ in plan])
+    return frame_sizes(next(iter(frames.values())), lengths, fields_lengths).tolist()
 
 
 class SitePolicy:
@@ -221,11 +249,13 @@ class Client(ABC):
         def reply(site):
             return self._reply(tasks[site], X, y, sample_weight, rows[site], names)
 
-        from ._simulate import blas_libraries, blas_threads  # (it imports this module)
+        from ._simulate import MIN_ROWS_PER_THREAD, blas_libraries, blas_threads  # (imports us)
 
         sites = list(tasks)
         workers = min(len(sites), blas_threads())
-        if workers > 1 and self._replies_are_independent(tasks):
+        if workers > 1 and self._replies_are_independent(tasks) and (
+            _n_rows(rows.values(), X) >= workers * MIN_ROWS_PER_THREAD  # else threads cost more
+        ):
             # As real sites do, they compute at once: each on one BLAS thread,
             # as many at a time as BLAS had threads (GIL released in BLAS and numpy).
             with blas_libraries().limit(limits=1), ThreadPoolExecutor(workers) as pool:
@@ -439,8 +469,9 @@ class Server(ABC):
             site: self._task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
         }
         if frames:
-            self._open = dict(zip(label_keys(frames), frames))  # label key -> site
-            self._task_bytes = {site: frame.nbytes for site, frame in frames.items()}
+            keys = label_keys(frames)
+            self._open = dict(zip(keys, frames))  # label key -> site
+            self._task_bytes = dict(zip(frames, _task_sizes(frames, plan.values(), keys)))
         return frames
 
     def _next_plan(self, sites):

@@ -263,11 +263,13 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     return True
 
 
-# A pooled reply is computed in parts of at least this many rows, at most
-# _POOLED_PARTS of them, each holding its own (d + t)^2 statistics: together at
-# most 1/20 of X. Parts depend on the shape only, so the bits do not depend on
-# how many threads compute them.
-_POOLED_PART_ROWS = 1 << 14
+#: Rows worth a thread of their own: a pooled reply is computed in parts of at
+#: least this many rows, and sites answer on parallel threads only with this
+#: many rows per thread (fewer cost more in thread handoffs than they save).
+MIN_ROWS_PER_THREAD = 1 << 14
+# At most _POOLED_PARTS parts, each holding its own (d + t)^2 statistics:
+# together at most 1/20 of X. Parts depend on the shape only, so the bits do
+# not depend on how many threads compute them.
 _POOLED_PARTS = 8
 
 
@@ -282,7 +284,7 @@ def pooled_reply(client, task, X, y, names):
     """
     n_targets = 0 if y is None else 1 if y.ndim == 1 else y.shape[1]
     n, p = X.shape[0], X.shape[1] + n_targets
-    n_parts = int(min(_POOLED_PARTS, n // _POOLED_PART_ROWS,
+    n_parts = int(min(_POOLED_PARTS, n // MIN_ROWS_PER_THREAD,
                       X.nbytes // (20 * 8 * p * p)))
     blockwise = isinstance(client, BlockwiseClient) and type(client)._answers_from_blocks()
     if n_parts < 2 or not blockwise or not client._reads_rows(task):

@@ -693,6 +693,7 @@ def test_sites_release_on_parallel_threads_with_the_same_bits(monkeypatch, noise
         return summarize(self, *args)
 
     monkeypatch.setattr(PrivateClient, "_summarize", spy)
+    monkeypatch.setattr(_simulate, "MIN_ROWS_PER_THREAD", 50)  # threads for 100-row sites
     fits = {}
     for n_threads in (1, 3):
         monkeypatch.setattr(_simulate, "blas_threads", lambda n=n_threads: n)
