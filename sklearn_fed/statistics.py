@@ -1584,14 +1584,7 @@ def _shifted_statistics(X, y, centered, rows):
             np.matmul(Xb.T, Xb, out=gram if start == 0 else out)
             if start:
                 gram += out
-            # Moment and column sums while the block is in cache: a few matrix-vector
-            # products read it once each, faster than one matrix product that packs it.
-            if t < 4:
-                for j in range(t + 1):
-                    np.matmul(targets[j], Xb, out=side_block[j])
-            else:
-                np.matmul(targets, Xb, out=side_block)
-            side += side_block
+            side += _rows_times(targets, Xb, out=side_block)
             np.matmul(targets, targets.T, out=corner_block)
             corner += corner_block
         else:
@@ -1608,6 +1601,21 @@ def _shifted_statistics(X, y, centered, rows):
                                shift, n, centered)
     return _centered_parts(total[:d, :d], total[:d, d:p], total[d:p, d:p], total[:d, p],
                            total[d:p, p], shift, n, centered)
+
+
+def _rows_times(rows, X, *, out):
+    """``rows @ X`` into ``out``, for a few ``rows`` (targets, a row of ones) and a tall ``X``.
+
+    Moments and column sums while a block is in cache: up to four
+    matrix-vector products read it once each, faster than one matrix
+    product, which packs it first (d = 100: 25 against 33 ms per 500,000 rows).
+    """
+    if rows.shape[0] <= 4:
+        for j in range(rows.shape[0]):
+            np.matmul(rows[j], X, out=out[j])
+    else:
+        np.matmul(rows, X, out=out)
+    return out
 
 
 def _centered_parts(gram, cross, y_products, x_sums, y_sums, shift, n, centered):

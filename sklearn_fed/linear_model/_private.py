@@ -67,6 +67,7 @@ from ..protocol import (
     label_key,
     sorted_labels,
 )
+from ..statistics import _rows_times
 from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["PrivateFederatedRidge"]
@@ -185,7 +186,8 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
                             fit_intercept)
     gram = np.zeros((d, d))  # sum c_x^2 w x x^T
     products = np.empty((d, d))  # one block's share of it
-    cross = np.zeros((d, t + 1))  # [sum c_x c_y w x y^T, sum c_x w x]
+    side = np.zeros((t + 1, d))  # rows: sum c_x c_y w y_j x per target, then sum c_x w x
+    side_block = np.empty((t + 1, d))
     target_sums = np.zeros(t + 1)  # [sum c_y w y, sum w]
     n_clipped = 0
     positions = range(X.shape[0])[rows] if isinstance(rows, slice) else rows
@@ -200,12 +202,12 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
         cy = _clip_factors(yb, target_bound)
         n_clipped += int(np.count_nonzero((cx < 1) | (cy < 1)))
         root = None if sample_weight is None else np.sqrt(sample_weight[take])
-        targets = np.empty((Xb.shape[0], t + 1))  # [c_y y, 1] (times sqrt(w))
-        np.multiply(yb, cy[:, None], out=targets[:, :t])
-        targets[:, t] = 1.0
+        targets = np.empty((t + 1, Xb.shape[0]))  # rows: c_y y per target, then 1 (times sqrt(w))
+        np.multiply(yb.T, cy, out=targets[:t])
+        targets[t] = 1.0
         if root is not None:
-            targets *= root[:, None]
-        target_sums += targets.sum(axis=0) if root is None else root @ targets
+            targets *= root
+        target_sums += targets.sum(axis=1) if root is None else targets @ root
         clipped = np.flatnonzero(cx < 1)
         if (root is None and Xb.dtype == np.float64 and Xb.flags.c_contiguous
                 and clipped.size <= _MAX_CORRECTED_SHARE * Xb.shape[0]):
@@ -215,17 +217,18 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
             if clipped.size:
                 Xc = Xb[clipped]
                 gram += (Xc * (cx[clipped] ** 2 - 1)[:, None]).T @ Xc
-            cross += Xb.T @ (targets * cx[:, None] if clipped.size else targets)
+                targets *= cx
+            side += _rows_times(targets, Xb, out=side_block)
             continue
         if work_memory is None:
             work_memory = np.empty(min(block, len(positions)) * d)
         scaled = work_memory[: Xb.shape[0] * d].reshape(Xb.shape[0], d)
         np.multiply(Xb, (cx if root is None else cx * root)[:, None], out=scaled)
         gram += np.matmul(scaled.T, scaled, out=products)
-        cross += scaled.T @ targets
-    parts = [_upper(gram), cross[:, :t].ravel()]
+        side += _rows_times(targets, scaled, out=side_block)
+    parts = [_upper(gram), side[:t].T.ravel()]
     if fit_intercept:
-        parts = [[target_sums[t]], cross[:, t], target_sums[:t]] + parts
+        parts = [[target_sums[t]], side[t], target_sums[:t]] + parts
     return np.concatenate(parts), n_clipped
 
 
