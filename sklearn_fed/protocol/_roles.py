@@ -28,6 +28,7 @@ from numbers import Real
 
 import numpy as np
 
+from .._clients import count_rows
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
 from ._schema import FeatureSchema, check_site_data, reply_schema
@@ -49,13 +50,6 @@ from ._wire import (
 __all__ = [
     "BlockwiseClient", "Client", "FederatedMixin", "FoldedReplies", "Server", "SitePolicy",
 ]
-
-
-def _n_rows(selections, X):
-    """Rows of ``X`` that these selections (slices or index arrays, None: all) hold."""
-    whole = range(X.shape[0])
-    return sum(len(whole) if rows is None else len(whole[rows]) if isinstance(rows, slice)
-               else len(rows) for rows in selections)
 
 
 def _task_sizes(frames, plan, keys):
@@ -254,7 +248,8 @@ class Client(ABC):
         sites = list(tasks)
         workers = min(len(sites), blas_threads())
         if workers > 1 and self._replies_are_independent(tasks) and (
-            _n_rows(rows.values(), X) >= workers * MIN_ROWS_PER_THREAD  # else threads cost more
+            sum(count_rows(X.shape[0], own) for own in rows.values())
+            >= workers * MIN_ROWS_PER_THREAD  # else threads cost more than they save
         ):
             # As real sites do, they compute at once: each on one BLAS thread,
             # as many at a time as BLAS had threads (GIL released in BLAS and numpy).
