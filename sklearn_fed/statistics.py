@@ -1688,7 +1688,10 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
             # Re-center on the block's own mean: the correction S S^T / W
             # below is then second order, so it cancels no digits even when
             # the shift is off by as much as the spread (near-constant columns).
-            residual_mean = np.average(work[:, :p], axis=0, weights=wv)
+            if wv is None:
+                residual_mean = work[:, :p].mean(axis=0)
+            else:  # np.average's weights times the block would be one more block-sized array
+                residual_mean = (wv @ work[:, :p]) / wv.sum()
             work[:, :p] -= residual_mean
             shift = shift + residual_mean
         work[:, p] = 1.0
@@ -1702,10 +1705,8 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
         block_products = products[:p, :p]
         if centered:
             block_products -= np.outer(sums, sums) / wsum
-            # A column constant on the block has exactly zero centered
-            # products; round-off of its mean must not make them nonzero.
-            constant = np.concatenate([np.ptp(Xv, axis=0), np.ptp(yv, axis=0)]) == 0
-            if np.any(constant):
+            constant = _constant_columns(Xv, yv, block_products, residual_mean, wsum)
+            if constant.size:
                 block_products[constant, :] = 0.0
                 block_products[:, constant] = 0.0
         total, mean, weight_sum = _chan_add(
@@ -1715,6 +1716,30 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
     moment = np.ascontiguousarray(total[:d, d:])
     # Sums of squares: round-off of a (near-)constant target must not make them negative.
     return weight_sum, mean[:d], mean[d:], gram, moment, np.maximum(np.diag(total)[d:], 0.0)
+
+
+def _constant_columns(Xv, yv, block_products, residual_mean, weight):
+    """Columns of ``[Xv, yv]`` constant on the block, whose centered products are exactly 0.
+
+    Round-off of their mean must not make those products nonzero. A
+    constant column's shifted entries are all one value ``v``, so after
+    removing the block mean ``r`` (``v`` to within the round-off of two sums
+    of ``n`` terms: ``|v - r| <= (2n + 2) eps |r|``) each centered entry is
+    ``v - r``, and its centered square sum is at most ``weight (v - r)^2``
+    (up to its own round-off). Only columns below twice that bound, with
+    room, are candidates for the exact test (``np.ptp``, which reads them
+    whole): none, for the columns of real data.
+    """
+    n, d = Xv.shape[0], Xv.shape[1]
+    room = (4 * n + 16) * np.finfo(np.float64).eps
+    bound = 2 * weight * (room * np.abs(residual_mean)) ** 2
+    candidates = np.flatnonzero(np.diag(block_products) <= bound)
+    if not candidates.size:
+        return candidates
+    features, targets = candidates[candidates < d], candidates[candidates >= d]
+    spread = np.concatenate([np.ptp(Xv[:, features], axis=0),
+                             np.ptp(yv[:, targets - d], axis=0)])
+    return candidates[spread == 0]
 
 
 class _DenseRows:

@@ -307,6 +307,26 @@ def test_constant_columns_center_to_exact_zeros():
     assert not stats.gram[1].any() and not stats.moment.any() and not stats.target_ss.any()
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_columns_constant_per_block_center_exactly_and_others_keep_their_spread(
+        monkeypatch, weighted):
+    from sklearn_fed import statistics
+
+    monkeypatch.setattr(statistics, "_BLOCK_BYTES", 8 * 8 * 50)  # 50 rows per block
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(300, 6)) + 1e6  # an offset: the shifted (Chan) path
+    X[:, 1] = 0.1 + 1e6  # constant everywhere
+    X[:, 2] = np.repeat(rng.normal(size=6), 50) * 7.3  # constant on each block, not overall
+    X[:, 3] = 1e6 + np.where(np.arange(300) % 2, 0.0, np.spacing(1e6))  # one ulp of spread
+    w = rng.uniform(0.5, 2.0, size=300) if weighted else None
+    stats = ClientStatistics.from_data(X, np.full(300, 3.3), w)
+    assert not stats.gram[1].any() and not stats.moment.any() and not stats.target_ss.any()
+    weights = np.ones(300) if w is None else w
+    exact = np.cov(X.T, aweights=weights, bias=True) * weights.sum()
+    np.testing.assert_allclose(stats.gram[2, 2], exact[2, 2], rtol=1e-9)
+    assert stats.gram[3, 3] > 0  # a real (if tiny) spread is not rounded away
+
+
 def _balanced_blocks(parts):
     """merge_statistics's tree written out: perfect blocks of 2^a, 2^b, ... parts, right-folded."""
     def balanced(block):
