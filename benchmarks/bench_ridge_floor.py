@@ -15,6 +15,7 @@ Usage::
     python benchmarks/bench_ridge_floor.py                 # the issue's shapes
     python benchmarks/bench_ridge_floor.py --quick         # shapes / 10, seconds
     python benchmarks/bench_ridge_floor.py --shapes 1e6x100x100 --threads 1
+    python benchmarks/bench_ridge_floor.py --weighted    # with sample weights (sites one by one)
 """
 
 import argparse
@@ -73,19 +74,20 @@ def _summary(values):
     return f"{np.median(values):6.2f} ({values.min():.2f}-{values.max():.2f})"
 
 
-def bench(n, d, n_clients, repeats, rng, memory=True):
+def bench(n, d, n_clients, repeats, rng, memory=True, weighted=False):
     """Ratios of one shape: ``{name: {"wall": [...], "user": [...]}}`` and extra memory."""
     X = rng.standard_normal((n, d))
     y = X @ rng.standard_normal(d) + rng.standard_normal(n)
+    w = rng.uniform(0.5, 2.0, size=n) if weighted else None
     layouts = {
         "contiguous": np.repeat(np.arange(n_clients), -(-n // n_clients))[:n],
         "shuffled": rng.permutation(np.arange(n) % n_clients),
     }
     fits = {
         "floor": lambda: X.T @ X,
-        "ridge": lambda: Ridge(alpha=1.0, solver="cholesky").fit(X, y),
+        "ridge": lambda: Ridge(alpha=1.0, solver="cholesky").fit(X, y, sample_weight=w),
         **{
-            name: (lambda c=clients: FederatedRidge(alpha=1.0).fit(X, y, clients=c))
+            name: (lambda c=clients: FederatedRidge(alpha=1.0).fit(X, y, w, clients=c))
             for name, clients in layouts.items()
         },
     }
@@ -110,6 +112,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc runs")
+    parser.add_argument("--weighted", action="store_true",
+                        help="sample weights (uniform in [0.5, 2]) for FederatedRidge and Ridge")
     parser.add_argument("--shapes", nargs="+", default=None,
                         help="shapes as NxDxK, e.g. 1e6x100x100 (default: the issue's table)")
     args = parser.parse_args(argv)
@@ -120,7 +124,8 @@ def main(argv=None):
         shapes = [(max(n // 10, d + 1), d, min(k, max(n // 10 // 2, 1))) for n, d, k in shapes]
     rng = np.random.default_rng(0)
     print(f"median (min-max) of {args.repeats} interleaved runs; ratios per run; "
-          "mem = extra peak memory / X (tracemalloc)")
+          "mem = extra peak memory / X (tracemalloc)"
+          + ("; sample weights in [0.5, 2]" if args.weighted else ""))
     header = (f"{'thr':>3} {'n':>8} {'d':>5} {'K':>7} | {'fed/floor contig':>19} "
               f"{'fed/floor shuffled':>19} | {'fed/ridge contig':>19} {'fed/ridge shuf':>19} | "
               f"{'mem fed':>7} {'shuf':>6} {'ridge':>6} | {'floor s':>7} | load before / after")
@@ -130,7 +135,8 @@ def main(argv=None):
         with threadpool_limits(limits=threads):
             for n, d, k in shapes:
                 before = _load()
-                times, memory = bench(n, d, k, args.repeats, rng, memory=not args.no_memory)
+                times, memory = bench(n, d, k, args.repeats, rng, memory=not args.no_memory,
+                                      weighted=args.weighted)
                 for kind in ("wall", "user"):
                     cells = [
                         _summary(_ratios(times, "contiguous", "floor", kind)),
