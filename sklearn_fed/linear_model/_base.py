@@ -338,6 +338,11 @@ class StatisticsClient(BlockwiseClient):
 
     protocol = "ridge.statistics"
 
+    def _replies_are_independent(self, tasks):
+        # Statistics of the site's own rows, nothing shared. Subclasses answer in
+        # turn unless they say so too (a projection role caches its matrix).
+        return type(self) is StatisticsClient
+
     # The reply is _finish(_summarize(rows)): statistics are a reduction over
     # rows, so a site's rows may come in blocks (see BlockwiseClient).
     def _summarize(self, task, X, y, sample_weight, rows):

@@ -243,19 +243,32 @@ class Client(ABC):
         def reply(site):
             return self._reply(tasks[site], X, y, sample_weight, rows[site], names)
 
-        from ._simulate import MIN_ROWS_PER_THREAD, blas_libraries, blas_threads  # (imports us)
+        from ._simulate import blas_libraries  # (it imports this module)
 
         sites = list(tasks)
-        workers = min(len(sites), blas_threads())
-        if workers > 1 and self._replies_are_independent(tasks) and (
-            sum(count_rows(X.shape[0], own) for own in rows.values())
-            >= workers * MIN_ROWS_PER_THREAD  # else threads cost more than they save
-        ):
+        workers = self._site_workers(tasks, X, rows)
+        if workers > 1:
             # As real sites do, they compute at once: each on one BLAS thread,
             # as many at a time as BLAS had threads (GIL released in BLAS and numpy).
             with blas_libraries().limit(limits=1), ThreadPoolExecutor(workers) as pool:
                 return dict(zip(sites, pool.map(reply, sites)))
         return {site: reply(site) for site in sites}
+
+    def _site_workers(self, tasks, X, rows):
+        """How many of these simulated sites may compute their replies at once (1: in turn).
+
+        As many as BLAS has threads, when :meth:`_replies_are_independent`
+        and the sites hold enough rows for threads to pay.
+        """
+        from ._simulate import MIN_ROWS_PER_THREAD, blas_threads  # (it imports this module)
+
+        workers = min(len(tasks), blas_threads())
+        if workers > 1 and self._replies_are_independent(tasks) and (
+            sum(count_rows(X.shape[0], rows[site]) for site in tasks)
+            >= workers * MIN_ROWS_PER_THREAD  # else threads cost more than they save
+        ):
+            return workers
+        return 1
 
     def _replies_are_independent(self, tasks):
         """Whether :meth:`_reply_many` may compute these sites' replies on parallel threads.
@@ -749,17 +762,42 @@ class FramesOnDemand(Mapping):
 
     ``frame_of(site)`` makes one: the simulation computes the site's reply,
     :meth:`Server.receive` decodes its bytes. A server that folds replies
-    (see :meth:`Server._reply_fold`) then holds one at a time.
+    (see :meth:`Server._reply_fold`) then holds one at a time, or, with
+    ``ahead=(pool, workers, order, on_last)``, the ``workers`` that ``pool``
+    makes ahead of the reader, who reads them in ``order``; ``on_last()``
+    runs once the last site of ``order`` has been read.
     """
 
-    def __init__(self, sites, frame_of):
+    def __init__(self, sites, frame_of, ahead=None):
         self._sites = sites
         self._frame_of = frame_of
+        self._futures = {}
+        self._ahead = ahead
+        if ahead is not None:
+            _, workers, order, _ = ahead
+            self._order, self._next = list(order), 0
+            self._submit(workers)
+
+    def _submit(self, count):
+        pool = self._ahead[0]
+        while count > 0 and self._next < len(self._order):
+            site = self._order[self._next]
+            self._futures[site] = pool.submit(self._frame_of, site)
+            self._next += 1
+            count -= 1
 
     def __getitem__(self, site):
         if site not in self._sites:
             raise KeyError(site)
-        return self._frame_of(site)
+        future = self._futures.pop(site, None)
+        if future is None:
+            return self._frame_of(site)
+        self._submit(1)  # keep the pool's threads busy, one reply ahead each
+        try:
+            return future.result()
+        finally:
+            if not self._futures and self._next == len(self._order):
+                self._ahead[3]()
 
     def __iter__(self):
         return iter(self._sites)

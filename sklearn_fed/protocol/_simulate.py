@@ -44,6 +44,7 @@ from ._wire import (
     json_length,
     label_key,
     label_keys,
+    sorted_labels,
 )
 
 __all__ = ["atomic", "run_simulation", "simulate_through_bytes"]
@@ -153,6 +154,12 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
                 reply = role(site)._reply(tasks[site], X, y, sample_weight, site_rows[site], names)
                 return deliver_reply(server, role(site), site, reply, sizes)
 
+            workers = 1 if per_site else clients._site_workers(tasks, X, site_rows)
+            if workers > 1:  # or a few at once, each on one BLAS thread (see _reply_many)
+                with _sites_ahead(tasks, reply_of, workers) as replies:
+                    server._receive_frames(replies, sizes)
+                tasks = next_tasks()
+                continue
             replies = FramesOnDemand(tasks, reply_of)
         else:
             if per_site:
@@ -169,6 +176,24 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
         server._receive_frames(replies, sizes)
         tasks = next_tasks()
     return server
+
+
+@contextlib.contextmanager
+def _sites_ahead(tasks, reply_of, workers):
+    """Frames on demand that ``workers`` threads compute ahead of the server's reading.
+
+    The server reads them in label order; each thread runs BLAS on one
+    thread until the last reply is read (then the server's own work, the
+    solve, has every thread again), so at most ``workers`` replies wait.
+    """
+    limiter = blas_libraries().limit(limits=1)
+    pool = ThreadPoolExecutor(workers)
+    try:
+        yield FramesOnDemand(tasks, reply_of, ahead=(
+            pool, workers, sorted_labels(tasks), limiter.restore_original_limits))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        limiter.restore_original_limits()
 
 
 def through_bytes():

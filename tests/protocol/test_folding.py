@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sklearn_fed import FederatedRidge
+from sklearn_fed.linear_model._base import StatisticsClient
 from sklearn_fed.linear_model._federated_ridge import FederatedRidgeServer
 from sklearn_fed.protocol import (
     FoldedReplies,
@@ -161,3 +162,66 @@ def test_folded_replies_parse_a_site_again_only_when_looked_up():
     assert parsed[5].n_samples == ROWS and reads[-1] == 5
     with pytest.raises(KeyError):
         parsed["nobody"]
+
+
+def _threads_of_sites(monkeypatch, workers):
+    """Run sites on ``workers`` threads (as with that many BLAS threads); record the threads."""
+    import threading
+
+    from sklearn_fed.protocol import _simulate
+
+    monkeypatch.setattr(_simulate, "blas_threads", lambda: workers)
+    monkeypatch.setattr(_simulate, "MIN_ROWS_PER_THREAD", 10)
+    threads = set()
+    summarize = StatisticsClient._summarize
+
+    def spy(self, *args):
+        threads.add(threading.get_ident())
+        return summarize(self, *args)
+
+    monkeypatch.setattr(StatisticsClient, "_summarize", spy)
+    return threads
+
+
+def test_folded_sites_computed_ahead_on_threads_give_the_same_bits(monkeypatch):
+    # Weighted sites are not pooled: they answer one by one, or a few at once
+    # on threads ahead of the server's fold, which reads them in label order.
+    import threading
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(700, 5)) + 3.0
+    y = X @ rng.normal(size=5) + rng.normal(size=700)
+    w = rng.uniform(0.5, 2.0, size=700)
+    clients = rng.integers(0, 7, size=700)
+    fits = {}
+    for workers in (1, 3):
+        threads = _threads_of_sites(monkeypatch, workers)
+        fits[workers] = FederatedRidge(alpha=0.5).fit(X, y, w, clients=clients)
+        main = threading.get_ident()
+        assert (main not in threads and threads) if workers > 1 else threads == {main}
+    np.testing.assert_array_equal(fits[1].coef_, fits[3].coef_)
+    assert fits[1].intercept_ == fits[3].intercept_
+    assert fits[1].communication_.uplink_bytes_per_client == \
+        fits[3].communication_.uplink_bytes_per_client
+
+
+def test_a_failing_site_computed_ahead_fails_the_fit_as_in_turn(monkeypatch):
+    from sklearn_fed.protocol import _simulate
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(600, 4))
+    y = rng.normal(size=600)
+    X[450, 2] = np.inf  # in site 4's rows
+    clients = np.repeat(np.arange(6), 100)
+    libraries = _simulate.blas_libraries().lib_controllers
+    threads_before = [lib.get_num_threads() for lib in libraries]
+    errors = []
+    for workers in (1, 3):
+        _threads_of_sites(monkeypatch, workers)
+        model = FederatedRidge()
+        with pytest.raises(ValueError) as caught:
+            model.fit(X, y, np.ones(600), clients=clients)
+        errors.append(str(caught.value))
+        assert not hasattr(model, "coef_")
+    assert errors[0] == errors[1]
+    assert [lib.get_num_threads() for lib in libraries] == threads_before  # limits restored
