@@ -205,6 +205,31 @@ class PoolingDeclined(Exception):
     """A pooled round needs a single site's reply (e.g. to name a culprit): run per site."""
 
 
+class _OpenSites(Mapping):
+    """A pooled round's open sites, ``{label key: site}``, made only if read.
+
+    No pooled server reads them (a single reply's header is never checked),
+    and at K = 100,000 making the dict was an eighth of a fit.
+    """
+
+    def __init__(self, keys, sites):
+        self._keys, self._sites, self._made = keys, sites, None
+
+    def _all(self):
+        if self._made is None:
+            self._made = dict(zip(self._keys, self._sites))
+        return self._made
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._sites)
+
+
 class _PooledFrames(Mapping):
     """The frames of a pooled round: its sites, but no single site's frame."""
 
@@ -276,7 +301,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     uplink = frame_sizes(reply, lengths, fields_lengths)
     if uplink.max() > server.max_message_bytes:
         return False
-    server._open = dict(zip(keys, labels))
+    server._open = _OpenSites(keys, labels)
     server._task_bytes = dict(zip(labels, frame_sizes(task, lengths).tolist()))
     folded = FoldedReplies(server, _PooledFrames(labels), dict.fromkeys(labels, reply.schema),
                            dict(zip(labels, uplink.tolist())), fold)
