@@ -260,7 +260,10 @@ class Client(ABC):
         As many as BLAS has threads, when :meth:`_replies_are_independent`
         and the sites hold enough rows for threads to pay.
         """
-        from ._simulate import MIN_ROWS_PER_THREAD, blas_threads  # (it imports this module)
+        from ._simulate import (  # (it imports this module)
+            MIN_ROWS_PER_THREAD,
+            blas_threads,
+        )
 
         workers = min(len(tasks), blas_threads())
         if workers > 1 and self._replies_are_independent(tasks) and (

@@ -9,8 +9,8 @@ import pytest
 from sklearn_fed import ClientStatistics, FederatedRidge, InvalidClientMessage
 from sklearn_fed.linear_model._base import _solve_gram
 from sklearn_fed.statistics import (
-    StreamingMerge,
     _CHUNK_BYTES,
+    StreamingMerge,
     _is_psd,
     _lend_upper,
     _restore_upper,
