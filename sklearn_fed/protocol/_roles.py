@@ -23,7 +23,6 @@ import operator
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from numbers import Real
 
 import numpy as np
@@ -243,14 +242,14 @@ class Client(ABC):
         def reply(site):
             return self._reply(tasks[site], X, y, sample_weight, rows[site], names)
 
-        from ._simulate import blas_libraries  # (it imports this module)
+        from ._simulate import blas_libraries, site_threads  # (it imports this module)
 
         sites = list(tasks)
         workers = self._site_workers(tasks, X, rows)
         if workers > 1:
             # As real sites do, they compute at once: each on one BLAS thread,
             # as many at a time as BLAS had threads (GIL released in BLAS and numpy).
-            with blas_libraries().limit(limits=1), ThreadPoolExecutor(workers) as pool:
+            with blas_libraries().limit(limits=1), site_threads(workers) as pool:
                 return dict(zip(sites, pool.map(reply, sites)))
         return {site: reply(site) for site in sites}
 

@@ -178,6 +178,27 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
     return server
 
 
+def site_threads(workers):
+    """A pool of ``workers`` threads that see this thread's settings.
+
+    The settings a site's computation reads are thread-local and a new
+    thread would start from the defaults: :func:`simulate_through_bytes`,
+    scikit-learn's ``config_context`` and numpy's ``errstate``.
+    """
+    from sklearn import get_config
+
+    return ThreadPoolExecutor(workers, initializer=_adopt_settings,
+                              initargs=(through_bytes(), get_config(), np.geterr()))
+
+
+def _adopt_settings(messages_as_bytes, sklearn_config, numpy_errors):
+    from sklearn import set_config
+
+    _config.through_bytes = messages_as_bytes
+    set_config(**sklearn_config)
+    np.seterr(**numpy_errors)
+
+
 @contextlib.contextmanager
 def _sites_ahead(tasks, reply_of, workers):
     """Frames on demand that ``workers`` threads compute ahead of the server's reading.
@@ -187,7 +208,7 @@ def _sites_ahead(tasks, reply_of, workers):
     solve, has every thread again), so at most ``workers`` replies wait.
     """
     limiter = blas_libraries().limit(limits=1)
-    pool = ThreadPoolExecutor(workers)
+    pool = site_threads(workers)
     try:
         yield FramesOnDemand(tasks, reply_of, ahead=(
             pool, workers, sorted_labels(tasks), limiter.restore_original_limits))
@@ -347,7 +368,7 @@ def pooled_reply(client, task, X, y, names):
 
     workers = min(n_parts, blas_threads())
     if workers > 1:
-        with blas_libraries().limit(limits=1), ThreadPoolExecutor(workers) as pool:
+        with blas_libraries().limit(limits=1), site_threads(workers) as pool:
             summaries = list(pool.map(summarize, parts))
     else:
         summaries = [summarize(rows) for rows in parts]

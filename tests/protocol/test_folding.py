@@ -225,3 +225,34 @@ def test_a_failing_site_computed_ahead_fails_the_fit_as_in_turn(monkeypatch):
         assert not hasattr(model, "coef_")
     assert errors[0] == errors[1]
     assert [lib.get_num_threads() for lib in libraries] == threads_before  # limits restored
+
+
+def test_sites_on_threads_see_the_callers_settings(monkeypatch):
+    # simulate_through_bytes, scikit-learn's config and numpy's errstate are
+    # thread-local: the sites' threads must see the caller's, not the defaults.
+    import threading
+
+    import sklearn
+
+    from sklearn_fed.protocol import _simulate
+
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(400, 3))
+    y = X.sum(axis=1)
+    threads = _threads_of_sites(monkeypatch, 2)
+    seen = []
+    encode = _simulate.encode
+
+    def spy(frame, **kwargs):
+        if frame.kind.endswith("/reply"):
+            seen.append((threading.get_ident(), sklearn.get_config()["assume_finite"],
+                         np.geterr()["over"]))
+        return encode(frame, **kwargs)
+
+    monkeypatch.setattr(_simulate, "encode", spy)
+    with simulate_through_bytes(), sklearn.config_context(assume_finite=True), \
+            np.errstate(over="raise"):
+        FederatedRidge().fit(X, y, np.ones(400), clients=np.repeat(np.arange(4), 100))
+    assert len(seen) == 4 and {thread for thread, _, _ in seen} <= threads
+    assert threading.get_ident() not in threads
+    assert all(assume and over == "raise" for _, assume, over in seen)
