@@ -239,10 +239,10 @@ class Client(ABC):
         together (one batched product for many sites) provided every frame
         is exactly the one :meth:`_reply` would build for that site alone.
         """
+        from ._simulate import blas_libraries, site_threads  # (it imports this module)
+
         def reply(site):
             return self._reply(tasks[site], X, y, sample_weight, rows[site], names)
-
-        from ._simulate import blas_libraries, site_threads  # (it imports this module)
 
         sites = list(tasks)
         workers = self._site_workers(tasks, X, rows)
@@ -773,20 +773,17 @@ class FramesOnDemand(Mapping):
     def __init__(self, sites, frame_of, ahead=None):
         self._sites = sites
         self._frame_of = frame_of
-        self._futures = {}
-        self._ahead = ahead
+        self._futures = {}  # site -> its frame, being made ahead
+        self._order, self._next = [], 0
         if ahead is not None:
-            _, workers, order, _ = ahead
-            self._order, self._next = list(order), 0
+            self._pool, workers, order, self._on_last = ahead
+            self._order = list(order)
             self._submit(workers)
 
     def _submit(self, count):
-        pool = self._ahead[0]
-        while count > 0 and self._next < len(self._order):
-            site = self._order[self._next]
-            self._futures[site] = pool.submit(self._frame_of, site)
-            self._next += 1
-            count -= 1
+        for site in self._order[self._next : self._next + count]:
+            self._futures[site] = self._pool.submit(self._frame_of, site)
+        self._next = min(self._next + count, len(self._order))
 
     def __getitem__(self, site):
         if site not in self._sites:
@@ -799,7 +796,7 @@ class FramesOnDemand(Mapping):
             return future.result()
         finally:
             if not self._futures and self._next == len(self._order):
-                self._ahead[3]()
+                self._on_last()
 
     def __iter__(self):
         return iter(self._sites)
