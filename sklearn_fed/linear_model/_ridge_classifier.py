@@ -42,6 +42,9 @@ class RidgeClassifierClient(ClassesClient, StatisticsClient):
 
     protocol = "ridge.classifier"
 
+    def _replies_are_independent(self, tasks):
+        return True  # a site's classes, then the statistics of its own rows: nothing shared
+
     def _compute_encoded(self, task, X, index, weight, classes):
         Y = indicator_targets(index, classes.shape[0])
         return StatisticsClient._compute(self, task, X, Y, weight, None)

@@ -256,3 +256,32 @@ def test_sites_on_threads_see_the_callers_settings(monkeypatch):
     assert len(seen) == 4 and {thread for thread, _, _ in seen} <= threads
     assert threading.get_ident() not in threads
     assert all(assume and over == "raise" for _, assume, over in seen)
+
+
+def test_classifier_sites_on_threads_give_the_same_model(monkeypatch):
+    import threading
+
+    from sklearn_fed import FederatedRidgeClassifier
+    from sklearn_fed.linear_model._ridge_classifier import RidgeClassifierClient
+
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(600, 4))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=600) > 0, "yes", "no")
+    w = rng.uniform(0.5, 2.0, size=600)  # weighted: the sites answer one by one
+    clients = rng.integers(0, 5, size=600)
+    models = {}
+    for workers in (1, 3):
+        _threads_of_sites(monkeypatch, workers)
+        threads = set()
+        compute = RidgeClassifierClient._compute
+
+        def spy(self, *args, compute=compute, threads=threads):
+            threads.add(threading.get_ident())
+            return compute(self, *args)
+
+        monkeypatch.setattr(RidgeClassifierClient, "_compute", spy)
+        models[workers] = FederatedRidgeClassifier().fit(X, y, w, clients=clients)
+        monkeypatch.setattr(RidgeClassifierClient, "_compute", compute)
+        assert (threading.get_ident() in threads) == (workers == 1)
+    np.testing.assert_array_equal(models[1].coef_, models[3].coef_)
+    np.testing.assert_array_equal(models[1].intercept_, models[3].intercept_)
