@@ -25,8 +25,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from numbers import Real
 
-import numpy as np
-
 from .._clients import count_rows
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
@@ -38,8 +36,6 @@ from ._wire import (
     decode,
     distinct_labels,
     encode,
-    frame_sizes,
-    json_length,
     label_key,
     label_keys,
     plain_keys,
@@ -49,23 +45,6 @@ from ._wire import (
 __all__ = [
     "BlockwiseClient", "Client", "FederatedMixin", "FoldedReplies", "Server", "SitePolicy",
 ]
-
-
-def _task_sizes(frames, plan, keys):
-    """Each task frame's exact size, in closed form when the tasks share their arrays.
-
-    Tasks of one round differ then only in their label and fields (see
-    :func:`~sklearn_fed.protocol._wire.frame_sizes`): O(1) per site rather
-    than one header per site.
-    """
-    plan = list(plan)
-    fields, arrays = plan[0]
-    if not all(own is arrays or not (own or arrays) for _, own in plan):
-        return [frame.nbytes for frame in frames.values()]
-    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
-    fields_lengths = None if all(own is fields for own, _ in plan) else np.array(
-        [json_length(own) for own, _ in plan])
-    return frame_sizes(next(iter(frames.values())), lengths, fields_lengths).tolist()
 
 
 class SitePolicy:
@@ -479,9 +458,8 @@ class Server(ABC):
             site: self._task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
         }
         if frames:
-            keys = label_keys(frames)
-            self._open = dict(zip(keys, frames))  # label key -> site
-            self._task_bytes = dict(zip(frames, _task_sizes(frames, plan.values(), keys)))
+            self._open = dict(zip(label_keys(frames), frames))  # label key -> site
+            self._task_bytes = {site: frame.nbytes for site, frame in frames.items()}
         return frames
 
     def _next_plan(self, sites):
