@@ -1671,7 +1671,11 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
             take = slice(first + start, first + min(start + block, n))
         else:
             take = rows[start : start + block]
-        Xv, yv = X[take], y[take]
+        if contiguous or not (isinstance(X, np.ndarray) and X.dtype == np.float64):
+            Xv = X[take]
+        else:  # gathered into reused memory (np.take is ~1.6x faster than X[take])
+            Xv = np.take(X, take, axis=0, out=_scratch(len(take), d, "rows"), mode="clip")
+        yv = y[take]
         wv = None if sample_weight is None else sample_weight[take]
         if wv is not None and not np.all(wv > 0):  # rows of weight 0 add nothing
             keep = wv > 0
