@@ -1,7 +1,9 @@
 """Shared test settings and session hooks."""
 
+import gc
 import importlib.util
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,22 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def peak_memory():
+    """``peak_memory(call)``: the peak of what ``call()`` allocates, in bytes (tracemalloc)."""
+
+    def measure(call):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            call()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    return measure
 
 
 def pytest_terminal_summary(terminalreporter):

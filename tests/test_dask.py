@@ -7,7 +7,6 @@ import pickle
 import re
 import subprocess
 import sys
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -476,19 +475,14 @@ def _random_block(block_info=None):
     return rng.normal(size=info["chunk-shape"])
 
 
-def test_memory_holds_a_few_partitions():
+def test_memory_holds_a_few_partitions(peak_memory):
     """64 partitions of 0.5 MiB, never in memory at once: the peak is a few partitions."""
     rows, d, n_parts = 4096, 15, 64
     table = da.map_blocks(_random_block, chunks=((rows,) * n_parts, (d + 1,)), dtype=float)
     X, y = table[:, :d], table[:, d]
     partition_mib = rows * (d + 1) * 8 / 2**20
     for estimator in (FederatedRidge(), IncrementalFederatedRidge()):
-        tracemalloc.start()
-        try:
-            estimator.fit(X, y)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        peak = peak_memory(lambda: estimator.fit(X, y))  # noqa: B023 (called at once)
         assert peak / 2**20 < 8 * partition_mib, f"{type(estimator).__name__}: {peak / 2**20} MiB"
     assert estimator.n_samples_seen_ == rows * n_parts
 

@@ -1,8 +1,5 @@
 """The server's Gram lends its upper triangle to the PSD check and the solve: no second d x d."""
 
-import gc
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -24,32 +21,20 @@ def _gram(d, seed=0, rank=None):
     return np.triu(gram) + np.triu(gram, 1).T  # symmetric bit for bit, as merges keep it
 
 
-def _peak_grams(call, d):
-    """Peak memory allocated by ``call()``, in d x d float64 matrices."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        call()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    return peak / (8 * d * d)
-
-
 # d = 1,000: one Gram is 8 MB, the row chunks of the in-place work 1 MB each
 # (_CHUNK_BYTES), so the fit's extra memory is the Gram it keeps plus about a
 # quarter of one; a second d x d work array (the PSD check's, the solve's or
 # an np.abs of the Gram, as before) makes it at least 2.
 @pytest.mark.parametrize("solver", ["cholesky", "auto"])
-def test_pooled_fit_holds_one_gram(solver):
+def test_pooled_fit_holds_one_gram(solver, peak_memory):
     n, d = 1200, 1000
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, d))
     y = X[:, 0] + rng.standard_normal(n)
     clients = np.arange(n) % 4
     assert _CHUNK_BYTES <= 8 * d * d / 4  # the work arrays stay small next to the Gram
-    peak = _peak_grams(lambda: FederatedRidge(solver=solver).fit(X, y, clients=clients), d)
-    assert peak < 1.5
+    fit = lambda: FederatedRidge(solver=solver).fit(X, y, clients=clients)
+    assert peak_memory(fit) / (8 * d * d) < 1.5  # in d x d float64 matrices
 
 
 @pytest.mark.parametrize("d", [40, 700])  # one row chunk; several

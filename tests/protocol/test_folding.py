@@ -1,8 +1,6 @@
 """Servers that fold replies as they read them (``Server._reply_fold``): memory and guarantees."""
 
-import gc
 import pickle
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -31,18 +29,6 @@ def _data(seed=0):
     return X, y, np.repeat(np.arange(N_SITES), ROWS)
 
 
-def _peak_grams(call):
-    """Peak memory allocated by ``call()``, in d x d float64 matrices."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        call()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    return peak / GRAM_BYTES
-
-
 class _HoldingServer(FederatedRidgeServer):
     """FederatedRidge's server keeping every parsed reply (the path of servers that do not fold)."""
 
@@ -59,16 +45,17 @@ MAX_GRAMS = 16
 
 
 @pytest.mark.parametrize("through_bytes", [False, True])
-def test_fit_holds_log_k_grams_not_k(through_bytes):
+def test_fit_holds_log_k_grams_not_k(through_bytes, peak_memory):
     X, y, clients = _data()
     with simulate_through_bytes(through_bytes):
-        assert _peak_grams(lambda: FederatedRidge().fit(X, y, clients=clients)) < MAX_GRAMS
+        fit = lambda: FederatedRidge().fit(X, y, clients=clients)
+        assert peak_memory(fit) / GRAM_BYTES < MAX_GRAMS
 
 
-def test_receive_unpacks_one_reply_at_a_time():
+def test_receive_unpacks_one_reply_at_a_time(peak_memory):
     X, y, clients = _data()
     server, replies = _round(FederatedRidge(), X, y, clients)
-    assert _peak_grams(lambda: server.receive(replies)) < MAX_GRAMS
+    assert peak_memory(lambda: server.receive(replies)) / GRAM_BYTES < MAX_GRAMS
 
 
 def _round(estimator, X, y, clients, **kwargs):

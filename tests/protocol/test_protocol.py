@@ -3,7 +3,6 @@
 import json
 import pickle
 import struct
-import tracemalloc
 
 import numpy as np
 import pandas as pd
@@ -166,15 +165,12 @@ def _meta(**changes):
          "repeated"),
     ],
 )
-def test_forged_headers_are_rejected_before_allocating(message, error):
-    tracemalloc.start()
-    try:
+def test_forged_headers_are_rejected_before_allocating(message, error, peak_memory):
+    def rejected():
         with pytest.raises(InvalidClientMessage, match=error):
             decode(message, client="x")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 2 * 2**20
+
+    assert peak_memory(rejected) < 2 * 2**20
 
 
 def test_metadata_that_is_not_json_is_rejected():
