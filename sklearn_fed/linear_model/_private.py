@@ -198,6 +198,8 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
         if isinstance(take, range):
             take = slice(take.start, take.stop)  # a view, not a gather
             Xb, copied = X[take], False
+        elif not isinstance(X, np.ndarray):
+            Xb, copied = X[take], False
         else:  # into one reused block: np.take is ~1.6x faster than X[take] here
             if gathered is None:
                 gathered = np.empty((min(block, len(positions)), d), dtype=X.dtype)
