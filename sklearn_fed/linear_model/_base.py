@@ -103,8 +103,11 @@ def solve_ridge(gram, moment, alpha):
     return _solve_gram(gram, moment, alpha)[0]
 
 
-def _solve_gram(gram, moment, alpha, *, cholesky_only=False, in_place=False):
+def _solve_gram(gram, moment, alpha, *, cholesky_only=False, in_place=False, spectrum=None):
     """``(coef, path)`` of the Gram path; ``path`` is "cholesky" or "eigen".
+
+    ``spectrum``: :func:`numerical_range` of ``gram`` when known already
+    (an alpha that the factorization does not trust is solved on it).
 
     With ``cholesky_only``, returns ``(None, "eigen")`` as soon as one alpha
     needs the eigendecomposition (the caller will ask for factors instead).
@@ -115,7 +118,7 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False, in_place=False):
     d, t = moment.shape
     alphas = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (t,))
     coef = np.empty((t, d))
-    path, spectrum = "cholesky", None
+    path = "cholesky"
     for value in np.unique(alphas):  # one factorization per distinct alpha
         targets = np.flatnonzero(alphas == value)
         solved = _cholesky_in_place(gram, moment[:, targets], value) if (
@@ -224,15 +227,17 @@ def _scaled_solve(factor, scale, moment):
     return (scale[:, None] * linalg.cho_solve((factor, True), rhs, check_finite=False)).T
 
 
-def numerical_range(gram):
+def numerical_range(gram, *, eigenpairs=None):
     """Eigenpairs of a symmetric PSD ``gram`` above the round-off level.
 
     Returns ``(eigenvalues, Q)`` with the eigenvalues ``> d eps max(eigenvalues)``
     (ascending) and their eigenvectors as columns: the numerical range of
-    ``gram``, on which ridge with any ``alpha >= 0`` is solved.
+    ``gram``, on which ridge with any ``alpha >= 0`` is solved. ``eigenpairs``:
+    ``gram``'s eigenvalues (ascending) and eigenvectors, when already known.
     """
     # Divide and conquer (syevd): as accurate as the default driver, and faster.
-    eigenvalues, Q = linalg.eigh(gram, check_finite=False, driver="evd")
+    eigenvalues, Q = linalg.eigh(gram, check_finite=False, driver="evd") if (
+        eigenpairs is None) else eigenpairs
     floor = gram.shape[0] * _EPS * max(eigenvalues[-1], 0.0)
     keep = eigenvalues > floor
     return eigenvalues[keep], Q[:, keep]

@@ -368,6 +368,10 @@ class CVClient(BlockwiseClient):
 
     protocol = "ridge.cv"
 
+    def _replies_are_independent(self, tasks):
+        # Every step reads only the task and the site's rows (no state kept).
+        return type(self) is CVClient
+
     def _summarize(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
         if rows is not None:

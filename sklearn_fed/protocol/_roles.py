@@ -239,14 +239,14 @@ class Client(ABC):
         and the sites hold enough rows for threads to pay.
         """
         from ._simulate import (  # (it imports this module)
-            MIN_ROWS_PER_THREAD,
+            MIN_VALUES_PER_THREAD,
             blas_threads,
         )
 
         workers = min(len(tasks), blas_threads())
         if workers > 1 and self._replies_are_independent(tasks) and (
-            sum(count_rows(X.shape[0], rows[site]) for site in tasks)
-            >= workers * MIN_ROWS_PER_THREAD  # else threads cost more than they save
+            sum(count_rows(X.shape[0], rows[site]) for site in tasks) * X.shape[1]
+            >= workers * MIN_VALUES_PER_THREAD  # else threads cost more than they save
         ):
             return workers
         return 1

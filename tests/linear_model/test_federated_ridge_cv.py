@@ -3,6 +3,7 @@
 import pickle
 
 import numpy as np
+from numpy.testing import assert_array_equal
 import pytest
 from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import make_scorer, mean_absolute_error, mean_squared_error
@@ -337,3 +338,37 @@ def test_robust_aggregation_guards_the_cv_server_too():
         assert "evil" in server.dropped_ and "evil" not in estimator.clients_.tolist()
         np.testing.assert_allclose(estimator.coef_, Ridge(alpha=estimator.alpha_).fit(
             honest, target).coef_, rtol=1e-9)
+
+
+@pytest.mark.parametrize("cv", [None, 3])
+def test_sites_on_parallel_threads_give_the_same_bits(monkeypatch, cv):
+    import threading
+
+    from sklearn_fed.linear_model._federated_ridge_cv import CVClient
+    from sklearn_fed.protocol import _simulate
+
+    X, y, _ = _data(n=240, d=6)
+    clients = np.arange(240) % 4
+    threads = set()
+    summarize = CVClient._summarize
+
+    def spy(self, *args):
+        threads.add(threading.get_ident())
+        return summarize(self, *args)
+
+    monkeypatch.setattr(CVClient, "_summarize", spy)
+    monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 1)
+    fits = {}
+    for n_threads in (1, 2):
+        monkeypatch.setattr(_simulate, "blas_threads", lambda n=n_threads: n)
+        threads.clear()
+        model = FederatedRidgeCV(alphas=(0.01, 1.0, 100.0), cv=cv, store_cv_results=cv is None)
+        fits[n_threads] = model.fit(X, y, clients=clients)
+        assert len(threads) == n_threads
+    one, two = fits[1], fits[2]
+    assert one.alpha_ == two.alpha_
+    assert_array_equal(one.coef_, two.coef_)
+    assert one.intercept_ == two.intercept_
+    if cv is None:
+        assert_array_equal(one.cv_results_, two.cv_results_)
+    assert one.communication_.as_dict() == two.communication_.as_dict()

@@ -696,7 +696,7 @@ def test_sites_release_on_parallel_threads_with_the_same_bits(monkeypatch, noise
         return summarize(self, *args)
 
     monkeypatch.setattr(PrivateClient, "_summarize", spy)
-    monkeypatch.setattr(_simulate, "MIN_ROWS_PER_THREAD", 50)  # threads for 100-row sites
+    monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 50)  # threads for 100-row sites
     fits = {}
     for n_threads in (1, 3):
         monkeypatch.setattr(_simulate, "blas_threads", lambda n=n_threads: n)
@@ -709,3 +709,27 @@ def test_sites_release_on_parallel_threads_with_the_same_bits(monkeypatch, noise
         assert (main not in threads) if on_pool else (threads == {main})
     assert_array_equal(fits[1].coef_, fits[3].coef_)
     assert fits[1].intercept_ == fits[3].intercept_
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1e-9, 0.0, np.array([1.0, 0.0])])
+def test_projected_gram_is_solved_on_the_projections_own_spectrum(monkeypatch, alpha):
+    from scipy import linalg
+
+    from sklearn_fed.linear_model import _base
+    from sklearn_fed.linear_model._base import _solve_gram, numerical_range, solve_ridge
+    from sklearn_fed.linear_model._private import _psd_projection
+
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(30, 8))
+    noisy = A.T @ A + 40 * np.diag(rng.normal(size=8))  # a few negative eigenvalues
+    moment = rng.normal(size=(8, 2))
+    projected, eigenpairs = _psd_projection(noisy)
+    assert eigenpairs is not None and np.any(eigenpairs[0] == 0)
+    expected = solve_ridge(projected, moment, alpha)
+    calls = []
+    monkeypatch.setattr(_base.linalg, "eigh",
+                        lambda *a, **k: calls.append(1) or linalg.eigh(*a, **k))
+    spectrum = numerical_range(projected, eigenpairs=eigenpairs)
+    got = _solve_gram(projected, moment, alpha, spectrum=spectrum)[0]
+    assert calls == []  # no second eigendecomposition, whichever path each alpha takes
+    assert_allclose(got, expected, rtol=1e-9, atol=1e-12)

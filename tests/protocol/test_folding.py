@@ -158,7 +158,7 @@ def _threads_of_sites(monkeypatch, workers):
     from sklearn_fed.protocol import _simulate
 
     monkeypatch.setattr(_simulate, "blas_threads", lambda: workers)
-    monkeypatch.setattr(_simulate, "MIN_ROWS_PER_THREAD", 10)
+    monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 10)
     threads = set()
     summarize = StatisticsClient._summarize
 
