@@ -1691,6 +1691,7 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
         work = _scratch(Xv.shape[0], p + 1)
         np.subtract(Xv, shift[:d], out=work[:, :d])
         np.subtract(yv, shift[d:], out=work[:, d:p])
+        work[:, p] = 1.0
         if centered:
             # Re-center on the block's own mean: the correction S S^T / W
             # below is then second order, so it cancels no digits even when
@@ -1699,9 +1700,9 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
                 residual_mean = work[:, :p].mean(axis=0)
             else:  # np.average's weights times the block would be one more block-sized array
                 residual_mean = (wv @ work[:, :p]) / wv.sum()
-            work[:, :p] -= residual_mean
+            # over whole rows (the ones minus 0): numpy buffers a strided work[:, :p]
+            work -= np.append(residual_mean, 0.0)
             shift = shift + residual_mean
-        work[:, p] = 1.0
         if wv is not None:
             work *= np.sqrt(wv)[:, None]
         products = work.T @ work  # numpy runs syrk and mirrors the triangle

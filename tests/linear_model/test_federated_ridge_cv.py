@@ -364,7 +364,8 @@ def test_sites_on_parallel_threads_give_the_same_bits(monkeypatch, cv):
         threads.clear()
         model = FederatedRidgeCV(alphas=(0.01, 1.0, 100.0), cv=cv, store_cv_results=cv is None)
         fits[n_threads] = model.fit(X, y, clients=clients)
-        assert len(threads) == n_threads
+        main = threading.get_ident()  # on 2 threads, on the pool (one may take every site)
+        assert (main not in threads) if n_threads > 1 else (threads == {main})
     one, two = fits[1], fits[2]
     assert one.alpha_ == two.alpha_
     assert_array_equal(one.coef_, two.coef_)
