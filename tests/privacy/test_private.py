@@ -726,10 +726,19 @@ def test_projected_gram_is_solved_on_the_projections_own_spectrum(monkeypatch, a
     projected, eigenpairs = _psd_projection(noisy)
     assert eigenpairs is not None and np.any(eigenpairs[0] == 0)
     expected = solve_ridge(projected, moment, alpha)
-    calls = []
+    calls, numpy_eigh = [], np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda *a, **k: calls.append(1) or numpy_eigh(*a, **k))
     monkeypatch.setattr(_base.linalg, "eigh",
                         lambda *a, **k: calls.append(1) or linalg.eigh(*a, **k))
     spectrum = numerical_range(projected, eigenpairs=eigenpairs)
     got = _solve_gram(projected, moment, alpha, spectrum=spectrum)[0]
     assert calls == []  # no second eigendecomposition, whichever path each alpha takes
     assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_a_noisy_release_is_decomposed_once(monkeypatch):
+    X, y, clients = _data(n=60, d=12)
+    calls, numpy_eigh = [], np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda *a, **k: calls.append(1) or numpy_eigh(*a, **k))
+    PrivateFederatedRidge(epsilon=0.05, alpha=1e-12, random_state=0).fit(X, y, clients=clients)
+    assert calls == [1]  # the PSD projection's: the solve reuses its eigenpairs
