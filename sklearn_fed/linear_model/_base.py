@@ -235,11 +235,10 @@ def numerical_range(gram, *, eigenpairs=None):
     ``gram``, on which ridge with any ``alpha >= 0`` is solved. ``eigenpairs``:
     ``gram``'s eigenvalues (ascending) and eigenvectors, when already known.
     """
-    # Divide and conquer (syevd: as accurate as the default driver, and faster),
-    # from numpy's BLAS library, which runs the products around it. numpy and
-    # scipy each bring an OpenBLAS, whose idle threads spin for a while after
-    # each call: on two cores, scipy's eigh of d = 500 right after a numpy
-    # product took 69 ms on two threads, against 17 ms after its own calls.
+    # Divide and conquer (syevd: as accurate as the default driver, and faster)
+    # in numpy's OpenBLAS, which runs the products around it: scipy's copy, right
+    # after a numpy product, competes with numpy's spinning threads (d = 500 on
+    # two cores: 69 ms against 17; see the benchmarks page).
     eigenvalues, Q = np.linalg.eigh(gram) if eigenpairs is None else eigenpairs
     floor = gram.shape[0] * _EPS * max(eigenvalues[-1], 0.0)
     keep = eigenvalues > floor

@@ -165,10 +165,11 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
     Dense rows are read block by block, and ``X`` is never copied. BLAS
     ``syrk`` (numpy's ``B.T @ B``, into one reused ``d x d`` buffer) gives
     each block's ``sum c_x^2 w x x^T`` and one product with
-    ``[c_y y, 1] c_x w`` gives the other sums. An unweighted float64 block
-    is read in place (a view) and only its clipped rows are corrected
-    (``(c_x^2 - 1) x x^T``) when they are few; other blocks are scaled into
-    one small work array first.
+    ``[c_y y, 1] c_x w`` gives the other sums. Scattered rows are first
+    gathered into one reused block. An unweighted float64 block is read where
+    it is and only its clipped rows are corrected (``(c_x^2 - 1) x x^T``)
+    when they are few; other blocks are scaled first (a gathered block where
+    it is, a view of ``X`` into one small work array).
 
     Returns
     -------

@@ -236,7 +236,7 @@ class Client(ABC):
         """How many of these simulated sites may compute their replies at once (1: in turn).
 
         As many as BLAS has threads, when :meth:`_replies_are_independent`
-        and the sites hold enough rows for threads to pay.
+        and the sites hold enough values (rows x features) for threads to pay.
         """
         from ._simulate import (  # (it imports this module)
             MIN_VALUES_PER_THREAD,
