@@ -39,6 +39,35 @@ def peak_memory():
     return measure
 
 
+@pytest.fixture
+def sites_on_threads(monkeypatch):
+    """``sites_on_threads(role, workers, method="_summarize")``: simulated sites run as
+    with ``workers`` BLAS threads, however few their rows; returns the set of the
+    threads that run ``role.method`` from then on (emptied at each call)."""
+    import threading
+
+    from sklearn_fed.protocol import _simulate
+
+    threads, spied = set(), set()
+
+    def run(role, workers, method="_summarize"):
+        monkeypatch.setattr(_simulate, "blas_threads", lambda: workers)
+        monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 1)
+        if (role, method) not in spied:
+            original = getattr(role, method)
+
+            def spy(self, *args):
+                threads.add(threading.get_ident())
+                return original(self, *args)
+
+            monkeypatch.setattr(role, method, spy)
+            spied.add((role, method))
+        threads.clear()
+        return threads
+
+    return run
+
+
 def pytest_terminal_summary(terminalreporter):
     """After a run that included scikit-learn's Ridge tests, print their rule and counts."""
     stats = terminalreporter.stats

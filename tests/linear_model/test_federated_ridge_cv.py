@@ -341,27 +341,16 @@ def test_robust_aggregation_guards_the_cv_server_too():
 
 
 @pytest.mark.parametrize("cv", [None, 3])
-def test_sites_on_parallel_threads_give_the_same_bits(monkeypatch, cv):
+def test_sites_on_parallel_threads_give_the_same_bits(sites_on_threads, cv):
     import threading
 
     from sklearn_fed.linear_model._federated_ridge_cv import CVClient
-    from sklearn_fed.protocol import _simulate
 
     X, y, _ = _data(n=240, d=6)
     clients = np.arange(240) % 4
-    threads = set()
-    summarize = CVClient._summarize
-
-    def spy(self, *args):
-        threads.add(threading.get_ident())
-        return summarize(self, *args)
-
-    monkeypatch.setattr(CVClient, "_summarize", spy)
-    monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 1)
     fits = {}
     for n_threads in (1, 2):
-        monkeypatch.setattr(_simulate, "blas_threads", lambda n=n_threads: n)
-        threads.clear()
+        threads = sites_on_threads(CVClient, n_threads)
         model = FederatedRidgeCV(alphas=(0.01, 1.0, 100.0), cv=cv, store_cv_results=cv is None)
         fits[n_threads] = model.fit(X, y, clients=clients)
         main = threading.get_ident()  # on 2 threads, on the pool (one may take every site)

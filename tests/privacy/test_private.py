@@ -675,32 +675,21 @@ def test_the_same_release_under_two_sites_is_refused():
 
 
 @pytest.mark.parametrize("noise", ["local", "distributed"])
-def test_sites_release_on_parallel_threads_with_the_same_bits(monkeypatch, noise):
+def test_sites_release_on_parallel_threads_with_the_same_bits(sites_on_threads, noise):
     # With several BLAS threads, local-noise sites compute their releases at
     # once (each its own stream); distributed noise shares masking keys, so
     # its sites run one after another. Either way the model is the same.
     import threading
 
     from sklearn_fed.linear_model._private import PrivateClient
-    from sklearn_fed.protocol import _simulate
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 4)) / 2
     y = X @ [1.0, -1.0, 0.5, 0.0] + 0.1 * rng.normal(size=600)
     clients = np.repeat(np.arange(6), 100)
-    threads = set()
-    summarize = PrivateClient._summarize
-
-    def spy(self, *args):
-        threads.add(threading.get_ident())
-        return summarize(self, *args)
-
-    monkeypatch.setattr(PrivateClient, "_summarize", spy)
-    monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 50)  # threads for 100-row sites
     fits = {}
     for n_threads in (1, 3):
-        monkeypatch.setattr(_simulate, "blas_threads", lambda n=n_threads: n)
-        threads.clear()
+        threads = sites_on_threads(PrivateClient, n_threads)
         model = PrivateFederatedRidge(epsilon=2.0, feature_bound=2.0, target_bound=4.0,
                                       noise=noise, random_state=0)
         fits[n_threads] = model.fit(X, y, clients=clients)

@@ -151,26 +151,7 @@ def test_folded_replies_parse_a_site_again_only_when_looked_up():
         parsed["nobody"]
 
 
-def _threads_of_sites(monkeypatch, workers):
-    """Run sites on ``workers`` threads (as with that many BLAS threads); record the threads."""
-    import threading
-
-    from sklearn_fed.protocol import _simulate
-
-    monkeypatch.setattr(_simulate, "blas_threads", lambda: workers)
-    monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 10)
-    threads = set()
-    summarize = StatisticsClient._summarize
-
-    def spy(self, *args):
-        threads.add(threading.get_ident())
-        return summarize(self, *args)
-
-    monkeypatch.setattr(StatisticsClient, "_summarize", spy)
-    return threads
-
-
-def test_folded_sites_computed_ahead_on_threads_give_the_same_bits(monkeypatch):
+def test_folded_sites_computed_ahead_on_threads_give_the_same_bits(sites_on_threads):
     # Weighted sites are not pooled: they answer one by one, or a few at once
     # on threads ahead of the server's fold, which reads them in label order.
     import threading
@@ -182,7 +163,7 @@ def test_folded_sites_computed_ahead_on_threads_give_the_same_bits(monkeypatch):
     clients = rng.integers(0, 7, size=700)
     fits = {}
     for workers in (1, 3):
-        threads = _threads_of_sites(monkeypatch, workers)
+        threads = sites_on_threads(StatisticsClient, workers)
         fits[workers] = FederatedRidge(alpha=0.5).fit(X, y, w, clients=clients)
         main = threading.get_ident()
         assert (main not in threads and threads) if workers > 1 else threads == {main}
@@ -192,7 +173,7 @@ def test_folded_sites_computed_ahead_on_threads_give_the_same_bits(monkeypatch):
         fits[3].communication_.uplink_bytes_per_client
 
 
-def test_a_failing_site_computed_ahead_fails_the_fit_as_in_turn(monkeypatch):
+def test_a_failing_site_computed_ahead_fails_the_fit_as_in_turn(sites_on_threads):
     from sklearn_fed.protocol import _simulate
 
     rng = np.random.default_rng(6)
@@ -204,7 +185,7 @@ def test_a_failing_site_computed_ahead_fails_the_fit_as_in_turn(monkeypatch):
     threads_before = [lib.get_num_threads() for lib in libraries]
     errors = []
     for workers in (1, 3):
-        _threads_of_sites(monkeypatch, workers)
+        sites_on_threads(StatisticsClient, workers)
         model = FederatedRidge()
         with pytest.raises(ValueError) as caught:
             model.fit(X, y, np.ones(600), clients=clients)
@@ -214,7 +195,7 @@ def test_a_failing_site_computed_ahead_fails_the_fit_as_in_turn(monkeypatch):
     assert [lib.get_num_threads() for lib in libraries] == threads_before  # limits restored
 
 
-def test_sites_on_threads_see_the_callers_settings(monkeypatch):
+def test_sites_on_threads_see_the_callers_settings(monkeypatch, sites_on_threads):
     # simulate_through_bytes, scikit-learn's config and numpy's errstate are
     # thread-local: the sites' threads must see the caller's, not the defaults.
     import threading
@@ -226,7 +207,7 @@ def test_sites_on_threads_see_the_callers_settings(monkeypatch):
     rng = np.random.default_rng(9)
     X = rng.normal(size=(400, 3))
     y = X.sum(axis=1)
-    threads = _threads_of_sites(monkeypatch, 2)
+    threads = sites_on_threads(StatisticsClient, 2)
     seen = []
     encode = _simulate.encode
 
@@ -245,7 +226,7 @@ def test_sites_on_threads_see_the_callers_settings(monkeypatch):
     assert all(assume and over == "raise" for _, assume, over in seen)
 
 
-def test_classifier_sites_on_threads_give_the_same_model(monkeypatch):
+def test_classifier_sites_on_threads_give_the_same_model(sites_on_threads):
     import threading
 
     from sklearn_fed import FederatedRidgeClassifier
@@ -258,17 +239,8 @@ def test_classifier_sites_on_threads_give_the_same_model(monkeypatch):
     clients = rng.integers(0, 5, size=600)
     models = {}
     for workers in (1, 3):
-        _threads_of_sites(monkeypatch, workers)
-        threads = set()
-        compute = RidgeClassifierClient._compute
-
-        def spy(self, *args, compute=compute, threads=threads):
-            threads.add(threading.get_ident())
-            return compute(self, *args)
-
-        monkeypatch.setattr(RidgeClassifierClient, "_compute", spy)
+        threads = sites_on_threads(RidgeClassifierClient, workers, "_compute")
         models[workers] = FederatedRidgeClassifier().fit(X, y, w, clients=clients)
-        monkeypatch.setattr(RidgeClassifierClient, "_compute", compute)
         assert (threading.get_ident() in threads) == (workers == 1)
     np.testing.assert_array_equal(models[1].coef_, models[3].coef_)
     np.testing.assert_array_equal(models[1].intercept_, models[3].intercept_)
