@@ -238,7 +238,7 @@ def numerical_range(gram, *, eigenpairs=None):
     # Divide and conquer (syevd: as accurate as the default driver, and faster)
     # in numpy's OpenBLAS, which runs the products around it: scipy's copy, right
     # after a numpy product, competes with numpy's spinning threads (d = 500 on
-    # two cores: 69 ms against 17; see the benchmarks page).
+    # two cores: 56 ms against 15; benchmarks/bench_blas_switch.py).
     eigenvalues, Q = np.linalg.eigh(gram) if eigenpairs is None else eigenpairs
     floor = gram.shape[0] * _EPS * max(eigenvalues[-1], 0.0)
     keep = eigenvalues > floor
