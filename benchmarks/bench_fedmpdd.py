@@ -77,12 +77,12 @@ def _after_round(batch_size, args, X, y, vectorize):
     labels = list(range(2 * args.participants))
     rows = {c: np.flatnonzero(clients == c) for c in labels}
     server, site = net.make_server(), net.make_client()
-    server._receive_frames(site._reply_many(server._next_frames(labels), X, y, None, rows, None),
+    server.receive_frames(site.reply_many(server.open_round(labels), X, y, None, rows, None),
                            {})  # the first round: sites report their labels
 
     def one_round():
-        tasks = server._next_frames(labels)
-        server._receive_frames(site._reply_many(tasks, X, y, None, rows, None), {})
+        tasks = server.open_round(labels)
+        server.receive_frames(site.reply_many(tasks, X, y, None, rows, None), {})
 
     return net, server, site, rows, labels, one_round
 
@@ -185,9 +185,9 @@ def _vmap_vs_sites(args, X, y):
             labels = list(range(2 * args.participants))
             rows = {c: np.arange(c, len(y), len(labels)) for c in labels}
             server, site = net.make_server(), net.make_client()
-            server._receive_frames(site._reply_many(server._next_frames(labels), X, y, None,
+            server.receive_frames(site.reply_many(server.open_round(labels), X, y, None,
                                                     rows, None), {})
-            replies = site._reply_many(server._next_frames(labels), X, y, None, rows, None)
+            replies = site.reply_many(server.open_round(labels), X, y, None, rows, None)
             grads.append(np.stack([replies[s].arrays["g"] for s in sorted(replies)]))
         exact, batched = grads
         print(f"  minibatch {batch_size}: {np.mean(exact != batched):.0%} of the entries differ, "

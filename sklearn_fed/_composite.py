@@ -125,17 +125,17 @@ def answer_part(estimator, meta, arrays, prefix, X, y, sample_weight, *, site, p
     """
     task = unnest(meta, arrays, prefix, site=site, fail=_server_error)
     client = estimator.make_client(policy=policy)
-    client._check_task(task)
+    client.check_task(task)
     try:
         schema = FeatureSchema.from_json(task.schema)
     except ValueError as exc:
         raise InvalidClientMessage(f"server: {exc}", "server") from exc
     if client.needs_y and y is None:
         raise ValueError(f"site {site!r}: this task needs targets y.")
-    X, y, sample_weight, names = client._check_rows(X, y, sample_weight, schema, site)
+    X, y, sample_weight, names = client.check_rows(X, y, sample_weight, schema, site)
     if policy is not None:
         policy.check_task(client.protocol, task, schema, X.shape[0], site)
-    reply = client._reply(task, X, y, sample_weight, None, names)
+    reply = client.reply(task, X, y, sample_weight, None, names)
     reply_arrays = {}
     return nest(reply, prefix, reply_arrays), reply_arrays
 
@@ -149,7 +149,7 @@ def parse_parts(parts, replies, on_invalid):
     """
     parsed, dropped = {}, {}
     for key, server in parts.items():
-        parsed[key], failures = server._parse_round(replies[key], {})
+        parsed[key], failures = server.check_round(replies[key], {})
         if failures and on_invalid == "raise":
             raise next(iter(failures.values()))
         if not parsed[key]:
@@ -158,5 +158,5 @@ def parse_parts(parts, replies, on_invalid):
         parsed[key] = (parsed[key], failures)
     for key, server in parts.items():
         ok, failures = parsed[key]
-        server._commit_round(replies[key], ok, {}, failures)
+        server.commit_round(replies[key], ok, {}, failures)
     return dropped

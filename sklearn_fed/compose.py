@@ -63,7 +63,7 @@ class ColumnTransformerClient(PipelineClient):
 
     protocol = "compose.column_transformer"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         estimator = self.estimator
         if rows is not None:
             X = _safe_indexing(X, rows)
@@ -144,14 +144,14 @@ class ColumnTransformerServer(Server):
                 feature_names=names, n_features=len(columns),
             )
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self._stage == "schema":
             if self.round == 0:
                 return {site: ({"step": "schema"}, {}) for site in sites}
             self._make_parts()
             self._stage = "fit"
         if self._stage == "fit":
-            frames = {index: part._next_frames(sites) for index, part in self.parts.items()}
+            frames = {index: part.open_round(sites) for index, part in self.parts.items()}
             self._active = {index: f for index, f in frames.items() if f}
             if self._active:
                 return self._wrap(sites)
@@ -202,7 +202,7 @@ class ColumnTransformerServer(Server):
                 parts.append({"part": index, "columns": list(columns), "task": {}})
         return {site: ({"step": "density", "parts": parts}, dict(arrays)) for site in sites}
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         def fail(reason):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
@@ -237,7 +237,7 @@ class ColumnTransformerServer(Server):
             fail("its arrays do not belong to its parts' replies.")
         return inner, fields["sparse_input"]
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         self._sites = list(known_labels(self._sites, replies))
         if self._stage == "schema":
             return  # the replies' schema is now the server's (pinned by the round)

@@ -76,7 +76,7 @@ class PipelineClient(Client):
     protocol = "pipeline"
     needs_y = False
 
-    def _check_rows(self, X, y, sample_weight, schema, site):
+    def check_rows(self, X, y, sample_weight, schema, site):
         X, names = match_columns(X, schema, site=site)
         try:
             X, y = site_table(X), site_targets(y)
@@ -92,7 +92,7 @@ class PipelineClient(Client):
             raise ValueError(f"site {site!r}: {exc}") from exc
         return X, y, sample_weight, names
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         steps = self.estimator.steps
         index = task_field(task, "step", int)
         weighted = task_field(task, "weighted", bool)
@@ -150,10 +150,10 @@ class PipelineServer(Server):
         self._broadcasts = []  # (fields, arrays) of each fitted step before it
         self._sites = []
 
-    def _plan(self, sites):
+    def plan(self, sites):
         while True:
             if self._part is not None:
-                frames = self._part._next_frames(sites)
+                frames = self._part.open_round(sites)
                 if frames:
                     return {site: self._wrap(frame) for site, frame in frames.items()}
                 self._finish_step()
@@ -197,7 +197,7 @@ class PipelineServer(Server):
                   "fitted": fitted, "task": nest(frame, "t.", arrays)}
         return fields, arrays
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         def fail(reason):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
@@ -209,7 +209,7 @@ class PipelineServer(Server):
             fail("its arrays do not belong to its step's reply.")
         return inner
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         self.dropped_.update(parse_parts({self._index: self._part}, {self._index: replies},
                                          self.on_invalid))
         self._sites = list(known_labels(self._sites, replies))

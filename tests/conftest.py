@@ -41,7 +41,7 @@ def peak_memory():
 
 @pytest.fixture
 def sites_on_threads(monkeypatch):
-    """``sites_on_threads(role, workers, method="_summarize")``: simulated sites run as
+    """``sites_on_threads(role, workers, method="summarize")``: simulated sites run as
     with ``workers`` BLAS threads, however few their rows; returns the set of the
     threads that run ``role.method`` from then on (emptied at each call)."""
     import threading
@@ -50,7 +50,7 @@ def sites_on_threads(monkeypatch):
 
     threads, spied = set(), set()
 
-    def run(role, workers, method="_summarize"):
+    def run(role, workers, method="summarize"):
         monkeypatch.setattr(_simulate, "blas_threads", lambda: workers)
         monkeypatch.setattr(_simulate, "MIN_VALUES_PER_THREAD", 1)
         if (role, method) not in spied:

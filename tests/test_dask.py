@@ -317,8 +317,8 @@ def test_incremental_dataframe_keeps_feature_names():
 class _WholeRowsClient(StatisticsClient):
     """Answers from all of a site's rows at once (overrides _compute: not blockwise)."""
 
-    def _compute(self, task, X, y, sample_weight, rows):
-        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
+    def compute(self, task, X, y, sample_weight, rows):
+        return self.finish(task, self.summarize(task, X, y, sample_weight, rows))
 
 
 class _WholeRowsRidge(FederatedRidge):

@@ -255,7 +255,7 @@ class SGDClient(Client):
     def protocol(self):
         return self.estimator._protocol
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
         Xk, yk, sk = _site_rows(X, y, sample_weight, rows)
         if step == "setup":
@@ -280,7 +280,7 @@ class SGDClient(Client):
             W, loss = W[0], losses[0]
         return self._train_reply(task, coef, W, steps, loss)
 
-    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+    def reply_many(self, tasks, X, y, sample_weight, rows, names):
         # Sites with as many rows as each other and the same task but for the
         # seed train together (see the module docstring); the rest one by one.
         groups, alone = {}, {}
@@ -290,7 +290,7 @@ class SGDClient(Client):
                 continue
             n = count_rows(X.shape[0], rows[site])
             groups.setdefault((n, _without_seed(task)), {})[site] = task
-        replies = super()._reply_many(alone, X, y, sample_weight, rows, names)
+        replies = super().reply_many(alone, X, y, sample_weight, rows, names)
         stacks, self._stacks = self._stacks, {}
         for group in groups.values():
             replies.update(self._train_group(group, X, y, sample_weight, rows, names, stacks))
@@ -315,7 +315,7 @@ class SGDClient(Client):
         seeds = [task_field(task, "seed", int) for task in tasks.values()]
         W, steps, losses = _train_dense(Xs, ys, ss, weight_sums, coef, params, seeds)
         return {
-            site: self._reply_frame(
+            site: self.reply_frame(
                 task, X, y, names, *self._train_reply(task, coef, W[g], steps, losses[g])
             )
             for g, (site, task) in enumerate(tasks.items())
@@ -418,7 +418,7 @@ class SGDServer(Server):
         return self.estimator._protocol
 
     # ------------------------------------------------------------ plan
-    def _plan(self, sites):
+    def plan(self, sites):
         estimator = self.estimator
         if self._setup is None:
             fields = {
@@ -474,7 +474,7 @@ class SGDServer(Server):
         return {}
 
     # ------------------------------------------------------------ read
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         d, t = frame.schema["n_features"], frame.schema["n_targets"]
         if self._setup is None:
             return self._read_setup(site, frame, d, t)
@@ -513,7 +513,7 @@ class SGDServer(Server):
         }
 
     # ------------------------------------------------------------ apply
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         if self._setup is None:
             self._apply_setup(replies)
         else:

@@ -12,7 +12,7 @@ changes:
    ``fit(X, y)`` treats all rows as one site);
 2. ``run_simulation`` runs the server as always, and for each round every
    partition is validated and each site's rows in it are summarized by the
-   client role (``BlockwiseClient._summarize``) where the partition lives;
+   client role (``BlockwiseClient.summarize``) where the partition lives;
 3. the summaries are merged by a tree reduction (a fixed tree, partitions in
    order, so every run gives the same bits); only the merged summaries travel
    back, and the site role finishes each site's answer from its summary;
@@ -142,11 +142,11 @@ class PartitionedRows:
 
     def _run_partitions(self, server, clients, labels, names):
         """``run_simulation`` on partitions: every round answered partition by partition."""
-        frames = server._next_frames(labels)
+        frames = server.open_round(labels)
         while frames:
             replies, sizes = _answer_round(self.parts, server, clients, frames, names)
-            server._receive_frames(replies, sizes)
-            frames = server._next_frames(labels)
+            server.receive_frames(replies, sizes)
+            frames = server.open_round(labels)
         return server
 
 
@@ -200,7 +200,7 @@ def _answer_round(parts, server, clients, frames, names):
         # where their state (e.g. keys kept between rounds) lives.
         merged = _compute(_reduction(parts, roles, tasks))[0]
     else:  # e.g. a key exchange: no partition is read
-        merged = {key: _Piece(site, roles[key]._summarize(tasks[key], None, None, None, None), ())
+        merged = {key: _Piece(site, roles[key].summarize(tasks[key], None, None, None, None), ())
                   for key, site in sites.items()}
     return _replies(parts, server, roles, sites, tasks, answers.finish(merged), names)
 
@@ -236,7 +236,7 @@ def _replies(parts, server, roles, sites, tasks, finished, names):
             continue  # no rows of this site: dropout
         fields, arrays = finished[key]
         role = roles[key]
-        frame = role._reply_frame(tasks[key], X_like, y_like, names, fields, arrays)
+        frame = role.reply_frame(tasks[key], X_like, y_like, names, fields, arrays)
         replies[site] = deliver_reply(server, role, site, frame, sizes)
     return replies, sizes
 
@@ -278,7 +278,7 @@ class SiteAnswers:
 
     For a :class:`~sklearn_fed.protocol.BlockwiseClient`, a site's rows may
     span partitions. For any other client role each site's reply is
-    ``_compute`` of its rows, which must then lie in one partition: a reply is
+    ``compute`` of its rows, which must then lie in one partition: a reply is
     not in general a sum (noise, for instance, is drawn once per reply).
     """
 
@@ -289,7 +289,7 @@ class SiteAnswers:
 
     def reads_rows(self, key):
         role = self.roles[key]
-        return not _answers_from_blocks(type(role)) or role._reads_rows(self.tasks[key])
+        return not answers_from_blocks(type(role)) or role.reads_rows(self.tasks[key])
 
     def summarize(self, i, X, y, sample_weight, clients):
         checked = self.spec.check(i, X, y, sample_weight, clients)
@@ -306,10 +306,10 @@ class SiteAnswers:
             if task is None:  # the server did not ask this site this round
                 continue
             role = self.roles[key]
-            if _answers_from_blocks(type(role)):
-                summary = role._summarize(task, X, y, sample_weight, site_rows)
+            if answers_from_blocks(type(role)):
+                summary = role.summarize(task, X, y, sample_weight, site_rows)
             else:
-                summary = role._compute(task, X, y, sample_weight, site_rows)
+                summary = role.compute(task, X, y, sample_weight, site_rows)
             pieces[key] = _Piece(label, summary, (i,))
         return pieces
 
@@ -318,34 +318,34 @@ class SiteAnswers:
         for node in nodes:
             for key, piece in node.items():
                 first = merged.get(key)
-                merged[key] = piece if first is None else self._merge(key, first, piece)
+                merged[key] = piece if first is None else self.merge(key, first, piece)
         return merged
 
-    def _merge(self, key, first, second):
+    def merge(self, key, first, second):
         role = self.roles[key]
         partitions = first.partitions + second.partitions
-        if not _answers_from_blocks(type(role)):
+        if not answers_from_blocks(type(role)):
             raise ValueError(
                 f"site {first.site!r} has rows in partitions {list(partitions)}, but "
                 f"{type(role).__name__} is not a BlockwiseClient: its reply cannot be "
                 "assembled from parts. Put each site's rows in one partition."
             )
-        return _Piece(first.site, role._merge(first.summary, second.summary), partitions)
+        return _Piece(first.site, role.merge(first.summary, second.summary), partitions)
 
     def finish(self, node):
         finished = {}
         for key, piece in node.items():
             role = self.roles[key]
             finished[key] = (
-                role._finish(self.tasks[key], piece.summary)
-                if _answers_from_blocks(type(role)) else piece.summary
+                role.finish(self.tasks[key], piece.summary)
+                if answers_from_blocks(type(role)) else piece.summary
             )
         return finished
 
 
-def _answers_from_blocks(role):
-    """Whether ``role`` answers blockwise: a BlockwiseClient whose ``_compute`` is not replaced."""
-    return issubclass(role, BlockwiseClient) and role._answers_from_blocks()
+def answers_from_blocks(role):
+    """Whether ``role`` answers blockwise: a BlockwiseClient whose ``compute`` is not replaced."""
+    return issubclass(role, BlockwiseClient) and role.answers_from_blocks()
 
 
 # ------------------------------------------------------------------- stream

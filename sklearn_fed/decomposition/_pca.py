@@ -29,7 +29,7 @@ class PCAClient(TransformerClient):
 
     protocol = "decomposition.pca"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         return ClientStatistics.from_data(X, None, rows=rows, check_input=False).to_payload()
 
 
@@ -38,7 +38,7 @@ class PCAServer(OneRoundServer):
 
     protocol = "decomposition.pca"
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         stats = ClientStatistics.from_payload(
             frame.fields, frame.arrays, client=site, psd=False, n_targets=0
         )
@@ -46,7 +46,7 @@ class PCAServer(OneRoundServer):
             self._fail(site, "statistics must be centered, one entry per feature.")
         return stats
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         estimator = self.estimator
         aggregate = self._merged(replies)
         check_aggregate(aggregate, replies)

@@ -39,7 +39,7 @@ class SimpleImputerClient(TransformerClient):
 
     protocol = "impute.simple_imputer"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         estimator = self.estimator
         X, _ = self._site_rows(X, None, rows)
         order = 1 if estimator.strategy == "mean" else 0
@@ -60,7 +60,7 @@ class SimpleImputerServer(OneRoundServer):
 
     protocol = "impute.simple_imputer"
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         def fail(reason):
             self._fail(site, reason)
 
@@ -115,7 +115,7 @@ class SimpleImputerServer(OneRoundServer):
             parsed.append((values, counts))
         return parsed
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         estimator = self.estimator
         labels = sorted_labels(replies)
         parts = [replies[site] for site in labels]

@@ -345,14 +345,14 @@ class StatisticsClient(BlockwiseClient):
 
     protocol = "ridge.statistics"
 
-    def _replies_are_independent(self, tasks):
+    def replies_are_independent(self, tasks):
         # Statistics of the site's own rows, nothing shared. Subclasses answer in
         # turn unless they say so too (a projection role caches its matrix).
         return type(self) is StatisticsClient
 
     # The reply is _finish(_summarize(rows)): statistics are a reduction over
     # rows, so a site's rows may come in blocks (see BlockwiseClient).
-    def _summarize(self, task, X, y, sample_weight, rows):
+    def summarize(self, task, X, y, sample_weight, rows):
         centered = task_field(task, "centered", bool)
         if "feature_bound" in task.fields or "target_bound" in task.fields:
             site_rows = slice(None) if rows is None else rows
@@ -362,13 +362,13 @@ class StatisticsClient(BlockwiseClient):
             factor=requested_form(task) == "factor",
         )
 
-    def _merge(self, first, second):
+    def merge(self, first, second):
         return first.merge(second)
 
-    def _finish(self, task, summary):
+    def finish(self, task, summary):
         return summary.to_payload()
 
-    def _fields_of_rows(self, fields, n_rows):
+    def fields_of_rows(self, fields, n_rows):
         return dict(fields, n_samples=n_rows, weight_sum=float(n_rows))
 
 
@@ -387,7 +387,7 @@ class StatisticsServer(Server):
 
     The first round asks for the Gram form (the factor form with
     ``solver="svd"``, or when a streaming model is already in factor form);
-    ``_apply`` may call :meth:`request_round` to ask for one more round,
+    ``apply`` may call :meth:`request_round` to ask for one more round,
     e.g. of factors, otherwise the protocol ends after one round. Replies
     are merged in the order of their site labels (not of arrival), so any
     run over the same sites gives the same aggregate, bit for bit. A site
@@ -397,7 +397,7 @@ class StatisticsServer(Server):
     """
 
     protocol = "ridge.statistics"
-    #: Whether ``_apply`` reads the round's replies only through :meth:`_merged`
+    #: Whether ``apply`` reads the round's replies only through :meth:`_merged`
     #: (and to name a culprit), so they can be folded as they are read.
     _merges_replies = False
 
@@ -416,11 +416,11 @@ class StatisticsServer(Server):
         self._next, self._next_round = {"form": self.form}, 0
 
     def request_round(self, **fields):
-        """Ask for one more round (called from ``_apply``); ``fields`` go into its tasks."""
+        """Ask for one more round (called from ``apply``); ``fields`` go into its tasks."""
         self._next, self._next_round = dict(fields), self.round + 1
         self.form = fields.get("form", "gram")
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self._next_round != self.round:
             return {}
         fields = {"centered": bool(self.estimator.fit_intercept)}
@@ -429,14 +429,14 @@ class StatisticsServer(Server):
         fields.update((k, v) for k, v in self._next.items() if (k, v) != ("form", "gram"))
         return dict.fromkeys(sites, (fields, {}))  # one task for all: frames never change it
 
-    def _cross_check(self, replies):
+    def cross_check(self, replies):
         return {} if self.robust is None else self.robust.cross_check(replies)
 
     def _previous(self):
         """The aggregate this round adds to (warm start), or None."""
         return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         # O(d^2) checks per message; the PSD test runs once on the merge (_merged).
         stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site, psd=False)
         expected = self._expected_features(frame)
@@ -483,24 +483,24 @@ class StatisticsServer(Server):
         return frame.schema["n_features"]
 
     #: Whether a Gram round of this server may be pooled in simulation (see
-    #: :meth:`~sklearn_fed.protocol.Server._pools_round`): the model uses the
+    #: :meth:`~sklearn_fed.protocol.Server.pools_round`): the model uses the
     #: replies only through their merge, which equals the pooled rows' statistics.
     _pools_rows = False
 
-    def _pools_round(self, fields):
+    def pools_round(self, fields):
         if not (self._pools_rows and self._merges_replies and self.robust is None):
             return False
         return fields is None or set(fields) == {"centered"}
 
-    def _pooled_fold(self, site, reply, fewest_rows):
-        stats = self._read_reply(site, reply)
+    def pooled_fold(self, site, reply, fewest_rows):
+        stats = self.read_reply(site, reply)
         if not _parts_within_caps(stats, fewest_rows):
             return None
-        fold = self._reply_fold()
+        fold = self.reply_fold()
         fold.add(stats)
         return fold
 
-    def _reply_fold(self):
+    def reply_fold(self):
         # A server whose _apply reads the replies only through _merged folds
         # them as they come (the same tree as merge_statistics, so the same
         # bits); robust aggregation compares every reply, so it keeps them.
@@ -512,7 +512,7 @@ class StatisticsServer(Server):
         """Statistics of all replies of the round (exact tree merge, label order), checked.
 
         ``replies`` may be the :class:`~sklearn_fed.protocol.FoldedReplies`
-        of :meth:`_reply_fold`: merged already; single replies are then
+        of :meth:`reply_fold`: merged already; single replies are then
         parsed again only if the merge fails its check, to name the culprit.
         """
         return self._merged_and_owned(replies)[0]

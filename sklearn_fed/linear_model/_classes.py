@@ -79,8 +79,8 @@ class ClassesClient(Client):
 
     y_numeric = False
 
-    def _check_rows(self, X, y, sample_weight, schema, site):
-        X, y, sample_weight, names = super()._check_rows(X, y, sample_weight, schema, site)
+    def check_rows(self, X, y, sample_weight, schema, site):
+        X, y, sample_weight, names = super().check_rows(X, y, sample_weight, schema, site)
         try:
             y = column_or_1d(y, warn=True)
             check_classification_targets(y)
@@ -88,7 +88,7 @@ class ClassesClient(Client):
             raise ValueError(f"site {site!r}: {exc}") from exc
         return X, y, sample_weight, names
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
         if rows is not None:
             X, y = X[rows], y[rows]
@@ -135,7 +135,7 @@ class ClassesClient(Client):
 class ClassesServerMixin:
     """Server side of the classes round (mixed in before a :class:`~sklearn_fed.protocol.Server`).
 
-    Until the classes are known, ``_plan`` asks for them and ``_apply``
+    Until the classes are known, ``plan`` asks for them and ``apply``
     merges them; afterwards ``classes_`` and ``class_weight_`` (one weight
     per class) are set on the server and the subclass's hooks
     ``_plan_classified``, ``_read_classified`` and ``_apply_classified`` run.
@@ -145,7 +145,7 @@ class ClassesServerMixin:
     #: ``"balanced"`` counts rows per class ("rows") or sums sample weights ("weights").
     _balance_by = "rows"
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self.classes_ is None:
             counts = self._balance_by if isinstance(self.estimator.class_weight, str) else "none"
             fields, arrays = self._classes_task_extra()
@@ -166,7 +166,7 @@ class ClassesServerMixin:
         arrays = {"class_weight": self.class_weight_}
         return {"classes": encode_values(self.classes_, "classes", arrays)}, arrays
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         if self.classes_ is not None:
             return self._read_classified(site, frame)
 
@@ -207,7 +207,7 @@ class ClassesServerMixin:
     def _read_classes_extra(self, site, frame, classes):
         """Hook: parse what ``_classes_extra`` added to a classes reply; nothing by default."""
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         if self.classes_ is not None:
             return self._apply_classified(replies, ledger)
         labels = sorted_labels(replies)

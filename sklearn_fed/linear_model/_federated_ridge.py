@@ -25,7 +25,7 @@ class FederatedRidgeServer(StatisticsServer):
     _merges_replies = True
     _pools_rows = True
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         estimator = self.estimator
         previous = self._previous()
         batch, owned = self._merged_and_owned(replies)
@@ -256,5 +256,5 @@ class FederatedRidge(BaseFederatedRidge):
         ledger = CommunicationLedger()
         ledger.record_round({}, {label: replies.nbytes(label) for label in replies})
         server = self.make_server(max_rounds=1)
-        server._apply(replies, ledger)
+        server.apply(replies, ledger)
         return self

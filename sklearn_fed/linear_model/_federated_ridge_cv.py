@@ -368,11 +368,11 @@ class CVClient(BlockwiseClient):
 
     protocol = "ridge.cv"
 
-    def _replies_are_independent(self, tasks):
+    def replies_are_independent(self, tasks):
         # Every step reads only the task and the site's rows (no state kept).
         return type(self) is CVClient
 
-    def _summarize(self, task, X, y, sample_weight, rows):
+    def summarize(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
         if rows is not None:
             X, y = X[rows], y[rows]
@@ -390,10 +390,10 @@ class CVClient(BlockwiseClient):
             return _Block(fields, arrays, whole=whole)
         raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
 
-    def _merge(self, first, second):
+    def merge(self, first, second):
         return first.merge(second)
 
-    def _finish(self, task, summary):
+    def finish(self, task, summary):
         if summary.named is not None:
             return _pack(summary.named)
         return summary.fields, summary.arrays
@@ -517,7 +517,7 @@ class FederatedRidgeCVServer(StatisticsServer):
         self._site_arrays = site_arrays
         self.request_round(step=step, form=self.form, **self._sent)
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self._next_round != self.round:
             return {}
         splitter = self.estimator.cv is not None and not isinstance(self.estimator.cv, str)
@@ -539,7 +539,7 @@ class FederatedRidgeCVServer(StatisticsServer):
         return plan
 
     # ---------------------------------------------------------------- read
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         if self.step == "statistics":
             return self._read_statistics(site, frame)
         if self.step == "leave_one_out":
@@ -627,14 +627,14 @@ class FederatedRidgeCVServer(StatisticsServer):
             )
         return parsed
 
-    def _cross_check(self, replies):
+    def cross_check(self, replies):
         """Robust aggregation's checks across sites, on each site's statistics of all its rows."""
         if self.step != "statistics":
             return {}
-        return super()._cross_check({site: named["all"] for site, named in replies.items()})
+        return super().cross_check({site: named["all"] for site, named in replies.items()})
 
     # --------------------------------------------------------------- apply
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         if self.step == "statistics":
             self._after_statistics(replies, ledger)
         elif self.step == "leave_one_out":
@@ -727,7 +727,7 @@ class FederatedRidgeCVServer(StatisticsServer):
             predictions, targets, weights = (self._in_row_order(replies, i) for i in (1, 2, 3))
             scores = self._score_rows(predictions, targets, weights, per_target)
         results = self._in_row_order(replies, 1) if estimator.store_cv_results else None
-        self._finish(scores, results, ledger)
+        self.finish(scores, results, ledger)
 
     def _pooled_sst(self):
         """Weighted sum of squares of all targets around their pooled mean."""
@@ -856,7 +856,7 @@ class FederatedRidgeCVServer(StatisticsServer):
                 total = total + part
             pooled = -total.e2 / total.weight
             results = np.stack([part.e2 for part in sums])  # held-out weighted SSE
-            self._finish(pooled if per_target else pooled.mean(axis=0), results, ledger)
+            self.finish(pooled if per_target else pooled.mean(axis=0), results, ledger)
             return
         kind, sign = self._kind, 1.0
         if kind == "default":
@@ -869,9 +869,9 @@ class FederatedRidgeCVServer(StatisticsServer):
     def _finish_scores(self, fold_scores, ledger):
         """Mean of the per-fold scores, as GridSearchCV; per-client results for cv='clients'."""
         results = fold_scores if self.estimator.store_cv_results else None
-        self._finish(fold_scores.mean(axis=0), results, ledger)
+        self.finish(fold_scores.mean(axis=0), results, ledger)
 
-    def _finish(self, scores, results, ledger):
+    def finish(self, scores, results, ledger):
         """Pick alpha as RidgeCV does (first best, per target if asked), refit, commit."""
         estimator = self.estimator
         alphas, aggregate = self._alphas, self._aggregate
@@ -1192,5 +1192,5 @@ class FederatedRidgeCV(BaseFederatedRidge):
         ledger = CommunicationLedger()
         ledger.record_round({}, {label: stats.nbytes for label, stats in parsed})
         server = self.make_server(max_rounds=1)
-        server._apply({label: {"all": stats} for label, stats in parsed}, ledger)
+        server.apply({label: {"all": stats} for label, stats in parsed}, ledger)
         return self

@@ -131,7 +131,7 @@ class FESCClient(Client):
         super().__init__(estimator, key=key, policy=policy, site=site)
         self.sites = sites
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
         if step not in ("count", "model"):
             raise InvalidClientMessage(f"server: unknown FESC task step {step!r}.", "server")
@@ -200,7 +200,7 @@ class FESCServer(Server):
             )
         }
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self._done:
             return {}
         if self.alpha is None:
@@ -211,7 +211,7 @@ class FESCServer(Server):
                   "centered": bool(self.estimator.fit_intercept)}
         return {site: (dict(fields), {}) for site in sites}
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         centered = bool(self.estimator.fit_intercept)
         if self.alpha is None:  # the count round
             reply_keys(frame, site, fields=["size"])
@@ -236,7 +236,7 @@ class FESCServer(Server):
             intercept = np.zeros(shape[:-1])
         return size, coef, intercept
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         earlier = self._earlier()
         if self.alpha is None:  # the count round: now N, hence alpha, is known
             self._counted = {label_key(site): size for site, size in replies.items()}

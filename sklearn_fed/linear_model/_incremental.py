@@ -676,7 +676,7 @@ class IncrementalClient(Client):
         """Rows this site holds, not sent yet."""
         return sum(block[0].shape[0] for block in self._pending)
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         centered = task_field(task, "centered", bool)
         min_samples = task_field(task, "min_samples", int)
         hold = task_field(task, "hold", bool)
@@ -763,7 +763,7 @@ class IncrementalServer(Server):
         failed round draws nothing twice and no generator is copied."""
         return _philox(self._state["seed"], self.round)
 
-    def _plan(self, sites):
+    def plan(self, sites):
         estimator, state = self.estimator, self._state
         if state["centered"] != bool(estimator.fit_intercept):
             raise ValueError("fit_intercept changed since the first round; call fit to restart.")
@@ -802,7 +802,7 @@ class IncrementalServer(Server):
             for site, key in zip(sites, site_keys)
         }
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         if set(frame.fields) == {"held"}:
             held = frame.fields["held"]
             if frame.arrays or not (type(held) is int and 0 <= held < 2**53):
@@ -823,11 +823,11 @@ class IncrementalServer(Server):
             centered=self._state["centered"],
         )
 
-    def _cross_check(self, replies):
+    def cross_check(self, replies):
         return _factor_failures([reply for reply in replies.values()
                                  if isinstance(reply, _SiteReply) and reply.factor is not None])
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         estimator, state, plan = self.estimator, self._state, self._round
         sites = sorted_labels(replies)
         arrived = [replies[site] for site in sites if isinstance(replies[site], _SiteReply)]

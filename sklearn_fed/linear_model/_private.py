@@ -380,7 +380,7 @@ class PrivateClient(BlockwiseClient):
                               ClippingWarning, stacklevel=2)
         return reply
 
-    def _replies_are_independent(self, tasks):
+    def replies_are_independent(self, tasks):
         # A local-noise release draws from its site's own stream and touches no
         # shared state; key rounds and masking share this process's keys.
         return all(task.fields.get("step") == "release" and task.fields.get("noise") == "local"
@@ -388,10 +388,10 @@ class PrivateClient(BlockwiseClient):
 
     # A release is _finish (grid, noise, mask: once per site) of the sum of the
     # clipped sums of the site's rows, so its rows may come in blocks.
-    def _reads_rows(self, task):
+    def reads_rows(self, task):
         return _step(task) != "keys"
 
-    def _summarize(self, task, X, y, sample_weight, rows):
+    def summarize(self, task, X, y, sample_weight, rows):
         if _step(task) == "keys":
             return None  # a key depends on no row
         fields = _read_privacy_fields(task)
@@ -401,10 +401,10 @@ class PrivateClient(BlockwiseClient):
         )
         return ClippedSums(sums, n_clipped, count_rows(X.shape[0], rows), y.ndim == 1)
 
-    def _merge(self, first, second):
+    def merge(self, first, second):
         return None if first is None else first.merge(second)
 
-    def _finish(self, task, summary):
+    def finish(self, task, summary):
         if _step(task) == "keys":
             key = MaskingKey()  # always fresh OS randomness: the server must never know it
             self._masking_keys[(task.federation, label_key(task.site))] = key
@@ -537,7 +537,7 @@ class PrivateServer(Server):
         self._stage = None  # "keys" or "release": what the open round asks for
         self._done = False
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self._done:
             return {}
         estimator = self.estimator
@@ -559,7 +559,7 @@ class PrivateServer(Server):
             for index, site in enumerate(order)
         }
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         def fail(reason):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
@@ -590,7 +590,7 @@ class PrivateServer(Server):
             fail(f"its sums exceed the fixed-point range of {len(self._open)} sites.")
         return frame.fields["single_target"], n_targets, vector
 
-    def _cross_check(self, replies):
+    def cross_check(self, replies):
         """The same vector (or public key) under two sites is a replay: refuse the second."""
         refused, seen = {}, {}
         for site in sorted_labels(replies):
@@ -604,7 +604,7 @@ class PrivateServer(Server):
                 seen[data] = site
         return refused
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         if self._stage == "keys":
             self._public_keys = {
                 label_key(site): (site, replies[site]) for site in sorted_labels(replies)

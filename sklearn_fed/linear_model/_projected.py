@@ -120,7 +120,7 @@ class ProjectedClient(StatisticsClient):
 
     protocol = "ridge.projected"
 
-    def _summarize(self, task, X, y, sample_weight, rows):
+    def summarize(self, task, X, y, sample_weight, rows):
         step = _step(task)
         if step == "count":
             return int(count_rows(X.shape[0], rows))
@@ -141,10 +141,10 @@ class ProjectedClient(StatisticsClient):
             X, y, sample_weight, centered=centered, rows=rows, check_input=False
         )
 
-    def _merge(self, first, second):
+    def merge(self, first, second):
         return first + second if isinstance(first, int) else first.merge(second)
 
-    def _finish(self, task, summary):
+    def finish(self, task, summary):
         if _step(task) == "count":
             return {"n_samples": summary}, {}
         return summary.to_payload()
@@ -184,7 +184,7 @@ class ProjectedServer(StatisticsServer):
             self.m = None if n_components == "auto" else int(n_components)
         self._done = False
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self._done:
             return {}
         if self.m is None:
@@ -198,9 +198,9 @@ class ProjectedServer(StatisticsServer):
         }
         return {site: (dict(fields), {}) for site in sites}
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         if self.m is not None:
-            return super()._read_reply(site, frame)
+            return super().read_reply(site, frame)
         n = frame.fields.get("n_samples")
         if set(frame.fields) != {"n_samples"} or frame.arrays or not (
             type(n) is int and 0 < n < 2**63
@@ -211,19 +211,19 @@ class ProjectedServer(StatisticsServer):
     def _expected_features(self, frame):
         return min(self.m, frame.schema["n_features"])
 
-    def _reply_fold(self):
-        return None if self.m is None else super()._reply_fold()  # row counts are summed
+    def reply_fold(self):
+        return None if self.m is None else super().reply_fold()  # row counts are summed
 
     # The statistics round is pooled in simulation: every site projects with
     # the same R, so their statistics add up to those of all rows projected.
     _pools_rows = True
 
-    def _pools_round(self, fields):
+    def pools_round(self, fields):
         if fields is None or fields.get("step") != "statistics":
-            return fields is None and super()._pools_round(None)
-        return super()._pools_round({"centered": fields["centered"]})
+            return fields is None and super().pools_round(None)
+        return super().pools_round({"centered": fields["centered"]})
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         if self.m is None:  # the count round: now m is known
             total = sum(replies.values())
             self.m = int(johnson_lindenstrauss_min_dim(total, eps=self.estimator.eps))

@@ -42,12 +42,12 @@ class RidgeClassifierClient(ClassesClient, StatisticsClient):
 
     protocol = "ridge.classifier"
 
-    def _replies_are_independent(self, tasks):
+    def replies_are_independent(self, tasks):
         return True  # a site's classes, then the statistics of its own rows: nothing shared
 
     def _compute_encoded(self, task, X, index, weight, classes):
         Y = indicator_targets(index, classes.shape[0])
-        return StatisticsClient._compute(self, task, X, Y, weight, None)
+        return StatisticsClient.compute(self, task, X, Y, weight, None)
 
 
 class RidgeClassifierCVClient(ClassesClient, CVClient):
@@ -57,7 +57,7 @@ class RidgeClassifierCVClient(ClassesClient, CVClient):
 
     def _compute_encoded(self, task, X, index, weight, classes):
         Y = indicator_targets(index, classes.shape[0])
-        return CVClient._compute(self, task, X, Y, weight, None)
+        return CVClient.compute(self, task, X, Y, weight, None)
 
 
 class _ClassifierRounds(ClassesServerMixin):
@@ -80,32 +80,32 @@ class _ClassifierRounds(ClassesServerMixin):
         fields, arrays = self._classes_task()
         return {
             site: ({"step": "statistics", **task_fields, **fields}, {**task_arrays, **arrays})
-            for site, (task_fields, task_arrays) in self._regression()._plan(sites).items()
+            for site, (task_fields, task_arrays) in self._regression().plan(sites).items()
         }
 
-    def _cross_check(self, replies):
-        return {} if self.classes_ is None else self._regression()._cross_check(replies)
+    def cross_check(self, replies):
+        return {} if self.classes_ is None else self._regression().cross_check(replies)
 
-    def _reply_fold(self):
-        return None if self.classes_ is None else self._regression()._reply_fold()
+    def reply_fold(self):
+        return None if self.classes_ is None else self._regression().reply_fold()
 
-    def _pools_round(self, fields):
+    def pools_round(self, fields):
         # The statistics round pools as the regression's does: every site encodes
         # its labels with the same classes, so the statistics add up. Only with
         # unit class weights (a site's weight sum is then its row count).
         if fields is None:
-            return self._regression()._pools_round(None)
+            return self._regression().pools_round(None)
         if self.classes_ is None or fields.get("step") != "statistics" or not np.all(
                 self.class_weight_ == 1.0):
             return False
         own = self._classes_task()[0].keys() | {"step"}
-        return self._regression()._pools_round({k: v for k, v in fields.items() if k not in own})
+        return self._regression().pools_round({k: v for k, v in fields.items() if k not in own})
 
     def _expected_targets(self, frame):
         return 1 if self.classes_.shape[0] <= 2 else self.classes_.shape[0]
 
     def _read_classified(self, site, frame):
-        parsed = self._regression()._read_reply(site, frame)
+        parsed = self._regression().read_reply(site, frame)
         # FederatedRidgeCV's server checks its statistics with _expected_targets itself.
         if isinstance(parsed, ClientStatistics) and (
                 parsed.n_targets != self._expected_targets(frame) or parsed.single_target):
@@ -116,7 +116,7 @@ class _ClassifierRounds(ClassesServerMixin):
         return parsed
 
     def _apply_classified(self, replies, ledger):
-        self._regression()._apply(replies, ledger)
+        self._regression().apply(replies, ledger)
         if self._next_round > self.round:
             return  # another round comes (factors, held-out sums, predictions)
         estimator = self.estimator

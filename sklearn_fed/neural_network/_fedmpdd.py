@@ -4,7 +4,7 @@ How skorch's loop maps onto the protocol
 -----------------------------------------
 ``fit`` runs the protocol's roles (:mod:`._roles`) in process:
 ``run_simulation`` asks the server for each round's tasks, every sampled site
-answers from its own rows, and the server's ``_apply`` runs **one skorch
+answers from its own rows, and the server's ``apply`` runs **one skorch
 epoch per round** whose single "batch" is the round's decoded replies:
 skorch's ``train_step`` zeroes the gradients, calls
 :meth:`FedMPDDClassifier.train_step_single` (which writes the decoded average

@@ -227,14 +227,14 @@ class FedMPDDClient(Client):
         self._local = secrets.randbits(63)  # the site's own randomness (local noise)
 
     # -------------------------------------------------------------- answers
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         return self._answers({0: task}, X, y, sample_weight, {0: rows})[0]
 
-    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+    def reply_many(self, tasks, X, y, sample_weight, rows, names):
         # The simulation's round: every site's gradient as it computes it
         # alone, then all encoded in one call (the same bytes as one by one).
         answers = self._answers(tasks, X, y, sample_weight, rows)
-        return {site: self._reply_frame(tasks[site], X, y, names, *answers[site])
+        return {site: self.reply_frame(tasks[site], X, y, names, *answers[site])
                 for site in tasks}
 
     def _answers(self, tasks, X, y, sample_weight, rows):
@@ -547,7 +547,7 @@ class FedMPDDServer(Server):
         self._seeds = {}
 
     # ---------------------------------------------------------------- plan
-    def _plan(self, sites):
+    def plan(self, sites):
         if not self.ready:
             return {site: ({"step": "describe"}, {}) for site in sites}
         estimator = self.estimator
@@ -577,7 +577,7 @@ class FedMPDDServer(Server):
         return plan
 
     # --------------------------------------------------------------- replies
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         def fail(reason):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
@@ -597,7 +597,7 @@ class FedMPDDServer(Server):
         return float(loss), message
 
     # ----------------------------------------------------------------- apply
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         if not self.ready:
             self._start(replies, ledger)
         else:

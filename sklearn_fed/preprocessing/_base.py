@@ -44,7 +44,7 @@ class TransformerClient(Client):
 
     needs_y = False
 
-    def _check_rows(self, X, y, sample_weight, schema, site):
+    def check_rows(self, X, y, sample_weight, schema, site):
         X, names = match_columns(X, schema, site=site)
         try:
             X = clone(self.estimator)._validate_rows(X, reset=True)
@@ -77,7 +77,7 @@ class OneRoundServer(Server):
     order gives the same model, bit for bit.
     """
 
-    def _plan(self, sites):
+    def plan(self, sites):
         if self.round > 0:
             return {}
         fields = self._task_fields()

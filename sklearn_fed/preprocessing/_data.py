@@ -38,7 +38,7 @@ class StandardScalerClient(TransformerClient):
 
     protocol = "preprocessing.standard_scaler"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         order = self.estimator._moments_order()
         moments = ColumnMoments.from_data(X, sample_weight, order=order, rows=rows)
         fields, arrays = moments.to_payload()
@@ -51,7 +51,7 @@ class StandardScalerServer(OneRoundServer):
 
     protocol = "preprocessing.standard_scaler"
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         sparse = _bool_field(frame, "sparse", site)
         weighted = _bool_field(frame, "weighted", site)
         if set(frame.fields) != {"order", "sparse", "weighted"}:
@@ -62,7 +62,7 @@ class StandardScalerServer(OneRoundServer):
         )
         return moments, sparse, weighted
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         estimator = self.estimator
         previous = self._previous()
         labels = sorted_labels(replies)
@@ -222,7 +222,7 @@ class MinMaxScalerClient(TransformerClient):
 
     protocol = "preprocessing.minmax_scaler"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         X, _ = self._site_rows(X, None, rows)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN, as sklearn
@@ -235,7 +235,7 @@ class MinMaxScalerServer(OneRoundServer):
 
     protocol = "preprocessing.minmax_scaler"
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         n = frame.fields.get("n_samples")
         if set(frame.fields) != {"n_samples"} or not (type(n) is int and 0 < n < 2**63):
             self._fail(site, "malformed row count.")
@@ -250,7 +250,7 @@ class MinMaxScalerServer(OneRoundServer):
             self._fail(site, "data_min exceeds data_max, or only one of them is NaN.")
         return n, low, high
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         estimator = self.estimator
         labels = sorted_labels(replies)
         with warnings.catch_warnings():

@@ -34,7 +34,7 @@ class OneHotEncoderClient(TransformerClient):
 
     protocol = "preprocessing.onehot_encoder"
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         X, _ = self._site_rows(X, None, rows)
         counts = self.estimator._needs_counts()
         columns, n_samples, _ = self.estimator._check_X(X, ensure_all_finite="allow-nan")
@@ -53,7 +53,7 @@ class OneHotEncoderServer(OneRoundServer):
 
     protocol = "preprocessing.onehot_encoder"
 
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         def fail(reason):
             self._fail(site, reason)
 
@@ -88,7 +88,7 @@ class OneHotEncoderServer(OneRoundServer):
             parsed.append((categories, frequency))
         return n, parsed
 
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         estimator = self.estimator
         labels = sorted_labels(replies)
         n_samples = sum(replies[site][0] for site in labels)

@@ -12,11 +12,11 @@ A deployment and a simulation run the same code::
     server.estimator                          # fitted
 
 Each estimator family subclasses both roles with three small hooks:
-``Server._plan`` (the tasks of the next round), ``Server._read_reply`` (parse
-and validate one reply) and ``Server._apply`` (compute the new model from the
-round's replies, then commit it); ``Client._compute`` (a site's answer).
+``Server.plan`` (the tasks of the next round), ``Server.read_reply`` (parse
+and validate one reply) and ``Server.apply`` (compute the new model from the
+round's replies, then commit it); ``Client.compute`` (a site's answer).
 A server whose model needs the replies only through one reduction may also
-fold them as it reads them (``Server._reply_fold``), holding one at a time.
+fold them as it reads them (``Server.reply_fold``), holding one at a time.
 """
 
 import operator
@@ -170,19 +170,19 @@ class Client(ABC):
 
     def _answer(self, task, X, y, sample_weight):
         """The reply frame to a decoded task, after checking the task and the rows."""
-        self._check_task(task)
+        self.check_task(task)
         try:
             schema = FeatureSchema.from_json(task.schema)
         except ValueError as exc:
             raise InvalidClientMessage(f"server: {exc}", "server") from exc
         if self.needs_y and y is None:
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
-        X, y, sample_weight, names = self._check_rows(X, y, sample_weight, schema, task.site)
+        X, y, sample_weight, names = self.check_rows(X, y, sample_weight, schema, task.site)
         if self.policy is not None:
             self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
-        return self._reply(task, X, y, sample_weight, None, names)
+        return self.reply(task, X, y, sample_weight, None, names)
 
-    def _check_rows(self, X, y, sample_weight, schema, site):
+    def check_rows(self, X, y, sample_weight, schema, site):
         """Validate this site's rows against the task's schema, before anything is computed.
 
         Numeric, finite rows by default (:func:`check_site_data`); roles of
@@ -195,7 +195,7 @@ class Client(ABC):
             ensure_min_samples=0 if self.accepts_no_rows else 1,
         )
 
-    def _check_task(self, task):
+    def check_task(self, task):
         if task.kind != f"{self.protocol}/task":
             raise InvalidClientMessage(
                 f"server: expected a {self.protocol!r} task, got {task.kind!r}.", "server"
@@ -205,26 +205,26 @@ class Client(ABC):
                 f"site {self.site!r} received a task addressed to site {task.site!r}.", self.site
             )
 
-    def _reply(self, task, X, y, sample_weight, rows, names):
+    def reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
-        fields, arrays = self._compute(task, X, y, sample_weight, rows)
-        return self._reply_frame(task, X, y, names, fields, arrays)
+        fields, arrays = self.compute(task, X, y, sample_weight, rows)
+        return self.reply_frame(task, X, y, names, fields, arrays)
 
-    def _reply_many(self, tasks, X, y, sample_weight, rows, names):
+    def reply_many(self, tasks, X, y, sample_weight, rows, names):
         """Replies of many simulated sites that share one ``X``: ``{site: frame}``.
 
         ``rows[site]`` selects each site's rows. The simulation calls this
         once per round; a family may override it to compute its sites
         together (one batched product for many sites) provided every frame
-        is exactly the one :meth:`_reply` would build for that site alone.
+        is exactly the one :meth:`reply` would build for that site alone.
         """
         from ._simulate import blas_libraries, site_threads  # (it imports this module)
 
         def reply(site):
-            return self._reply(tasks[site], X, y, sample_weight, rows[site], names)
+            return self.reply(tasks[site], X, y, sample_weight, rows[site], names)
 
         sites = list(tasks)
-        workers = self._site_workers(tasks, X, rows)
+        workers = self.site_workers(tasks, X, rows)
         if workers > 1:
             # As real sites do, they compute at once: each on one BLAS thread,
             # as many at a time as BLAS had threads (GIL released in BLAS and numpy).
@@ -232,10 +232,10 @@ class Client(ABC):
                 return dict(zip(sites, pool.map(reply, sites)))
         return {site: reply(site) for site in sites}
 
-    def _site_workers(self, tasks, X, rows):
+    def site_workers(self, tasks, X, rows):
         """How many of these simulated sites may compute their replies at once (1: in turn).
 
-        As many as BLAS has threads, when :meth:`_replies_are_independent`
+        As many as BLAS has threads, when :meth:`replies_are_independent`
         and the sites hold enough values (rows x features) for threads to pay.
         """
         from ._simulate import (  # (it imports this module)
@@ -244,15 +244,15 @@ class Client(ABC):
         )
 
         workers = min(len(tasks), blas_threads())
-        if workers > 1 and self._replies_are_independent(tasks) and (
+        if workers > 1 and self.replies_are_independent(tasks) and (
             sum(count_rows(X.shape[0], rows[site]) for site in tasks) * X.shape[1]
             >= workers * MIN_VALUES_PER_THREAD  # else threads cost more than they save
         ):
             return workers
         return 1
 
-    def _replies_are_independent(self, tasks):
-        """Whether :meth:`_reply_many` may compute these sites' replies on parallel threads.
+    def replies_are_independent(self, tasks):
+        """Whether :meth:`reply_many` may compute these sites' replies on parallel threads.
 
         True only for a role whose reply to a site reads nothing but its task
         and rows and changes no state another site's reply reads (a pure
@@ -260,7 +260,7 @@ class Client(ABC):
         """
         return False
 
-    def _reply_frame(self, task, X, y, names, fields, arrays):
+    def reply_frame(self, task, X, y, names, fields, arrays):
         """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
         return Frame(
             kind=f"{self.protocol}/reply",
@@ -275,11 +275,11 @@ class Client(ABC):
         )
 
     @abstractmethod
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         """A site's answer: ``(fields, arrays)`` from its rows ``X[rows]``."""
 
-    def _fields_of_rows(self, fields, n_rows):
-        """For a pooled round (see :meth:`Server._pools_round`): the fields of the reply
+    def fields_of_rows(self, fields, n_rows):
+        """For a pooled round (see :meth:`Server.pools_round`): the fields of the reply
         of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``;
         None (the default) when this role cannot tell, and the round runs site by site."""
         return None
@@ -288,38 +288,38 @@ class Client(ABC):
 class BlockwiseClient(Client):
     """A site whose answer is a reduction over its rows, so it can come in blocks.
 
-    ``_compute`` is ``_finish`` of the ``_merge`` of the ``_summarize`` of
+    ``compute`` is ``finish`` of the ``merge`` of the ``summarize`` of
     the site's rows; a site whose rows are split in blocks (Dask partitions,
     see :mod:`sklearn_fed.dask`) summarizes each block where it is stored,
     merges the summaries in row order and finishes once, without gathering
-    its rows. A subclass that overrides ``_compute`` itself is not treated
+    its rows. A subclass that overrides ``compute`` itself is not treated
     blockwise.
     """
 
-    def _compute(self, task, X, y, sample_weight, rows):
-        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
+    def compute(self, task, X, y, sample_weight, rows):
+        return self.finish(task, self.summarize(task, X, y, sample_weight, rows))
 
     @classmethod
-    def _answers_from_blocks(cls):
-        """Whether this role's reply is ``_finish`` of its merged ``_summarize`` (``_compute``
+    def answers_from_blocks(cls):
+        """Whether this role's reply is ``finish`` of its merged ``summarize`` (``compute``
         is not replaced), so its rows may be summarized in blocks."""
-        owner = next(base for base in cls.__mro__ if "_compute" in base.__dict__)
+        owner = next(base for base in cls.__mro__ if "compute" in base.__dict__)
         return owner is BlockwiseClient
 
-    def _reads_rows(self, task):
+    def reads_rows(self, task):
         """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
         return True
 
     @abstractmethod
-    def _summarize(self, task, X, y, sample_weight, rows):
+    def summarize(self, task, X, y, sample_weight, rows):
         """A summary of the site's rows ``X[rows]`` (one block of them)."""
 
     @abstractmethod
-    def _merge(self, first, second):
+    def merge(self, first, second):
         """The summary of two disjoint blocks of rows, ``first`` before ``second``."""
 
     @abstractmethod
-    def _finish(self, task, summary):
+    def finish(self, task, summary):
         """The site's answer ``(fields, arrays)`` from the summary of all its rows."""
 
 
@@ -409,8 +409,8 @@ class Server(ABC):
             The server picks who takes part (all of them, unless the
             protocol samples clients).
         """
-        frames = self._next_frames(sites)
-        return {site: encode(frame, key=self._key(site)) for site, frame in frames.items()}
+        frames = self.open_round(sites)
+        return {site: encode(frame, key=self.key_of(site)) for site, frame in frames.items()}
 
     def receive(self, replies):
         """Validate every reply of the open round, then apply them all at once.
@@ -434,11 +434,11 @@ class Server(ABC):
 
         def frame_of(site):
             return decode(
-                replies[site], key=self._key(site), client=site, max_bytes=self.max_message_bytes
+                replies[site], key=self.key_of(site), client=site, max_bytes=self.max_message_bytes
             )
 
-        if self._reply_fold() is not None:  # each decoded when read, so one is unpacked at a time
-            self._receive_frames(FramesOnDemand(replies, frame_of), sizes)
+        if self.reply_fold() is not None:  # each decoded when read, so one is unpacked at a time
+            self.receive_frames(FramesOnDemand(replies, frame_of), sizes)
             return
         frames, failures = {}, {}
         for site in replies:
@@ -446,30 +446,30 @@ class Server(ABC):
                 frames[site] = frame_of(site)
             except InvalidClientMessage as exc:
                 failures[site] = exc
-        self._receive_frames(frames, sizes, failures)
+        self.receive_frames(frames, sizes, failures)
 
     # ------------------------------------------------------------ internals
-    def _key(self, site):
+    def key_of(self, site):
         return self.keys.get(label_key(site))
 
-    def _next_frames(self, sites):
-        plan = self._next_plan(sites)
+    def open_round(self, sites):
+        plan = self.next_plan(sites)
         frames = {
-            site: self._task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
+            site: self.task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
         }
         if frames:
             self._open = dict(zip(label_keys(frames), frames))  # label key -> site
             self._task_bytes = {site: frame.nbytes for site, frame in frames.items()}
         return frames
 
-    def _next_plan(self, sites):
-        """``_plan`` of the next round, ``{}`` (and finished) when there is none."""
+    def next_plan(self, sites):
+        """``plan`` of the next round, ``{}`` (and finished) when there is none."""
         if self.max_rounds is not None and self.rounds_applied >= self.max_rounds:
             self.finished = True
         if self.finished:
             return {}
         sites = list(sites)
-        plan = self._plan(sites)
+        plan = self.plan(sites)
         if not plan:
             self.finished = True
             self._open = None
@@ -479,7 +479,7 @@ class Server(ABC):
             raise ValueError("sites must be distinct labels.")
         return plan
 
-    def _task_frame(self, site, fields, arrays):
+    def task_frame(self, site, fields, arrays):
         return Frame(
             kind=f"{self.protocol}/task",
             federation=self.federation,
@@ -516,40 +516,40 @@ class Server(ABC):
         if expected.feature_names is not None and schema.get("names") != expected.names_digest:
             fail("its features are not the federation's features (names or order differ).")
 
-    def _receive_frames(self, frames, sizes, failures=None):
+    def receive_frames(self, frames, sizes, failures=None):
         if self._open is None:
             raise RuntimeError("no round is open: call next_tasks() before receive().")
-        parsed, failures = self._parse_round(frames, failures)
+        parsed, failures = self.check_round(frames, failures)
         if failures and self.on_invalid == "raise":
             raise next(iter(failures.values()))
         if not parsed:
             raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
-        self._commit_round(frames, parsed, sizes, failures)
+        self.commit_round(frames, parsed, sizes, failures)
 
-    def _parse_round(self, frames, failures=None):
+    def check_round(self, frames, failures=None):
         """Check and parse every reply of the open round; returns ``(parsed, failures)``.
 
         Nothing is applied: a composite protocol parses all its parts'
-        replies before it commits any (see :meth:`_commit_round`).
+        replies before it commits any (see :meth:`commit_round`).
         """
         failures = dict(failures or {})
-        fold = self._reply_fold()
+        fold = self.reply_fold()
         if fold is not None:
             return self._fold_round(frames, failures, fold), failures
         parsed = {}
         for site, frame in frames.items():
             try:
                 self._check_header(site, frame)
-                parsed[site] = self._read_reply(site, frame)
+                parsed[site] = self.read_reply(site, frame)
             except InvalidClientMessage as exc:
                 failures[site] = exc
         self._check_agreement(frames, parsed, failures)
-        for site, exc in self._cross_check(parsed).items():
+        for site, exc in self.cross_check(parsed).items():
             failures[site] = exc
             del parsed[site]
         return parsed, failures
 
-    def _commit_round(self, frames, parsed, sizes, failures):
+    def commit_round(self, frames, parsed, sizes, failures):
         """Apply a parsed round: the new model, the ledger, then the next round id."""
         ledger = self._ledger.copy() if self._ledger is not None else CommunicationLedger()
         if isinstance(parsed, FoldedReplies):  # its frames were read once, not kept
@@ -569,7 +569,7 @@ class Server(ABC):
         schema = self.schema
         self.schema = self._pinned_schema(schemas[next(iter(parsed))])
         try:
-            self._apply(parsed, ledger)
+            self.apply(parsed, ledger)
         except BaseException:
             self.schema = schema
             raise
@@ -592,7 +592,7 @@ class Server(ABC):
                 del parsed[site]
 
     def _fold_round(self, frames, failures, fold):
-        """:meth:`_parse_round` of a server that folds replies (see :meth:`_reply_fold`).
+        """:meth:`check_round` of a server that folds replies (see :meth:`reply_fold`).
 
         Replies are read in label order, each validated, checked against the
         first valid one (as :meth:`_check_agreement` does) and folded before
@@ -618,7 +618,7 @@ class Server(ABC):
         frame = frames[site]  # decoded or computed now, when frames are on demand
         frame_bytes[site] = frame.nbytes
         self._check_header(site, frame)
-        parsed = self._read_reply(site, frame)
+        parsed = self.read_reply(site, frame)
         shape = _described(frame.schema)
         if reference is not None and shape != reference[1]:
             raise _disagreement(site, shape, reference)
@@ -630,37 +630,37 @@ class Server(ABC):
         return FeatureSchema(schema["n_features"], schema.get("feature_names"))
 
     # ------------------------------------------------------------ hooks
-    def _reply_fold(self):
+    def reply_fold(self):
         """A fresh fold of this round's replies, or None (default) to keep every parsed reply.
 
-        A family whose :meth:`_apply` uses a round's replies only through one
+        A family whose :meth:`apply` uses a round's replies only through one
         reduction in label order (a sum, an exact merge) may return an object
         whose ``add(parsed)`` folds the next valid reply. The server then
         reads, validates and folds the replies one at a time (the simulation
         computes each site's reply only when the server reads it) and hands
-        :meth:`_apply` a :class:`FoldedReplies`: the fold as ``.fold``, each
+        :meth:`apply` a :class:`FoldedReplies`: the fold as ``.fold``, each
         reply parsed again only if it is looked up (e.g. to name a culprit
         after the reduction fails a check). Memory then holds the fold and
-        one reply, not all of them. No fold where :meth:`_cross_check`
+        one reply, not all of them. No fold where :meth:`cross_check`
         needs every reply at once.
         """
         return None
 
-    def _pools_round(self, fields):
+    def pools_round(self, fields):
         """Whether a round whose tasks all carry ``fields`` (and no arrays) may be pooled.
 
         Pooled (see :func:`~sklearn_fed.protocol.run_simulation`): the
         simulation computes one reply from every site's rows together and
-        hands it to :meth:`_pooled_fold` instead of one reply per site. Only
+        hands it to :meth:`pooled_fold` instead of one reply per site. Only
         for a round whose result is provably the fold of the pooled rows'
         reply. ``fields=None`` asks before planning whether this server may
-        pool at all; its :meth:`_plan` must then have no side effects.
+        pool at all; its :meth:`plan` must then have no side effects.
         Default: never.
         """
         return False
 
-    def _pooled_fold(self, site, reply, fewest_rows):
-        """The fold of a pooled round (see :meth:`_pools_round`) from the pooled ``reply``.
+    def pooled_fold(self, site, reply, fewest_rows):
+        """The fold of a pooled round (see :meth:`pools_round`) from the pooled ``reply``.
 
         Validates ``reply`` as a reply of ``site`` (raises
         :class:`InvalidClientMessage`) and returns the fold, or None when a
@@ -671,7 +671,7 @@ class Server(ABC):
         """
         return None
 
-    def _cross_check(self, replies):
+    def cross_check(self, replies):
         """Checks that need every reply of the round (e.g. duplicates, outliers).
 
         Returns ``{site: InvalidClientMessage}`` for the replies to refuse
@@ -680,15 +680,15 @@ class Server(ABC):
         return {}
 
     @abstractmethod
-    def _plan(self, sites):
+    def plan(self, sites):
         """``{site: (fields, arrays)}`` of the next round's tasks, or ``{}`` when done."""
 
     @abstractmethod
-    def _read_reply(self, site, frame):
+    def read_reply(self, site, frame):
         """Parse and validate one reply; raise :class:`InvalidClientMessage`."""
 
     @abstractmethod
-    def _apply(self, replies, ledger):
+    def apply(self, replies, ledger):
         """Compute the new model from ``{site: parsed}``, then commit it and ``ledger``."""
 
 
@@ -707,7 +707,7 @@ def _disagreement(site, shape, reference):
 
 
 class FoldedReplies(Mapping):
-    """The valid replies of a round that a server folded as it read them (see ``_reply_fold``).
+    """The valid replies of a round that a server folded as it read them (see ``reply_fold``).
 
     ``fold`` holds their reduction. Looking a site up parses its frame
     again (read from the round's frames, which the simulation recomputes),
@@ -728,7 +728,7 @@ class FoldedReplies(Mapping):
     def __getitem__(self, site):
         if site not in self.schemas:
             raise KeyError(site)
-        return self._server._read_reply(site, self._frames[site])
+        return self._server.read_reply(site, self._frames[site])
 
     def __iter__(self):
         return iter(self.schemas)
@@ -742,7 +742,7 @@ class FramesOnDemand(Mapping):
 
     ``frame_of(site)`` makes one: the simulation computes the site's reply,
     :meth:`Server.receive` decodes its bytes. A server that folds replies
-    (see :meth:`Server._reply_fold`) then holds one at a time, or, with
+    (see :meth:`Server.reply_fold`) then holds one at a time, or, with
     ``ahead=(pool, workers, order, on_last)``, the ``workers`` that ``pool``
     makes ahead of the reader, who reads them in ``order``; ``on_last()``
     runs once the last site of ``order`` has been read.

@@ -1,18 +1,18 @@
 """``fit(X, y, clients=...)``: the protocol run in one process.
 
 :func:`run_simulation` drives exactly the roles a deployment uses
-(:meth:`Server._plan`, :meth:`Client._compute`, :meth:`Server._read_reply`,
-:meth:`Server._apply`) on every site's rows of one ``X``. By default the
+(:meth:`Server.plan`, :meth:`Client.compute`, :meth:`Server.read_reply`,
+:meth:`Server.apply`) on every site's rows of one ``X``. By default the
 frames are handed over as objects (their sizes, counted in the ledger, are
 computed exactly without serializing); inside :func:`simulate_through_bytes`
 every task and reply is encoded to bytes and decoded again, as on a network.
 Both paths carry the same float64 values, so they give identical models.
-For a server that folds replies as it reads them (:meth:`Server._reply_fold`),
+For a server that folds replies as it reads them (:meth:`Server.reply_fold`),
 each site's reply is computed only when the server reads it, so a round
 never holds every site's reply at once.
 
 A round whose result is provably a reduction of the pooled rows (a server
-that opts in with :meth:`Server._pools_round`: one-shot statistics are
+that opts in with :meth:`Server.pools_round`: one-shot statistics are
 additive, Theorem 2 of the one-shot paper) is **pooled** outside
 :func:`simulate_through_bytes`: one reply is computed from every site's rows
 together and folded, and each site's task and reply sizes are counted
@@ -133,7 +133,7 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
         # Each round pooled when it can be (see pool_round), else site by site.
         while pools and pool_round(server, clients, X, y, sample_weight, labels, rows, names):
             continue
-        return server._next_frames(labels)
+        return server.open_round(labels)
 
     tasks = next_tasks()
     if not tasks:
@@ -147,33 +147,33 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
         tasks = {site: deliver_task(server, role(site), site, task) for site, task in tasks.items()}
         site_rows = {site: rows[position[label_key(site)]] for site in tasks}
         sizes = {}
-        if server._reply_fold() is not None:
+        if server.reply_fold() is not None:
             # The server folds each reply as soon as it reads it: compute it
             # then, so a round holds one site's reply at a time, not all.
             def reply_of(site, tasks=tasks, site_rows=site_rows, sizes=sizes):
-                reply = role(site)._reply(tasks[site], X, y, sample_weight, site_rows[site], names)
+                reply = role(site).reply(tasks[site], X, y, sample_weight, site_rows[site], names)
                 return deliver_reply(server, role(site), site, reply, sizes)
 
-            workers = 1 if per_site else clients._site_workers(tasks, X, site_rows)
+            workers = 1 if per_site else clients.site_workers(tasks, X, site_rows)
             if workers > 1:  # or a few at once, each on one BLAS thread (see _reply_many)
                 with _sites_ahead(tasks, reply_of, workers) as replies:
-                    server._receive_frames(replies, sizes)
+                    server.receive_frames(replies, sizes)
                 tasks = next_tasks()
                 continue
             replies = FramesOnDemand(tasks, reply_of)
         else:
             if per_site:
                 replies = {
-                    site: clients[site]._reply(task, X, y, sample_weight, site_rows[site], names)
+                    site: clients[site].reply(task, X, y, sample_weight, site_rows[site], names)
                     for site, task in tasks.items()
                 }
             else:  # one role for every site: it may compute them together
-                replies = clients._reply_many(tasks, X, y, sample_weight, site_rows, names)
+                replies = clients.reply_many(tasks, X, y, sample_weight, site_rows, names)
             replies = {
                 site: deliver_reply(server, role(site), site, reply, sizes)
                 for site, reply in replies.items()
             }
-        server._receive_frames(replies, sizes)
+        server.receive_frames(replies, sizes)
         tasks = next_tasks()
     return server
 
@@ -277,7 +277,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     if not (isinstance(X, np.ndarray) and sample_weight is None and client.key is None
             and client.policy is None and not server.keys and len(labels) > 1):
         return False
-    plan = server._next_plan(labels) if server._pools_round(None) else {}
+    plan = server.next_plan(labels) if server.pools_round(None) else {}
     if not plan:
         return False
     first = labels[0]
@@ -288,12 +288,12 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
         return entry[0] == fields and entry[1].keys() == arrays.keys() and all(
             entry[1][name] is value for name, value in arrays.items())
 
-    if not server._pools_round(fields) or (
+    if not server.pools_round(fields) or (
         not all(map(operator.is_, plan.values(), itertools.repeat(same)))  # one task for all
         and not all(map(same_task, plan.values()))
     ):
         return False
-    task = server._task_frame(first, fields, arrays)
+    task = server.task_frame(first, fields, arrays)
     counts = getattr(rows, "counts", None)  # group_rows_by_client's: no row index made
     if counts is None:
         whole = range(X.shape[0])
@@ -302,7 +302,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     try:
         # The reply of one site holding every row (the fold of all replies).
         reply = pooled_reply(client, task, X, y, names)
-        fold = server._pooled_fold(first, reply, int(counts.min()))
+        fold = server.pooled_fold(first, reply, int(counts.min()))
     except (InvalidClientMessage, ValueError, ArithmeticError):
         return False
     if fold is None:
@@ -313,7 +313,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
         distinct, which = counts[:1], 0
     else:
         distinct, which = np.unique(counts, return_inverse=True)
-    own_fields = [client._fields_of_rows(reply.fields, int(n)) for n in distinct]
+    own_fields = [client.fields_of_rows(reply.fields, int(n)) for n in distinct]
     if any(own is None for own in own_fields):
         return False
     fields_lengths = np.array([json_length(own) for own in own_fields])[which]
@@ -327,7 +327,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     folded = FoldedReplies(server, _PooledFrames(labels), dict.fromkeys(labels, reply.schema),
                            dict(zip(labels, uplink.tolist())), fold)
     try:
-        server._commit_round(None, folded, {}, {})
+        server.commit_round(None, folded, {}, {})
     except PoolingDeclined:
         server._open = None
         return False
@@ -361,14 +361,14 @@ def pooled_reply(client, task, X, y, names):
     n, p = X.shape[0], X.shape[1] + n_targets
     n_parts = int(min(_POOLED_PARTS, n // MIN_ROWS_PER_THREAD,
                       X.nbytes // (20 * 8 * p * p)))
-    blockwise = isinstance(client, BlockwiseClient) and type(client)._answers_from_blocks()
-    if n_parts < 2 or not blockwise or not client._reads_rows(task):
-        return client._reply(task, X, y, None, None, names)
+    blockwise = isinstance(client, BlockwiseClient) and type(client).answers_from_blocks()
+    if n_parts < 2 or not blockwise or not client.reads_rows(task):
+        return client.reply(task, X, y, None, None, names)
     edges = np.linspace(0, n, n_parts + 1).astype(int).tolist()
     parts = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
 
     def summarize(rows):
-        return client._summarize(task, X, y, None, rows)
+        return client.summarize(task, X, y, None, rows)
 
     workers = min(n_parts, blas_threads())
     if workers > 1:
@@ -376,8 +376,8 @@ def pooled_reply(client, task, X, y, names):
             summaries = list(pool.map(summarize, parts))
     else:
         summaries = [summarize(rows) for rows in parts]
-    fields, arrays = client._finish(task, functools.reduce(client._merge, summaries))
-    return client._reply_frame(task, X, y, names, fields, arrays)
+    fields, arrays = client.finish(task, functools.reduce(client.merge, summaries))
+    return client.reply_frame(task, X, y, names, fields, arrays)
 
 
 @functools.lru_cache(maxsize=1)
@@ -397,8 +397,8 @@ def deliver_task(server, client, site, task):
     """A task frame as the site receives it: through bytes inside :func:`simulate_through_bytes`."""
     if not through_bytes():
         return task
-    task = decode(encode(task, key=server._key(site)), key=client.key, client="server")
-    client._check_task(task)
+    task = decode(encode(task, key=server.key_of(site)), key=client.key, client="server")
+    client.check_task(task)
     return task
 
 
@@ -408,7 +408,7 @@ def deliver_reply(server, client, site, reply, sizes):
         return reply
     data = encode(reply, key=client.key)
     sizes[site] = len(data)
-    return decode(data, key=server._key(site), client=site, max_bytes=server.max_message_bytes)
+    return decode(data, key=server.key_of(site), client=site, max_bytes=server.max_message_bytes)
 
 
 def atomic(method):

@@ -179,7 +179,7 @@ def check_fit_equals_protocol_run(estimator):
     """``fit`` is an in-process run of the roles: same model, predictions and bytes.
 
     Bit for bit; a server that pools a round in simulation (see
-    :meth:`~sklearn_fed.protocol.Server._pools_round`) gives the model to
+    :meth:`~sklearn_fed.protocol.Server.pools_round`) gives the model to
     round-off and the same bytes, and bit for bit inside
     :func:`~sklearn_fed.protocol.simulate_through_bytes`, which never pools.
     """
@@ -188,7 +188,7 @@ def check_fit_equals_protocol_run(estimator):
         clone(estimator), X, y, clients, max_rounds=_rounds_of(estimator)
     )
     by_hand = server.estimator
-    pools = clone(estimator).make_server()._pools_round(None)
+    pools = clone(estimator).make_server().pools_round(None)
     with simulate_through_bytes(pools):
         fitted = clone(estimator).fit(X, y, clients=clients)
     np.testing.assert_equal(_model_state(fitted), _model_state(by_hand))

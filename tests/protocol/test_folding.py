@@ -1,4 +1,4 @@
-"""Servers that fold replies as they read them (``Server._reply_fold``): memory and guarantees."""
+"""Servers that fold replies as they read them (``Server.reply_fold``): memory and guarantees."""
 
 import pickle
 
@@ -128,22 +128,22 @@ def test_robust_aggregation_keeps_every_reply():
     from sklearn_fed.linear_model import RobustAggregation
 
     server = FederatedRidge().make_server(robust=RobustAggregation())
-    assert server._reply_fold() is None
-    assert FederatedRidge().make_server()._reply_fold() is not None
+    assert server.reply_fold() is None
+    assert FederatedRidge().make_server().reply_fold() is not None
 
 
 def test_folded_replies_parse_a_site_again_only_when_looked_up():
     X, y, clients = _data()
     server, replies = _round(FederatedRidge(), X, y, clients)
     reads = []
-    read_reply = server._read_reply
+    read_reply = server.read_reply
 
     def counting(site, frame):
         reads.append(site)
         return read_reply(site, frame)
 
-    server._read_reply = counting
-    parsed, failures = server._parse_round({s: decode(r) for s, r in replies.items()})
+    server.read_reply = counting
+    parsed, failures = server.check_round({s: decode(r) for s, r in replies.items()})
     assert isinstance(parsed, FoldedReplies) and not failures
     assert reads == list(range(N_SITES)) and len(parsed) == N_SITES
     assert parsed[5].n_samples == ROWS and reads[-1] == 5
@@ -239,7 +239,7 @@ def test_classifier_sites_on_threads_give_the_same_model(sites_on_threads):
     clients = rng.integers(0, 5, size=600)
     models = {}
     for workers in (1, 3):
-        threads = sites_on_threads(RidgeClassifierClient, workers, "_compute")
+        threads = sites_on_threads(RidgeClassifierClient, workers, "compute")
         models[workers] = FederatedRidgeClassifier().fit(X, y, w, clients=clients)
         assert (threading.get_ident() in threads) == (workers == 1)
     np.testing.assert_array_equal(models[1].coef_, models[3].coef_)

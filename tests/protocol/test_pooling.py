@@ -1,4 +1,4 @@
-"""A pooled round (``Server._pools_round``) is the per-site protocol run, but cheaper.
+"""A pooled round (``Server.pools_round``) is the per-site protocol run, but cheaper.
 
 ``fit(X, y, clients=c)`` of FederatedRidge computes one reply from all rows
 and counts each site's task and reply sizes in closed form. Compared here to
@@ -27,13 +27,13 @@ def _problem(n=300, d=5, offset=10.0, n_targets=1, seed=0):
 def _counting_replies(monkeypatch):
     """Count the replies sites compute (one for a pooled round)."""
     calls = []
-    reply = StatisticsClient._reply
+    reply = StatisticsClient.reply
 
     def counted(self, task, X, y, sample_weight, rows, names):
         calls.append(rows)
         return reply(self, task, X, y, sample_weight, rows, names)
 
-    monkeypatch.setattr(StatisticsClient, "_reply", counted)
+    monkeypatch.setattr(StatisticsClient, "reply", counted)
     return calls
 
 
@@ -167,8 +167,8 @@ def test_a_large_pooled_reply_is_computed_in_parts_whatever_the_threads(monkeypa
     X, y = _problem(n=70_000, d=4)
     clients = np.arange(len(X)) % 50
     parts = []
-    summarize = StatisticsClient._summarize
-    monkeypatch.setattr(StatisticsClient, "_summarize", lambda self, task, X, y, w, rows: (
+    summarize = StatisticsClient.summarize
+    monkeypatch.setattr(StatisticsClient, "summarize", lambda self, task, X, y, w, rows: (
         parts.append(rows) or summarize(self, task, X, y, w, rows)))
     with threadpool_limits(1):
         one = FederatedRidge().fit(X, y, clients=clients)
@@ -212,9 +212,9 @@ def test_class_weights_are_not_pooled(monkeypatch):
 class _WholeRowsClient(StatisticsClient):
     """Answers from all its rows at once: it replaces _compute, so it is not blockwise."""
 
-    def _compute(self, task, X, y, sample_weight, rows):
+    def compute(self, task, X, y, sample_weight, rows):
         self.computed = getattr(self, "computed", []) + [rows]
-        return self._finish(task, self._summarize(task, X, y, sample_weight, rows))
+        return self.finish(task, self.summarize(task, X, y, sample_weight, rows))
 
 
 def test_a_role_that_replaces_compute_is_pooled_whole_not_in_parts():
