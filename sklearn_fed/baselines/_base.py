@@ -619,7 +619,7 @@ class SGDServer(Server):
         estimator = self.estimator
         coef = state["coef"]
         d = self.schema.n_features
-        dtype = np.float32 if self._dtype == "float32" else np.float64
+        dtype = self.round_dtype.type
         if self._augment:
             weights, intercept = coef[:d], coef[d]
         elif self._centered:

@@ -50,7 +50,7 @@ class PCAServer(OneRoundServer):
         estimator = self.estimator
         aggregate = self._merged(replies)
         check_aggregate(aggregate, replies)
-        dtype = np.float32 if self._dtype == "float32" else np.float64
+        dtype = self.round_dtype.type
         fitted = estimator._fitted_from(aggregate, dtype)
         # commit
         for name, value in fitted.items():

@@ -532,7 +532,7 @@ class StatisticsServer(Server):
         return merged, owned
 
     def _dtype_of_round(self):
-        return np.float32 if self._dtype == "float32" else np.float64
+        return self.round_dtype.type
 
 
 class MessagesOnDemand(Mapping):

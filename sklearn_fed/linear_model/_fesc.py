@@ -264,7 +264,7 @@ class FESCServer(Server):
         n_features = coefs.shape[-1]
         n_targets = 1 if coefs.ndim == 2 else coefs.shape[1]
         ledger.n_parameters = estimator._n_parameters(n_features, n_targets)
-        dtype = np.float32 if self._dtype == "float32" else np.float64
+        dtype = self.round_dtype.type
         # commit: nothing above touched the estimator
         estimator.alpha_ = self.alpha
         estimator._centered = bool(estimator.fit_intercept)

@@ -890,7 +890,7 @@ class IncrementalServer(Server):
         estimator._commit(new_state, self.schema, ledger)
 
     def _dtype_of_round(self):
-        return np.float32 if self._dtype == "float32" else np.float64
+        return self.round_dtype.type
 
 
 _THREAD = threading.local()

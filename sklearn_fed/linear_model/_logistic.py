@@ -551,7 +551,7 @@ class FederatedLogisticRegression(FederatedMixin, LinearClassifierMixin, BaseEst
                 f"contains only one class: {server.classes_[0]!r}."
             )
         d = coef.shape[1] - 1
-        dtype = np.float32 if server._dtype == "float32" else np.float64
+        dtype = server.round_dtype.type
         weights = coef[:, :d]
         intercept = coef[:, d] - weights @ server.center if self.fit_intercept else (
             np.zeros(coef.shape[0]))

@@ -663,8 +663,7 @@ class PrivateServer(Server):
         estimator.clients_ = labels
         estimator.n_clients_ = len(labels)
         estimator._set_schema(schema, d)
-        estimator._set_coef(summary, coef, np.float32 if self._dtype == "float32"
-                            else np.float64)
+        estimator._set_coef(summary, coef, self.round_dtype.type)
         self._done = True
 
 

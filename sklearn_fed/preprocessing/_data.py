@@ -72,7 +72,7 @@ class StandardScalerServer(OneRoundServer):
         weighted = any(replies[site][2] for site in labels)
         if previous is not None:
             weighted = weighted or estimator._weighted
-        attributes = estimator._attributes_from(moments, sparse, weighted, self._dtype)
+        attributes = estimator._attributes_from(moments, sparse, weighted, self.round_dtype.type)
         # commit: nothing above touched the estimator
         estimator._aggregate = moments
         estimator._weighted = weighted
@@ -148,7 +148,6 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
 
     def _attributes_from(self, moments, sparse, weighted, dtype):
         """StandardScaler's fitted attributes for merged moments, with its dtype conventions."""
-        dtype = np.float32 if dtype == "float32" else np.float64
         if self._moments_order() == 0:
             # StandardScaler then counts non-missing values (weights only when sparse)
             seen = moments.weight_sum if sparse and weighted else moments.n_samples
@@ -258,7 +257,7 @@ class MinMaxScalerServer(OneRoundServer):
             low = np.nanmin([replies[site][1] for site in labels], axis=0)
             high = np.nanmax([replies[site][2] for site in labels], axis=0)
         n = sum(replies[site][0] for site in labels)
-        dtype = np.float32 if self._dtype == "float32" else np.float64
+        dtype = self.round_dtype.type
         low, high = low.astype(dtype), high.astype(dtype)
         if self.warm_start and hasattr(estimator, "data_min_"):
             # as MinMaxScaler.partial_fit combines batches (NaN-propagating)

@@ -25,10 +25,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from numbers import Real
 
+import numpy as np
+
 from .._clients import count_rows
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
-from ._schema import FeatureSchema, check_site_data, reply_schema
+from ._schema import FeatureSchema, _names_digest, check_site_data, reply_schema
 from ._wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Frame,
@@ -352,6 +354,11 @@ class Server(ABC):
     max_rounds : int, default=None
         Finish after this many applied rounds of this server (``fit`` of a
         streaming protocol runs one); ``None``: when the protocol is done.
+    n_targets : int, default=None
+        Number of targets every reply must describe (supervised protocols).
+        Declared, a reply with another count is refused naming its site;
+        ``None``: the round's replies must agree among themselves, and a
+        disagreement refuses the round without naming any site.
 
     Attributes
     ----------
@@ -364,6 +371,9 @@ class Server(ABC):
         Rounds this server has applied.
     dropped_ : dict
         Site -> reason, for replies dropped under ``on_invalid="drop"``.
+    round_dtype : numpy.dtype
+        Precision of the last applied round: float32 when every reply came
+        from float32 rows, else float64 (the model's attributes follow it).
     """
 
     protocol = None
@@ -371,6 +381,7 @@ class Server(ABC):
     def __init__(
         self, estimator, *, keys=None, on_invalid="raise", feature_names=None, n_features=None,
         warm_start=False, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, max_rounds=None,
+        n_targets=None,
     ):
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop'; got {on_invalid!r}.")
@@ -381,6 +392,9 @@ class Server(ABC):
             self.schema = FeatureSchema.of(estimator)  # continue with the fitted features
         else:
             self.schema = FeatureSchema(n_features, feature_names)
+        if n_targets is not None and not (isinstance(n_targets, int) and n_targets > 0):
+            raise ValueError(f"n_targets must be a positive int or None; got {n_targets!r}.")
+        self.n_targets = n_targets
         self.warm_start = warm_start
         self.max_message_bytes = int(max_message_bytes)
         self.max_rounds = max_rounds
@@ -391,7 +405,7 @@ class Server(ABC):
         self.dropped_ = {}
         self._open = None  # the open round: label key -> site
         self._task_bytes = None  # its tasks' sizes: site -> bytes
-        self._dtype = None
+        self.round_dtype = np.dtype(np.float64)
         # Read, never changed: each round records on a copy (O(sites seen) per round).
         self._ledger = (
             estimator.communication_
@@ -507,14 +521,16 @@ class Server(ABC):
                  "(stale or replayed).")
         if label_key(frame.site) != label_key(site):
             fail(f"the reply says it comes from site {frame.site!r}.")
-        schema = frame.schema
-        if not (isinstance(schema, dict) and isinstance(schema.get("n_features"), int)):
-            fail("the reply carries no feature schema.")
-        expected = self.schema
+        reason = _malformed_schema(frame.schema)
+        if reason is not None:
+            fail(reason)
+        schema, expected = frame.schema, self.schema
         if expected.n_features is not None and schema["n_features"] != expected.n_features:
             fail(f"has {schema['n_features']} features, expected {expected.n_features}.")
-        if expected.feature_names is not None and schema.get("names") != expected.names_digest:
+        if expected.feature_names is not None and schema["names"] != expected.names_digest:
             fail("its features are not the federation's features (names or order differ).")
+        if self.n_targets is not None and schema["n_targets"] != self.n_targets:
+            fail(f"has {schema['n_targets']} targets, expected {self.n_targets}.")
 
     def receive_frames(self, frames, sizes, failures=None):
         if self._open is None:
@@ -540,10 +556,10 @@ class Server(ABC):
         for site, frame in frames.items():
             try:
                 self._check_header(site, frame)
-                parsed[site] = self.read_reply(site, frame)
+                parsed[site] = self._read_checked(site, frame)
             except InvalidClientMessage as exc:
                 failures[site] = exc
-        self._check_agreement(frames, parsed, failures)
+        _check_agreement({site: frames[site].schema for site in parsed})
         for site, exc in self.cross_check(parsed).items():
             failures[site] = exc
             del parsed[site]
@@ -565,13 +581,13 @@ class Server(ABC):
         distinct = set(map(id, schemas.values()))
         dtypes = {schema.get("dtype") for schema in (
             [next(iter(schemas.values()))] if len(distinct) == 1 else schemas.values())}
-        self._dtype = "float32" if dtypes == {"float32"} else "float64"
-        schema = self.schema
+        schema, dtype = self.schema, self.round_dtype
+        self.round_dtype = np.dtype(np.float32 if dtypes == {"float32"} else np.float64)
         self.schema = self._pinned_schema(schemas[next(iter(parsed))])
         try:
             self.apply(parsed, ledger)
         except BaseException:
-            self.schema = schema
+            self.schema, self.round_dtype = schema, dtype
             raise
         self._ledger = ledger
         for site, exc in failures.items():
@@ -580,16 +596,21 @@ class Server(ABC):
         self.rounds_applied += 1
         self._open = None
 
-    def _check_agreement(self, frames, parsed, failures):
-        """Replies of one round must describe the same features and targets."""
-        reference = None
-        for site in list(parsed):
-            shape = _described(frames[site].schema)
-            if reference is None:
-                reference = (site, shape)
-            elif shape != reference[1]:
-                failures[site] = _disagreement(site, shape, reference)
-                del parsed[site]
+    def _read_checked(self, site, frame):
+        """:meth:`read_reply` of a reply whose header passed; any failure names the site.
+
+        A hostile reply must never raise anything but :class:`InvalidClientMessage`
+        (an ``IndexError`` deep in a parser would crash the server and name nobody).
+        """
+        try:
+            return self.read_reply(site, frame)
+        except InvalidClientMessage:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError,
+                OverflowError, RecursionError) as exc:
+            raise InvalidClientMessage(
+                f"client {site!r}: unreadable reply ({type(exc).__name__}: {exc}).", site
+            ) from exc
 
     def _fold_round(self, frames, failures, fold):
         """:meth:`check_round` of a server that folds replies (see :meth:`reply_fold`).
@@ -600,29 +621,25 @@ class Server(ABC):
         (the simulation does), so only one reply is unpacked at a time.
         Records ``failures`` and returns :class:`FoldedReplies`.
         """
-        frame_bytes, schemas, reference = {}, {}, None
+        frame_bytes, schemas = {}, {}
         for site in sorted_labels(frames):
             try:
-                parsed, schema = self._read_to_fold(site, frames, frame_bytes, reference)
+                parsed, schema = self._read_to_fold(site, frames, frame_bytes)
             except InvalidClientMessage as exc:
                 failures[site] = exc
                 continue
-            reference = reference or (site, _described(schema))
             schemas[site] = schema
             fold.add(parsed)
             del parsed  # the fold keeps what it needs: one reply is unpacked at a time
+        _check_agreement(schemas)
         return FoldedReplies(self, frames, schemas, frame_bytes, fold)
 
-    def _read_to_fold(self, site, frames, frame_bytes, reference):
+    def _read_to_fold(self, site, frames, frame_bytes):
         """``(parsed, schema)`` of one reply of :meth:`_fold_round`; its frame is not kept."""
         frame = frames[site]  # decoded or computed now, when frames are on demand
         frame_bytes[site] = frame.nbytes
         self._check_header(site, frame)
-        parsed = self.read_reply(site, frame)
-        shape = _described(frame.schema)
-        if reference is not None and shape != reference[1]:
-            raise _disagreement(site, shape, reference)
-        return parsed, frame.schema
+        return self._read_checked(site, frame), frame.schema
 
     def _pinned_schema(self, schema):
         if self.schema.n_features is not None:
@@ -692,18 +709,57 @@ class Server(ABC):
         """Compute the new model from ``{site: parsed}``, then commit it and ``ledger``."""
 
 
-def _described(schema):
-    """What replies of one round must agree on (from a reply's schema): features, names, targets."""
-    return schema.get("n_features"), schema.get("names"), schema.get("n_targets")
+_DTYPES = ("float32", "float64")
 
 
-def _disagreement(site, shape, reference):
-    return InvalidClientMessage(
-        f"client {site!r}: its features or targets differ from site "
-        f"{reference[0]!r}'s (n_features, names, n_targets = {shape} vs "
-        f"{reference[1]}); pass feature_names to make_server to fix the order.",
-        site,
-    )
+def _malformed_schema(schema):
+    """Why a reply's schema (see :func:`reply_schema`) is malformed, or None when it is well formed."""
+    if not isinstance(schema, dict):
+        return "the reply carries no feature schema."
+    n_features, names, n_targets = (
+        schema.get("n_features"), schema.get("names"), schema.get("n_targets"))
+    if type(n_features) is not int or n_features < 0:
+        return "the reply carries no valid feature count."
+    if names is not None and not (isinstance(names, str) and len(names) == 32):
+        return "the reply's feature-name digest is malformed."
+    if n_targets is not None and not (type(n_targets) is int and n_targets > 0):
+        return "the reply's target count is malformed."
+    if schema.get("dtype") not in _DTYPES:
+        return f"the reply's dtype must be one of {list(_DTYPES)}."
+    listed = schema.get("feature_names")
+    if listed is not None and not (
+        isinstance(listed, list) and len(listed) == n_features
+        and all(isinstance(name, str) for name in listed)
+        and len(set(listed)) == len(listed) and _names_digest(listed) == names
+    ):
+        return "the reply's feature names are malformed or do not match their digest."
+    return None
+
+
+def _check_agreement(schemas):
+    """Replies of one round must describe the same features and targets.
+
+    What the server declared (``feature_names``, ``n_features``, ``n_targets``)
+    was checked reply by reply, naming the site that differs. What it did not
+    declare has no reference: the first reply read is no better than any other,
+    so a disagreement refuses the round and blames no site (a hostile reply read
+    first must not get the honest sites named or dropped).
+    """
+    groups = {}
+    for site, schema in schemas.items():
+        described = (schema["n_features"], schema["names"], schema["n_targets"])
+        groups.setdefault(described, []).append(site)
+    if len(groups) > 1:
+        listing = "; ".join(
+            f"sites {sites} have (n_features, names digest, n_targets) = {described}"
+            for described, sites in groups.items()
+        )
+        raise ValueError(
+            "the sites' replies disagree on their features or targets, and the server "
+            f"declared none to tell which are right: {listing}. Declare them with "
+            "make_server(feature_names=..., n_features=..., n_targets=...) (on Flower: the "
+            "run config's feature-names), then the sites that differ are named and refused."
+        )
 
 
 class FoldedReplies(Mapping):
@@ -801,7 +857,7 @@ class FederatedMixin:
         ----------
         **kwargs
             ``keys``, ``on_invalid``, ``feature_names``, ``n_features``,
-            ``warm_start``, ``max_message_bytes``, ``max_rounds``: see
+            ``n_targets``, ``warm_start``, ``max_message_bytes``, ``max_rounds``: see
             :class:`Server`.
 
         Returns

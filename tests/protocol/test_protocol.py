@@ -325,12 +325,87 @@ def test_dataframe_columns_are_matched_by_name():
         _run(FederatedRidge(), extra, server_kwargs={"feature_names": names})
 
 
-def test_sites_that_disagree_without_a_schema_are_refused():
+@pytest.mark.parametrize("on_invalid", ["raise", "drop"])
+def test_sites_that_disagree_without_a_schema_are_refused_and_none_is_blamed(on_invalid):
+    # No declared schema: the first reply read is no reference, so the round is
+    # refused with every group listed, and no site (honest or not) is named or dropped.
     X, y, data = _sites()
     frames = {s: (pd.DataFrame(Xs, columns=["a", "b", "c"]), ys) for s, (Xs, ys) in data.items()}
     frames["b"] = (frames["b"][0][["c", "a", "b"]], frames["b"][1])
-    with pytest.raises(InvalidClientMessage, match="client 'b'.*pass feature_names"):
-        _run(FederatedRidge(), frames)
+    server = FederatedRidge().make_server(on_invalid=on_invalid)
+    replies = {s: FederatedRidge().make_client().respond(task, *frames[s])
+               for s, task in server.next_tasks(list(frames)).items()}
+    with pytest.raises(ValueError, match=r"disagree.*sites \['b'\].*make_server\(feature_names"
+                       ) as error:
+        server.receive(replies)
+    assert not isinstance(error.value, InvalidClientMessage)
+    assert server.dropped_ == {} and server.rounds_applied == 0
+
+
+@pytest.mark.parametrize("on_invalid", ["raise", "drop"])
+def test_a_hostile_site_read_first_never_gets_honest_sites_blamed(on_invalid):
+    # The hostile site 'a' (read first) sends two targets; the server declared one.
+    _, _, data = _sites()
+    server = FederatedRidge().make_server(on_invalid=on_invalid, n_features=3, n_targets=1)
+    tasks = server.next_tasks(list(data))
+    replies = {s: FederatedRidge().make_client().respond(tasks[s], *data[s]) for s in data}
+    Xa, ya = data["a"]
+    replies["a"] = FederatedRidge().make_client().respond(
+        tasks["a"], Xa, np.column_stack([ya, ya]))
+    if on_invalid == "raise":
+        with pytest.raises(InvalidClientMessage, match="client 'a'.*2 targets, expected 1"):
+            server.receive(replies)
+        return
+    server.receive(replies)
+    assert list(server.dropped_) == ["a"]
+    assert sorted(server.estimator.clients_) == sorted(s for s in data if s != "a")
+
+
+@pytest.mark.parametrize("dtype", [[], {}, "|O", None, 3])
+def test_a_malformed_reply_dtype_is_refused_naming_the_site(dtype):
+    _, _, data = _sites()
+    server = FederatedRidge().make_server()
+
+    def tamper(replies):
+        frame = decode(replies["b"])
+        frame.schema["dtype"] = dtype
+        return {**replies, "b": encode(frame)}
+
+    with pytest.raises(InvalidClientMessage, match="client 'b'.*dtype"):
+        _run(FederatedRidge(), data, tamper=tamper)
+
+
+def test_any_error_while_reading_a_reply_names_the_site():
+    _, _, data = _sites()
+
+    class Fragile(type(FederatedRidge().make_server())):
+        def read_reply(self, site, frame):
+            if site == "c":
+                raise IndexError("too few dimensions")
+            return super().read_reply(site, frame)
+
+    server = Fragile(FederatedRidge())
+    tasks = server.next_tasks(list(data))
+    replies = {s: FederatedRidge().make_client().respond(tasks[s], *data[s]) for s in data}
+    with pytest.raises(InvalidClientMessage, match="client 'c'.*IndexError") as error:
+        server.receive(replies)
+    assert error.value.client == "c"
+
+
+def test_a_failed_apply_leaves_the_round_dtype_and_schema_as_they_were():
+    _, _, data = _sites()
+
+    class Failing(type(FederatedRidge().make_server())):
+        def apply(self, replies, ledger):
+            raise ArithmeticError("no model")
+
+    server = Failing(FederatedRidge())
+    tasks = server.next_tasks(list(data))
+    replies = {s: FederatedRidge().make_client().respond(tasks[s], data[s][0].astype(np.float32),
+                                                         data[s][1]) for s in data}
+    with pytest.raises(ArithmeticError):
+        server.receive(replies)
+    assert server.round_dtype == np.float64 and server.schema.n_features is None
 
 
 @pytest.mark.parametrize(
