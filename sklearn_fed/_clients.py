@@ -6,11 +6,11 @@ depends on it, and reads pandas labels by index), then
 :func:`group_rows_by_client` on the validated rows.
 """
 
-import sys
-import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from .utils._warnings import warn
 
 __all__ = [
     "MissingClientsWarning",
@@ -130,26 +130,10 @@ def _warn_missing(estimator):
     if consequence is None:
         return
     name = type(estimator).__name__
-    warnings.warn(
+    warn(
         f"{name} was fitted without clients, so {consequence}. {_how_to_pass(estimator)}",
         MissingClientsWarning,
-        stacklevel=_user_stacklevel(),
     )
-
-
-# Frames of these packages are skipped, so a warning points at the user's own call
-# (``model.fit(X, y)`` or ``pipe.fit(X, y)``), however deep the fit runs.
-_LIBRARIES = ("sklearn_fed", "sklearn", "skorch")
-
-
-def _user_stacklevel():
-    """The ``stacklevel`` (for the caller of this function) of the first frame outside the libraries."""
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and (
-        frame.f_globals.get("__name__", "").partition(".")[0] in _LIBRARIES
-    ):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _how_to_pass(estimator):

@@ -18,7 +18,6 @@ would compute by itself (checked by the shared federated checks).
 """
 
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -49,6 +48,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..protocol._fields import reply_array, reply_keys, reply_number
+from ..utils._warnings import warn
 
 __all__ = ["BaseFederatedSGD", "SGDClient", "SGDServer"]
 
@@ -601,14 +601,13 @@ class SGDServer(Server):
         if (not self._warned and mse is not None and first is not None
                 and mse > _DIVERGENCE_FACTOR * first):
             self._warned = True
-            warnings.warn(
+            warn(
                 f"{type(self.estimator).__name__} is diverging: the training MSE of the "
                 f"global model grew from {first:.3g} to {mse:.3g} in {round_number - 1} "
                 f"rounds. Reduce "
                 f"learning_rate (now {self._setup['learning_rate']:.4g}), or use "
                 "learning_rate='auto'; standardize the features.",
                 ConvergenceWarning,
-                stacklevel=2,
             )
 
     def _aggregate(self, coef, replies, p, steps):

@@ -10,7 +10,6 @@ a handful of rounds reach the pooled optimum to machine precision, where
 FedAvg needs hundreds (see the user guide's comparison).
 """
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -41,6 +40,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..statistics import ClientStatistics, ColumnMoments, check_aggregate, merge_statistics
+from ..utils._warnings import warn
 from ._base import solve_ridge, task_field
 from ._classes import ClassesClient, ClassesServerMixin, _server_error, validate_labelled
 
@@ -411,12 +411,11 @@ class LogisticServer(ClassesServerMixin, Server):
             final = coef
         else:
             final = self._accepted[0] if self._accepted is not None else self.coef
-            warnings.warn(
+            warn(
                 f"FederatedLogisticRegression did not converge in max_iter="
                 f"{estimator.max_iter} Newton iterations; increase max_iter or check the data "
                 "(separable classes with a large C?).",
                 ConvergenceWarning,
-                stacklevel=2,
             )
         self._done = True
         estimator._commit_model(self, final, replies, ledger)

@@ -33,7 +33,6 @@ less noise than the epsilon it announces.
 import functools
 import math
 import types
-import warnings
 from numbers import Real
 
 import numpy as np
@@ -68,6 +67,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..statistics import _rows_times
+from ..utils._warnings import warn
 from ._base import BaseFederatedRidge, _solve_gram, numerical_range, task_field
 
 __all__ = ["PrivateFederatedRidge"]
@@ -376,8 +376,7 @@ class PrivateClient(BlockwiseClient):
         reply = super().respond(task, X, y, sample_weight)
         for site, n_clipped, n_rows in self.clipped_.values():
             if n_rows and n_clipped / n_rows > CLIPPED_SHARE_WARNING:
-                warnings.warn(_clipping_message(n_clipped / n_rows, f"site {site!r}"),
-                              ClippingWarning, stacklevel=2)
+                warn(_clipping_message(n_clipped / n_rows, f"site {site!r}"), ClippingWarning)
         return reply
 
     def replies_are_independent(self, tasks):
@@ -922,9 +921,7 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         n_rows = sum(total for _, _, total in client.clipped_.values())
         self.clipped_share_ = n_clipped / n_rows if n_rows else 0.0
         if self.clipped_share_ > CLIPPED_SHARE_WARNING:
-            # stacklevel: the caller of fit, above _fit_context and atomic
-            warnings.warn(_clipping_message(self.clipped_share_, "the sites"),
-                          ClippingWarning, stacklevel=5)
+            warn(_clipping_message(self.clipped_share_, "the sites"), ClippingWarning)
         return self
 
     def _solve(self, total, d, t, alpha, single_target, plan):

@@ -20,7 +20,6 @@ import inspect
 import math
 import numbers
 import sys
-import warnings
 
 import numpy as np
 import torch
@@ -31,7 +30,7 @@ from skorch import NeuralNetClassifier
 from skorch.callbacks import Callback, EpochTimer, PassthroughScoring, PrintLog
 from skorch.history import History
 
-from .._clients import _user_stacklevel, group_rows_by_client, label_array, take_clients
+from .._clients import group_rows_by_client, label_array, take_clients
 from .._compat import (
     Interval,
     StrOptions,
@@ -41,6 +40,7 @@ from .._compat import (
     validate_parameter_constraints,
 )
 from ..protocol import FederatedMixin, atomic, label_key, run_simulation
+from ..utils._warnings import warn
 from ._codecs import UPLINKS, derive_seed, make_codec
 from ._modules import MLP
 from ._roles import SERVER_STREAM, FedMPDDClient, FedMPDDServer, Round, seeded_torch
@@ -625,13 +625,12 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
             reference = min(reference, math.log(n_classes))
         end = float(np.mean(losses[-max(1, len(losses) // 10):]))
         if reference > 1e-6 and not end < 0.9 * reference:
-            warnings.warn(
+            warn(
                 f"{type(self).__name__}: training did not progress: the loss is {end:.3g} "
                 f"after {len(losses)} rounds (it started at {losses[0]:.3g}). Scale the "
                 "features (e.g. make_pipeline(StandardScaler(), FedMPDDClassifier())), "
                 "tune lr, or run more rounds.",
                 ConvergenceWarning,
-                stacklevel=_user_stacklevel(),
             )
 
     # -------------------------------------------------------------- predict

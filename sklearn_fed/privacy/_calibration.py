@@ -15,8 +15,8 @@ in Euclidean norm, when one row is added or removed), adding independent
 
 import functools
 import math
-import warnings
 
+from ..utils._warnings import warn
 from ._dp import import_dp_accounting
 
 __all__ = ["analytic_gaussian_std", "classic_gaussian_std", "gaussian_noise_std"]
@@ -61,12 +61,11 @@ def classic_gaussian_std(epsilon, delta, sensitivity=1.0):
         return 0.0
     _check(epsilon, delta, sensitivity)
     if epsilon >= 1:
-        warnings.warn(
+        warn(
             f"The classic Gaussian mechanism is proved (epsilon, delta)-DP only for "
             f"epsilon < 1; epsilon={epsilon} is outside that range. Use the analytic "
             "calibration for a valid guarantee.",
             UserWarning,
-            stacklevel=2,
         )
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 

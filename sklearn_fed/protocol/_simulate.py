@@ -31,10 +31,10 @@ import itertools
 import operator
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..utils._warnings import WarningThreadPool
 from ._errors import InvalidClientMessage
 from ._roles import BlockwiseClient, FoldedReplies, FramesOnDemand
 from ._wire import (
@@ -183,12 +183,14 @@ def site_threads(workers):
 
     The settings a site's computation reads are thread-local and a new
     thread would start from the defaults: :func:`simulate_through_bytes`,
-    scikit-learn's ``config_context`` and numpy's ``errstate``.
+    scikit-learn's ``config_context`` and numpy's ``errstate``. A site's
+    warning is issued by this thread when the pool shuts down (a thread has
+    no user frame to report it at).
     """
     from sklearn import get_config
 
-    return ThreadPoolExecutor(workers, initializer=_adopt_settings,
-                              initargs=(through_bytes(), get_config(), np.geterr()))
+    return WarningThreadPool(workers, initializer=_adopt_settings,
+                             initargs=(through_bytes(), get_config(), np.geterr()))
 
 
 def _adopt_settings(messages_as_bytes, sklearn_config, numpy_errors):
