@@ -15,28 +15,28 @@ from sklearn.utils.extmath import safe_sparse_dot
 from .._clients import group_rows_by_client, known_labels, take_clients
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
 from .._dask_dispatch import DaskDispatchMixin
+from ..base import FederatedEstimatorMixin
 from ..protocol import (
     BlockwiseClient,
-    FederatedMixin,
     FoldedReplies,
     InvalidClientMessage,
     Server,
     run_simulation,
     sorted_labels,
 )
-from ._robust import RobustAggregation, check_rows_within_bounds
 from ..statistics import (
     FORMS,
     ClientStatistics,
     StreamingMerge,
-    check_aggregate,
-    merge_statistics,
-    most_extreme_client,
     _lend_upper,
     _lendable,
     _parts_within_caps,
     _restore_upper,
+    check_aggregate,
+    merge_statistics,
+    most_extreme_client,
 )
+from ._robust import RobustAggregation, check_rows_within_bounds
 
 __all__ = [
     "GRAM_MAX_CONDITION",
@@ -565,7 +565,7 @@ class MessagesOnDemand(Mapping):
 
 
 class BaseFederatedRidge(
-    DaskDispatchMixin, FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
+    DaskDispatchMixin, FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
 ):
     """Shared machinery of the ridge estimators fitted from client statistics.
 
@@ -588,10 +588,15 @@ class BaseFederatedRidge(
 
     # ---------------------------------------------------------------- inputs
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
-        """Validate one batch of rows; returns arrays and per-client row groups."""
+        """``(X, y, sample_weight, labels, rows)`` of a batch (for fits not yet on ``_fit``)."""
         clients = take_clients(self, X, clients)
         if hasattr(X, "_validate_partitions"):  # Dask collections (sklearn_fed.dask)
             return X._validate_partitions(self, reset=reset)
+        X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=reset)
+        labels, rows = group_rows_by_client(clients, X.shape[0])
+        return X, y, sample_weight, labels, rows
+
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
         X, y = self._validate_X_y(X, y, reset=reset)
         if sp.issparse(X):
             X = X.tocsr()  # each client's rows are sliced out of X
@@ -607,8 +612,7 @@ class BaseFederatedRidge(
             elif sample_weight is not None and not np.all(sample_weight > 0):
                 assert_all_finite(X[sample_weight == 0], input_name="X",
                                   estimator_name=type(self).__name__)
-        labels, rows = group_rows_by_client(clients, X.shape[0])
-        return X, y, sample_weight, labels, rows
+        return X, y, sample_weight
 
     #: Whether ``fit`` leaves the NaN/inf check of a dense ``X`` to the statistics:
     #: every site sums the squares of its rows' entries (a site refuses to send
@@ -633,37 +637,42 @@ class BaseFederatedRidge(
             ensure_all_finite=not self._finite_from_statistics,
         )
 
-    def _validate_more_rows(self, X, y, sample_weight, clients, *, seen):
-        """:meth:`_validate_rows` for ``partial_fit``.
+    def _fitted_state(self):
+        """``(n_targets, centered)`` of the statistics ``partial_fit`` continues, or None."""
+        aggregate = getattr(self, "_aggregate", None)
+        return None if aggregate is None else (aggregate.n_targets, aggregate.centered)
 
-        ``seen`` is ``(n_targets, centered)`` of the earlier calls, or ``None``
-        on the first call (which then sets ``n_features_in_``). A batch with a
-        different number of targets, or a changed ``fit_intercept``, is refused.
+    def _check_more_rows(self, X, y):
+        self._check_seen(y, self._fitted_state())
+
+    def _check_seen(self, y, seen):
+        """A batch with another number of targets, or a changed ``fit_intercept``, is refused.
+
+        ``seen`` is ``(n_targets, centered)`` of the earlier calls.
         """
+        n_targets_seen, centered_seen = seen
+        n_targets = 1 if y.ndim == 1 else y.shape[1]
+        if n_targets != n_targets_seen:
+            raise ValueError(
+                f"y has {n_targets} targets but earlier calls had {n_targets_seen}."
+            )
+        if centered_seen != self.fit_intercept:
+            raise ValueError(
+                "fit_intercept changed since the first partial_fit; call fit to restart."
+            )
+
+    def _validate_more_rows(self, X, y, sample_weight, clients, *, seen):
+        """:meth:`_validate_rows` for a ``partial_fit`` not yet on ``_fit``."""
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=seen is None
         )
         if seen is not None:
-            n_targets_seen, centered_seen = seen
-            n_targets = 1 if y.ndim == 1 else y.shape[1]
-            if n_targets != n_targets_seen:
-                raise ValueError(
-                    f"y has {n_targets} targets but earlier calls had {n_targets_seen}."
-                )
-            if centered_seen != self.fit_intercept:
-                raise ValueError(
-                    "fit_intercept changed since the first partial_fit; call fit to restart."
-                )
+            self._check_seen(y, seen)
         return X, y, sample_weight, labels, rows
 
     def _run_protocol(self, X, y, sample_weight, labels, rows, *, warm_start=False):
-        """``fit``/``partial_fit``: the protocol run in process over these rows."""
-        # The server is made as a user would make it: told the feature names
-        # when X has them, so tasks and replies have the same bytes.
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
-        server = self.make_server(feature_names=names, warm_start=warm_start)
-        self._simulate(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        """``fit``/``partial_fit`` of the subclasses not yet on ``_fit``."""
+        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm_start)
         return self
 
     def _simulate(self, server, client, X, y, sample_weight, labels, rows, names):

@@ -15,7 +15,13 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from .._clients import group_rows_by_client, take_clients
-from .._compat import _check_sample_weight, _check_unknown, _encode, _unique, validate_data
+from .._compat import (
+    _check_sample_weight,
+    _check_unknown,
+    _encode,
+    _unique,
+    validate_data,
+)
 from ..protocol import (
     Client,
     InvalidClientMessage,
@@ -25,15 +31,25 @@ from ..protocol import (
 )
 from ._base import task_field
 
-__all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_labelled"]
+__all__ = [
+    "ClassesClient", "ClassesServerMixin", "class_weights", "validate_classification",
+    "validate_labelled",
+]
 
 
 def validate_labelled(estimator, X, y, sample_weight, clients):
     """A classifier's ``fit`` input, validated once for all rows, and each site's rows."""
     clients = take_clients(estimator, X, clients)
+    X, y, sample_weight = validate_classification(estimator, X, y, sample_weight)
+    labels, rows = group_rows_by_client(clients, X.shape[0])
+    return X, y, sample_weight, labels, rows
+
+
+def validate_classification(estimator, X, y, sample_weight, *, reset=True):
+    """``(X, y, sample_weight)`` of a classifier's ``fit``, as scikit-learn's linear classifiers check them."""
     X, y = validate_data(
         estimator, X, y, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32],
-        y_numeric=False,
+        y_numeric=False, reset=reset,
     )
     check_classification_targets(y)
     if sp.issparse(X):
@@ -42,8 +58,7 @@ def validate_labelled(estimator, X, y, sample_weight, clients):
         sample_weight = _check_sample_weight(
             sample_weight, X, dtype=np.float64, ensure_non_negative=True
         )
-    labels, rows = group_rows_by_client(clients, X.shape[0])
-    return X, y, sample_weight, labels, rows
+    return X, y, sample_weight
 
 
 def class_weights(class_weight, classes, counts):

@@ -198,10 +198,7 @@ class FederatedRidge(BaseFederatedRidge):
         -------
         self : FederatedRidge
         """
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=True
-        )
-        return self._run_protocol(X, y, sample_weight, labels, rows)
+        return self._fit(X, y, sample_weight, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -220,14 +217,7 @@ class FederatedRidge(BaseFederatedRidge):
         -------
         self : FederatedRidge
         """
-        aggregate = getattr(self, "_aggregate", None)
-        X, y, sample_weight, labels, rows = self._validate_more_rows(
-            X, y, sample_weight, clients,
-            seen=None if aggregate is None else (aggregate.n_targets, aggregate.centered),
-        )
-        return self._run_protocol(
-            X, y, sample_weight, labels, rows, warm_start=aggregate is not None
-        )
+        return self._fit(X, y, sample_weight, clients, partial=True)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic

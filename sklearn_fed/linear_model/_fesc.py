@@ -24,7 +24,6 @@ from ..protocol import (
     Server,
     atomic,
     label_key,
-    run_simulation,
     sorted_labels,
 )
 from ..protocol._fields import reply_array, reply_keys, reply_number
@@ -413,14 +412,7 @@ class FESCRidge(BaseFederatedRidge):
         -------
         self : FESCRidge
         """
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=True
-        )
-        self._check_alpha()
-        sites = {}
-        self._simulate(X, y, sample_weight, labels, rows, sites, warm_start=False)
-        self._site_states = sites
-        return self
+        return self._fit(X, y, sample_weight, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -445,42 +437,47 @@ class FESCRidge(BaseFederatedRidge):
         -------
         self : FESCRidge
         """
-        self._validate_params()  # sklearn skips this once fitted; set_params may have changed them
+        return self._fit(X, y, sample_weight, clients, partial=True)
+
+    # ------------------------------------------------------------- internals
+    def _check_before_rows(self, *, partial):
+        if partial:
+            self._validate_params()  # sklearn skips this once fitted; set_params may have changed them
+            if hasattr(self, "coef_") and not hasattr(self, "_site_states"):
+                raise ValueError(
+                    "this FESCRidge was unpickled: the simulated clients' rows are not saved "
+                    "with a model (only what the protocol sent is), so partial_fit cannot "
+                    "refit them. Call fit on all rows."
+                )
         self._check_alpha()
-        first_call = not hasattr(self, "coef_")
-        if not first_call and not hasattr(self, "_site_states"):
-            raise ValueError(
-                "this FESCRidge was unpickled: the simulated clients' rows are not saved "
-                "with a model (only what the protocol sent is), so partial_fit cannot refit "
-                "them. Call fit on all rows."
-            )
-        seen = None if first_call else (
-            1 if self.local_coefs_.ndim == 2 else self.local_coefs_.shape[1], self._centered
-        )
-        X, y, sample_weight, labels, rows = self._validate_more_rows(
-            X, y, sample_weight, clients, seen=seen
-        )
-        if not first_call and (np.ndim(y) == 1) != (self.local_coefs_.ndim == 2):
+
+    def _fitted_state(self):
+        """``(n_targets, centered)`` of the fitted model, or None."""
+        if not hasattr(self, "coef_"):
+            return None
+        return 1 if self.local_coefs_.ndim == 2 else self.local_coefs_.shape[1], self._centered
+
+    def _check_more_rows(self, X, y):
+        super()._check_more_rows(X, y)
+        if (np.ndim(y) == 1) != (self.local_coefs_.ndim == 2):
             raise ValueError("y changed between 1-D and 2-D since the first call.")
-        sites = {} if first_call else dict(self._site_states)
-        if self.alpha == "auto" and not first_call:  # N changed: every client refits
+
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False):
+        if self.alpha == "auto" and warm_start:  # N changed: every client refits
             new = {label_key(label) for label in labels}
             earlier = [label for label in self.clients_.tolist() if label_key(label) not in new]
             labels = [*earlier, *labels]
             rows = [np.zeros(0, dtype=np.intp)] * len(earlier) + list(rows)
-        self._simulate(X, y, sample_weight, labels, rows, sites, warm_start=not first_call)
-        self._site_states = sites
-        return self
+        server, client = super()._run_sites(X, y, sample_weight, labels, rows,
+                                            warm_start=warm_start)
+        self._site_states = client.sites
+        return server, client
 
-    # ------------------------------------------------------------- internals
+    def _simulated_client(self, *, warm_start):
+        # simulated sites keep their rows' running statistics between calls, as sites do
+        return self._client_role(self, sites=dict(self._site_states) if warm_start else {})
+
     def _check_alpha(self):
         if self.alpha != "auto" and not math.isfinite(float(self.alpha)):
             raise ValueError(f"alpha must be finite, got {self.alpha!r}.")
 
-    def _simulate(self, X, y, sample_weight, labels, rows, sites, *, warm_start):
-        """The protocol run in process; ``sites`` (simulated site rows) is updated."""
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
-        server = self.make_server(feature_names=names, warm_start=warm_start)
-        client = self._client_role(self, sites=sites)
-        run_simulation(server, client, X, y, sample_weight, labels, rows, names)

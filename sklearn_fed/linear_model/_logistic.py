@@ -28,21 +28,30 @@ from .._compat import (
     _unique,
     check_is_fitted,
 )
+from ..base import FederatedEstimatorMixin
 from ..protocol import (
-    FederatedMixin,
     InvalidClientMessage,
     Server,
     SymmetricMatrix,
     atomic,
     decode_values,
     encode_values,
-    run_simulation,
     sorted_labels,
 )
-from ..statistics import ClientStatistics, ColumnMoments, check_aggregate, merge_statistics
+from ..statistics import (
+    ClientStatistics,
+    ColumnMoments,
+    check_aggregate,
+    merge_statistics,
+)
 from ..utils._warnings import warn
 from ._base import solve_ridge, task_field
-from ._classes import ClassesClient, ClassesServerMixin, _server_error, validate_labelled
+from ._classes import (
+    ClassesClient,
+    ClassesServerMixin,
+    _server_error,
+    validate_classification,
+)
 
 __all__ = ["FederatedLogisticRegression"]
 
@@ -421,7 +430,9 @@ class LogisticServer(ClassesServerMixin, Server):
         estimator._commit_model(self, final, replies, ledger)
 
 
-class FederatedLogisticRegression(FederatedMixin, LinearClassifierMixin, BaseEstimator):
+class FederatedLogisticRegression(
+    FederatedEstimatorMixin, LinearClassifierMixin, BaseEstimator
+):
     """:class:`~sklearn.linear_model.LogisticRegression` (L2) by exact federated Newton rounds.
 
     The objective is LogisticRegression's, ``C * sum_i s_i loss_i +
@@ -535,12 +546,10 @@ class FederatedLogisticRegression(FederatedMixin, LinearClassifierMixin, BaseEst
         -------
         self : FederatedLogisticRegression
         """
-        X, y, sample_weight, labels, rows = validate_labelled(self, X, y, sample_weight, clients)
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
-        server = self.make_server(feature_names=names)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
-        return self
+        return self._fit(X, y, sample_weight, clients)
+
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
+        return validate_classification(self, X, y, sample_weight, reset=reset)
 
     def _commit_model(self, server, coef, replies, ledger):
         """Set the fitted attributes from the final centered model (the server calls it)."""

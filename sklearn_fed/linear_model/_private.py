@@ -871,10 +871,7 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         -------
         self : PrivateFederatedRidge
         """
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=True
-        )
-        return self._run_protocol(X, y, sample_weight, labels, rows)
+        return self._fit(X, y, sample_weight, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -894,14 +891,7 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         -------
         self : PrivateFederatedRidge
         """
-        previous = getattr(self, "_noisy_sums", None)
-        X, y, sample_weight, labels, rows = self._validate_more_rows(
-            X, y, sample_weight, clients,
-            seen=None if previous is None else (self._n_targets, self._fit_intercept),
-        )
-        return self._run_protocol(
-            X, y, sample_weight, labels, rows, warm_start=previous is not None
-        )
+        return self._fit(X, y, sample_weight, clients, partial=True)
 
     @property
     def privacy_spent_(self):
@@ -911,18 +901,21 @@ class PrivateFederatedRidge(BaseFederatedRidge):
             raise AttributeError("privacy_spent_ is set by fit or partial_fit.")
         return privacy.epsilon(self.delta_), self.delta_
 
-    def _run_protocol(self, X, y, sample_weight, labels, rows, *, warm_start=False):
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
-        server = self.make_server(feature_names=names, warm_start=warm_start)
-        client = self.make_client()
-        self._simulate(server, client, X, y, sample_weight, labels, rows, names)
+    def _fitted_state(self):
+        """``(n_targets, centered)`` of the releases ``partial_fit`` adds to, or None."""
+        if getattr(self, "_noisy_sums", None) is None:
+            return None
+        return self._n_targets, self._fit_intercept
+
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False):
+        server, client = super()._run_sites(X, y, sample_weight, labels, rows,
+                                            warm_start=warm_start)
         n_clipped = sum(count for _, count, _ in client.clipped_.values())
         n_rows = sum(total for _, _, total in client.clipped_.values())
         self.clipped_share_ = n_clipped / n_rows if n_rows else 0.0
         if self.clipped_share_ > CLIPPED_SHARE_WARNING:
             warn(_clipping_message(self.clipped_share_, "the sites"), ClippingWarning)
-        return self
+        return server, client
 
     def _solve(self, total, d, t, alpha, single_target, plan):
         """Server side: derive centered statistics from the noisy sums and solve."""

@@ -392,10 +392,7 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         -------
         self : ProjectedFederatedRidge
         """
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=True
-        )
-        return self._run_protocol(X, y, sample_weight, labels, rows)
+        return self._fit(X, y, sample_weight, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -411,11 +408,4 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         -------
         self : ProjectedFederatedRidge
         """
-        aggregate = getattr(self, "_aggregate", None)
-        X, y, sample_weight, labels, rows = self._validate_more_rows(
-            X, y, sample_weight, clients,
-            seen=None if aggregate is None else (aggregate.n_targets, aggregate.centered),
-        )
-        return self._run_protocol(
-            X, y, sample_weight, labels, rows, warm_start=aggregate is not None
-        )
+        return self._fit(X, y, sample_weight, clients, partial=True)

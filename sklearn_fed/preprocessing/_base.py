@@ -13,18 +13,17 @@ the next step (:meth:`FederatedTransformerMixin._broadcast_state`).
 import numpy as np
 from sklearn.base import clone
 
-from .._clients import group_rows_by_client, known_labels, take_clients
+from .._clients import known_labels
 from .._compat import _check_sample_weight, _fit_context
+from ..base import FederatedEstimatorMixin
 from ..protocol import (
     Client,
-    FederatedMixin,
     InvalidClientMessage,
     Server,
     atomic,
     decode_state,
     encode_state,
     match_columns,
-    run_simulation,
     sorted_labels,
 )
 from ..statistics import merge_statistics
@@ -100,11 +99,11 @@ class OneRoundServer(Server):
         raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
 
-class FederatedTransformerMixin(FederatedMixin):
+class FederatedTransformerMixin(FederatedEstimatorMixin):
     """``fit`` as an in-process run of the roles, the commit, and the broadcast of a model.
 
     Subclasses define ``_validate_rows(X, reset)`` (their counterpart's input
-    validation), the roles, and ``_broadcast_attributes``: the fitted
+    validation, also run by each site on its own rows), the roles, and ``_broadcast_attributes``: the fitted
     attributes a site needs to transform rows exactly as the server's model.
     """
 
@@ -131,26 +130,13 @@ class FederatedTransformerMixin(FederatedMixin):
         self : object
             The fitted transformer.
         """
-        self._check_before_fit()
-        X, clients = self._validate_fit_rows(X, clients, reset=True)
-        return self._run_protocol(X, None, clients)
+        return self._fit(X, None, None, clients)
 
-    def _check_before_fit(self):
-        """Hook: parameter checks the counterpart makes before reading any row; none by default."""
-
-    def _validate_fit_rows(self, X, clients, *, reset):
-        """``(X, clients)`` of a fit: ``clients`` checked against the raw ``X``, then ``X``."""
-        clients = take_clients(self, X, clients)
-        return self._validate_rows(X, reset=reset), clients
-
-    def _run_protocol(self, X, sample_weight, clients, *, warm_start=False):
-        """Fit by running the protocol in process, one simulated site per label."""
-        labels, rows = group_rows_by_client(clients, X.shape[0])
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
-        server = self.make_server(feature_names=names, warm_start=warm_start)
-        run_simulation(server, self.make_client(), X, None, sample_weight, labels, rows, names)
-        return self
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
+        X = self._validate_rows(X, reset=reset)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        return X, None, sample_weight
 
     def _commit_protocol(self, server, replies, ledger, n_parameters):
         """Attributes every federated transformer has after a round: ledger, clients, schema."""

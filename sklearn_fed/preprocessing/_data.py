@@ -8,7 +8,6 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from .._compat import (
     FLOAT_DTYPES,
-    _check_sample_weight,
     _fit_context,
     _handle_zeros_in_scale,
     _is_constant_feature,
@@ -189,10 +188,7 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
         -------
         self : FederatedStandardScaler
         """
-        X, clients = self._validate_fit_rows(X, clients, reset=True)
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        return self._run_protocol(X, sample_weight, clients)
+        return self._fit(X, None, sample_weight, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -208,11 +204,10 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
         -------
         self : FederatedStandardScaler
         """
-        first = not hasattr(self, "_aggregate")
-        X, clients = self._validate_fit_rows(X, clients, reset=first)
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        return self._run_protocol(X, sample_weight, clients, warm_start=not first)
+        return self._fit(X, None, sample_weight, clients, partial=True)
+
+    def _fitted_state(self):
+        return getattr(self, "_aggregate", None)
 
 
 # ------------------------------------------------------------------ min-max
@@ -342,7 +337,7 @@ feature_names_in_
         return {"scale_": scale, "min_": low - data_min * scale, "data_min_": data_min,
                 "data_max_": data_max, "data_range_": data_range}
 
-    def _check_before_fit(self):
+    def _check_before_rows(self, *, partial):
         self._attributes_from(np.zeros(1), np.zeros(1))  # checks feature_range before any round
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -359,7 +354,7 @@ feature_names_in_
         -------
         self : FederatedMinMaxScaler
         """
-        self._attributes_from(np.zeros(1), np.zeros(1))
-        first = not hasattr(self, "n_samples_seen_")
-        X, clients = self._validate_fit_rows(X, clients, reset=first)
-        return self._run_protocol(X, None, clients, warm_start=not first)
+        return self._fit(X, None, None, clients, partial=True)
+
+    def _fitted_state(self):
+        return getattr(self, "n_samples_seen_", None)

@@ -221,5 +221,5 @@ max_categories, feature_name_combiner
                 )
         return categories
 
-    def _check_before_fit(self):
+    def _check_before_rows(self, *, partial):
         self._check_infrequent_enabled()

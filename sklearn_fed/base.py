@@ -1,0 +1,95 @@
+"""The one ``fit`` of every protocol estimator: validate, group rows by client, run the roles.
+
+scikit-learn's ``_BaseRidge.fit`` validates once and hands the arrays to a
+solver; here every estimator's ``fit`` and ``partial_fit`` hand their
+arguments to :meth:`FederatedEstimatorMixin._fit`, which
+
+1. checks ``clients`` against the raw ``X`` (:func:`take_clients`),
+2. validates the rows with the estimator's own :meth:`~FederatedEstimatorMixin._validate_fit_data`
+   (its scikit-learn counterpart's validation),
+3. groups the rows by client label,
+4. makes the server as a deployment would (told the feature names the rows had)
+   and one client role, and runs them in process (:func:`~sklearn_fed.protocol.run_simulation`),
+   where the server commits the fitted attributes.
+
+An estimator declares its roles (``_server_role``, ``_client_role``) and its
+parameters; its public ``fit`` keeps its own docstring and is one line.
+"""
+
+from sklearn.utils.validation import _num_samples
+
+from ._clients import group_rows_by_client, take_clients
+from .protocol import FederatedMixin, run_simulation
+
+__all__ = ["FederatedEstimatorMixin"]
+
+
+class FederatedEstimatorMixin(FederatedMixin):
+    """``fit`` and ``partial_fit`` as in-process runs of the estimator's protocol.
+
+    Subclasses implement :meth:`_validate_fit_data`; the other hooks have
+    defaults. Every hook is called in the order listed in the module docstring,
+    before anything is fitted, so a hook that raises leaves the estimator as it
+    was (``fit`` is also wrapped in :func:`~sklearn_fed.protocol.atomic`).
+    """
+
+    def _fit(self, X, y=None, sample_weight=None, clients=None, *, partial=False):
+        """The body of ``fit`` (``partial=False``) and ``partial_fit`` (``partial=True``).
+
+        ``partial_fit`` continues the fitted model when :meth:`_fitted_state`
+        says there is one (the server is then warm-started), else it fits anew.
+        """
+        warm = partial and self._fitted_state() is not None
+        self._check_before_rows(partial=partial)
+        clients = take_clients(self, X, clients)
+        if hasattr(X, "_validate_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
+            X, y, sample_weight, labels, rows = X._validate_partitions(self, reset=not warm)
+        else:
+            X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
+            labels, rows = group_rows_by_client(clients, _num_samples(X))
+        if warm:
+            self._check_more_rows(X, y)
+        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm)
+        return self
+
+    # ------------------------------------------------------------ hooks
+    def _check_before_rows(self, *, partial):
+        """Parameter checks the counterpart makes before it reads a row; none by default."""
+
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
+        """``(X, y, sample_weight)`` validated as the scikit-learn counterpart's ``fit`` would.
+
+        ``reset`` is True unless ``partial_fit`` continues a fitted model (then
+        ``n_features_in_`` and ``feature_names_in_`` are checked, not set).
+        """
+        raise NotImplementedError
+
+    def _fitted_state(self):
+        """What ``partial_fit`` continues from (None: nothing yet); ``n_features_in_`` by default."""
+        return getattr(self, "n_features_in_", None)
+
+    def _check_more_rows(self, X, y):
+        """``partial_fit``: refuse rows that cannot continue the fitted model; none by default."""
+
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, **server_kwargs):
+        """Make the server (told the fitted feature names) and a client role; run them.
+
+        Returns ``(server, client)``.
+        """
+        names = self._fitted_feature_names()
+        server = self.make_server(feature_names=names, warm_start=warm_start, **server_kwargs)
+        client = self._simulated_client(warm_start=warm_start)
+        self._simulate(server, client, X, y, sample_weight, labels, rows, names)
+        return server, client
+
+    def _simulated_client(self, *, warm_start):
+        """The client role that answers for every simulated site; :meth:`make_client` by default."""
+        return self.make_client()
+
+    def _simulate(self, server, client, X, y, sample_weight, labels, rows, names):
+        """:func:`~sklearn_fed.protocol.run_simulation` of the two roles (a family may wrap it)."""
+        run_simulation(server, client, X, y, sample_weight, labels, rows, names)
+
+    def _fitted_feature_names(self):
+        names = getattr(self, "feature_names_in_", None)
+        return None if names is None else [str(name) for name in names]
