@@ -32,11 +32,11 @@ from ..statistics import (
     check_aggregate,
     merge_statistics,
     most_extreme_client,
-    _lend_upper,
-    _lendable,
-    _parts_within_caps,
-    _restore_upper,
 )
+from ..statistics._inplace import lend_upper as _lend_upper
+from ..statistics._inplace import lendable as _lendable
+from ..statistics._inplace import restore_upper as _restore_upper
+from ..statistics._validation import parts_within_caps as _parts_within_caps
 
 __all__ = [
     "GRAM_MAX_CONDITION",
