@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fed import ClientStatistics, InvalidClientMessage, merge_statistics
-from sklearn_fed.statistics import StreamingMerge, _gram_plainly_valid
+from sklearn_fed.statistics import StreamingMerge
+from sklearn_fed.statistics._validation import _check_gram, _gram_plainly_valid
 
 
 def _reference(X, y, w, centered=True):
@@ -39,7 +40,7 @@ def _assert_close(stats, ref, rtol=1e-12):
 @pytest.mark.parametrize("weighted", [False, True])
 def test_from_data_matches_reference(centered, weighted, monkeypatch):
     # Small blocks so the blocked path and its Chan merges are exercised.
-    monkeypatch.setattr("sklearn_fed.statistics._BLOCK_BYTES", 8 * 4 * 7)
+    monkeypatch.setattr("sklearn_fed.statistics._kernels._BLOCK_BYTES", 8 * 4 * 7)
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(101, 4)), rng.normal(size=(101, 2))
     w = rng.uniform(0, 2, size=101) if weighted else np.ones(101)
@@ -49,7 +50,7 @@ def test_from_data_matches_reference(centered, weighted, monkeypatch):
 
 
 def test_offset_1e6_keeps_precision(monkeypatch):
-    monkeypatch.setattr("sklearn_fed.statistics._BLOCK_BYTES", 8 * 3 * 50)
+    monkeypatch.setattr("sklearn_fed.statistics._kernels._BLOCK_BYTES", 8 * 3 * 50)
     rng = np.random.default_rng(1)
     noise = rng.normal(size=(2000, 3))
     X = noise + 1e6
@@ -258,7 +259,7 @@ def test_fast_gram_check_never_accepts_what_the_full_check_refuses(seed):
 
     for symmetric in (False, True) if kind != 1 else (False,):
         if _gram_plainly_valid(gram, diag, symmetric):
-            bad._check_gram(fail, diag)  # must not raise
+            _check_gram(bad, fail, diag)  # must not raise
     # A well-formed Gram takes the fast path.
     assert _gram_plainly_valid(stats.gram, np.diag(stats.gram), False)
 
@@ -277,7 +278,7 @@ def test_negative_sample_weight_is_rejected():
 @pytest.mark.parametrize("offset", [0.0, 1e6])
 def test_rows_of_a_shared_X_give_the_bits_of_the_site_alone(order, offset, monkeypatch):
     """Read in place, gathered by index, or F-ordered: the same bits as the site's own copy."""
-    monkeypatch.setattr("sklearn_fed.statistics._BLOCK_BYTES", 8 * 7 * 40)  # 40-row blocks
+    monkeypatch.setattr("sklearn_fed.statistics._kernels._BLOCK_BYTES", 8 * 7 * 40)  # 40-row blocks
     rng = np.random.default_rng(5)
     X = np.asarray(rng.normal(size=(500, 6)) + offset, order=order)
     y = rng.normal(size=(500, 1))
@@ -310,9 +311,9 @@ def test_constant_columns_center_to_exact_zeros():
 @pytest.mark.parametrize("weighted", [False, True])
 def test_columns_constant_per_block_center_exactly_and_others_keep_their_spread(
         monkeypatch, weighted):
-    from sklearn_fed import statistics
+    from sklearn_fed.statistics import _kernels
 
-    monkeypatch.setattr(statistics, "_BLOCK_BYTES", 8 * 8 * 50)  # 50 rows per block
+    monkeypatch.setattr(_kernels, "_BLOCK_BYTES", 8 * 8 * 50)  # 50 rows per block
     rng = np.random.default_rng(8)
     X = rng.normal(size=(300, 6)) + 1e6  # an offset: the shifted (Chan) path
     X[:, 1] = 0.1 + 1e6  # constant everywhere
@@ -386,7 +387,7 @@ def test_merging_never_modifies_the_messages():
 
 def test_large_work_blocks_are_not_kept():
     """A Gram-sized work block (blocks of p rows at large d) is freed after use."""
-    from sklearn_fed.statistics import _scratch, _workspace
+    from sklearn_fed.statistics._kernels import _scratch, _workspace
 
     small = _scratch(10, 10, "test-keep")
     assert getattr(_workspace, "test-keep") is small.base

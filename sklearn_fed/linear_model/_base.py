@@ -28,14 +28,14 @@ from ..statistics import (
     FORMS,
     ClientStatistics,
     StreamingMerge,
-    _lend_upper,
-    _lendable,
-    _parts_within_caps,
-    _restore_upper,
     check_aggregate,
     merge_statistics,
     most_extreme_client,
 )
+from ..statistics._inplace import lend_upper as _lend_upper
+from ..statistics._inplace import lendable as _lendable
+from ..statistics._inplace import restore_upper as _restore_upper
+from ..statistics._validation import parts_within_caps as _parts_within_caps
 from ._robust import RobustAggregation, check_rows_within_bounds
 
 __all__ = [

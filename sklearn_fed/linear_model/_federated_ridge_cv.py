@@ -48,11 +48,11 @@ from ..protocol import (
     sorted_labels,
 )
 from ..statistics import (
-    _MAX_WEIGHT,
     ClientStatistics,
     check_aggregate,
     merge_statistics,
 )
+from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
 from ._base import (
     BaseFederatedRidge,
     StatisticsServer,

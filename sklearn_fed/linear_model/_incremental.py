@@ -37,13 +37,11 @@ from ..protocol import (
 )
 from ..protocol._simulate import blas_libraries
 from ..simulation import elect_leader
-from ..statistics import (
-    _MAX_MEAN,
-    _MAX_SECOND,
-    _MAX_WEIGHT,
-    ClientStatistics,
-    _drop_direction,
-)
+from ..statistics import ClientStatistics
+from ..statistics._kernels import drop_direction as _drop_direction
+from ..statistics._validation import MAX_MEAN as _MAX_MEAN
+from ..statistics._validation import MAX_SECOND as _MAX_SECOND
+from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
 from ._base import BaseFederatedRidge, solve_ridge, task_field
 
 __all__ = ["IncrementalFederatedRidge"]

@@ -66,7 +66,7 @@ from ..protocol import (
     label_key,
     sorted_labels,
 )
-from ..statistics import _rows_times
+from ..statistics._kernels import rows_times as _rows_times
 from ..utils._warnings import warn
 from ._base import BaseFederatedRidge, _solve_gram, numerical_range, task_field
 

@@ -5,13 +5,9 @@ import pytest
 
 from sklearn_fed import ClientStatistics, FederatedRidge, InvalidClientMessage
 from sklearn_fed.linear_model._base import _solve_gram
-from sklearn_fed.statistics import (
-    _CHUNK_BYTES,
-    StreamingMerge,
-    _is_psd,
-    _lend_upper,
-    _restore_upper,
-)
+from sklearn_fed.statistics import StreamingMerge
+from sklearn_fed.statistics._inplace import _CHUNK_BYTES, lend_upper, restore_upper
+from sklearn_fed.statistics._validation import _is_psd
 
 
 def _gram(d, seed=0, rank=None):
@@ -75,7 +71,7 @@ def test_gram_not_symmetric_bit_for_bit_is_left_alone(row):
         filled.append(rows)
         part.fill(np.nan)
 
-    assert _lend_upper(gram, fill) is None
+    assert lend_upper(gram, fill) is None
     assert (len(filled) > 0) == (row > 0)  # rows lent before the asymmetry was found
     np.testing.assert_array_equal(gram, original)
     moment = np.ones((700, 1))
@@ -88,11 +84,11 @@ def test_gram_not_symmetric_bit_for_bit_is_left_alone(row):
 def test_lend_and_restore_round_trip():
     gram = _gram(500)
     original = gram.copy()
-    diagonal = _lend_upper(gram, lambda rows, part: part.fill(np.nan))
+    diagonal = lend_upper(gram, lambda rows, part: part.fill(np.nan))
     lower = np.tril_indices(500, -1)
     np.testing.assert_array_equal(gram[lower], original[lower])  # the backup
     assert np.isnan(gram[np.triu_indices(500)]).all()
-    _restore_upper(gram, diagonal)
+    restore_upper(gram, diagonal)
     np.testing.assert_array_equal(gram, original)
 
 
@@ -143,5 +139,5 @@ def test_signed_zeros_count_as_asymmetric():
     gram = _gram(50)
     gram[3, 7], gram[7, 3] = -0.0, 0.0
     original = gram.copy()
-    assert _lend_upper(gram, lambda rows, part: part.fill(np.nan)) is None
+    assert lend_upper(gram, lambda rows, part: part.fill(np.nan)) is None
     np.testing.assert_array_equal(gram.view(np.int64), original.view(np.int64))
