@@ -12,6 +12,8 @@ with the messages travelling as bytes (see :doc:`/deploying`).
   (:class:`BlockwiseClient` for answers that are reductions over rows).
 - :class:`SitePolicy`: what a site agrees to compute.
 - :class:`FeatureSchema`: the features a task expects.
+- :func:`run_rounds`: the one round loop; a :class:`Transport` carries each
+  round (:class:`BytesTransport`: sites in this process through bytes).
 - :class:`CommunicationLedger`: bytes sent, from real message sizes.
 - :func:`encode_values`, :func:`encode_state`: label sets and fitted
   attributes on the wire; :func:`nest`: a step's message inside a pipeline's.
@@ -20,7 +22,15 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
 from ._nested import nest, unnest
-from ._roles import BlockwiseClient, Client, FederatedMixin, FoldedReplies, Server, SitePolicy
+from ._roles import (
+    BlockwiseClient,
+    Client,
+    FederatedMixin,
+    FoldedReplies,
+    Server,
+    SitePolicy,
+)
+from ._runtime import BytesTransport, Transport, run_rounds
 from ._schema import FeatureSchema, check_site_data, match_columns
 from ._simulate import atomic, run_simulation, simulate_through_bytes
 from ._values import decode_state, decode_values, encode_state, encode_values
@@ -36,6 +46,7 @@ from ._wire import (
 
 __all__ = [
     "BlockwiseClient",
+    "BytesTransport",
     "Client",
     "CommunicationLedger",
     "FeatureSchema",
@@ -47,6 +58,7 @@ __all__ = [
     "SitePolicy",
     "SymmetricMatrix",
     "TaskRefused",
+    "Transport",
     "atomic",
     "check_site_data",
     "decode",
@@ -60,6 +72,7 @@ __all__ = [
     "match_columns",
     "nest",
     "plain_label",
+    "run_rounds",
     "run_simulation",
     "simulate_through_bytes",
     "sorted_labels",

@@ -441,6 +441,16 @@ class Server(ABC):
             Naming the first bad reply; nothing of the round is applied
             (unless ``on_invalid="drop"``).
         """
+        self.receive_frames(*self.decode_replies(replies))
+
+    def decode_replies(self, replies):
+        """``(frames, sizes, failures)`` of a round's reply bytes, for :meth:`receive_frames`.
+
+        Each reply is authenticated with its site's key and decoded; one that
+        fails is a failure naming its site. A server that folds replies
+        (:meth:`reply_fold`) gets frames decoded only when read, so a round
+        never holds every decoded reply at once.
+        """
         sizes = {
             site: len(data) if isinstance(data, (bytes, bytearray, memoryview)) else 0
             for site, data in replies.items()
@@ -452,15 +462,14 @@ class Server(ABC):
             )
 
         if self.reply_fold() is not None:  # each decoded when read, so one is unpacked at a time
-            self.receive_frames(FramesOnDemand(replies, frame_of), sizes)
-            return
+            return FramesOnDemand(replies, frame_of), sizes, {}
         frames, failures = {}, {}
         for site in replies:
             try:
                 frames[site] = frame_of(site)
             except InvalidClientMessage as exc:
                 failures[site] = exc
-        self.receive_frames(frames, sizes, failures)
+        return frames, sizes, failures
 
     # ------------------------------------------------------------ internals
     def key_of(self, site):

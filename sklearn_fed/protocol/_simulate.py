@@ -37,6 +37,7 @@ import numpy as np
 from ..utils._warnings import WarningThreadPool
 from ._errors import InvalidClientMessage
 from ._roles import BlockwiseClient, FoldedReplies, FramesOnDemand
+from ._runtime import Transport, run_rounds
 from ._wire import (
     decode,
     encode,
@@ -126,56 +127,70 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
         labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
     if hasattr(X, "_run_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
         return X._run_partitions(server, clients, labels, names)
-    per_site = isinstance(clients, dict)
-    pools = not (through_bytes() or per_site)
+    transport = InProcessTransport(clients, X, y, sample_weight, labels, rows, names)
+    return run_rounds(server, transport, labels)
 
-    def next_tasks():
-        # Each round pooled when it can be (see pool_round), else site by site.
-        while pools and pool_round(server, clients, X, y, sample_weight, labels, rows, names):
-            continue
-        return server.open_round(labels)
 
-    tasks = next_tasks()
-    if not tasks:
-        return server
-    position = {label_key(label): i for i, label in enumerate(labels)}
+class InProcessTransport(Transport):
+    """Simulated sites that share one validated ``X``: frames handed over as objects.
 
-    def role(site):
-        return clients[site] if per_site else clients
+    Inside :func:`simulate_through_bytes` every task and reply is encoded and
+    decoded on the way. A server that folds replies reads each site's reply
+    when it is computed (or a few computed ahead on threads); a round the
+    server lets pool (:meth:`Server.pools_round`) is applied from all rows at
+    once by :meth:`apply_round`.
+    """
 
-    while tasks:
+    def __init__(self, clients, X, y, sample_weight, labels, rows, names):
+        self.clients, self.X, self.y, self.sample_weight = clients, X, y, sample_weight
+        self.labels, self.rows, self.names = labels, rows, names
+        self.per_site = isinstance(clients, dict)
+        self.pools = not (through_bytes() or self.per_site)
+        self._position = None
+        self._ahead = contextlib.ExitStack()
+
+    def role(self, site):
+        return self.clients[site] if self.per_site else self.clients
+
+    def apply_round(self, server, sites):
+        return self.pools and pool_round(server, self.clients, self.X, self.y,
+                                          self.sample_weight, self.labels, self.rows, self.names)
+
+    def exchange(self, server, tasks):
+        if self._position is None:
+            self._position = {label_key(label): i for i, label in enumerate(self.labels)}
+        X, y, sample_weight, names, role = self.X, self.y, self.sample_weight, self.names, self.role
         tasks = {site: deliver_task(server, role(site), site, task) for site, task in tasks.items()}
-        site_rows = {site: rows[position[label_key(site)]] for site in tasks}
+        site_rows = {site: self.rows[self._position[label_key(site)]] for site in tasks}
         sizes = {}
         if server.reply_fold() is not None:
             # The server folds each reply as soon as it reads it: compute it
             # then, so a round holds one site's reply at a time, not all.
-            def reply_of(site, tasks=tasks, site_rows=site_rows, sizes=sizes):
+            def reply_of(site):
                 reply = role(site).reply(tasks[site], X, y, sample_weight, site_rows[site], names)
                 return deliver_reply(server, role(site), site, reply, sizes)
 
-            workers = 1 if per_site else clients.site_workers(tasks, X, site_rows)
-            if workers > 1:  # or a few at once, each on one BLAS thread (see _reply_many)
-                with _sites_ahead(tasks, reply_of, workers) as replies:
-                    server.receive_frames(replies, sizes)
-                tasks = next_tasks()
-                continue
-            replies = FramesOnDemand(tasks, reply_of)
-        else:
-            if per_site:
-                replies = {
-                    site: clients[site].reply(task, X, y, sample_weight, site_rows[site], names)
-                    for site, task in tasks.items()
-                }
-            else:  # one role for every site: it may compute them together
-                replies = clients.reply_many(tasks, X, y, sample_weight, site_rows, names)
+            workers = 1 if self.per_site else self.clients.site_workers(tasks, X, site_rows)
+            if workers > 1:  # or a few at once, each on one BLAS thread (see reply_many)
+                replies = self._ahead.enter_context(_sites_ahead(tasks, reply_of, workers))
+            else:
+                replies = FramesOnDemand(tasks, reply_of)
+            return replies, sizes, {}, ()
+        if self.per_site:
             replies = {
-                site: deliver_reply(server, role(site), site, reply, sizes)
-                for site, reply in replies.items()
+                site: self.clients[site].reply(task, X, y, sample_weight, site_rows[site], names)
+                for site, task in tasks.items()
             }
-        server.receive_frames(replies, sizes)
-        tasks = next_tasks()
-    return server
+        else:  # one role for every site: it may compute them together
+            replies = self.clients.reply_many(tasks, X, y, sample_weight, site_rows, names)
+        replies = {
+            site: deliver_reply(server, role(site), site, reply, sizes)
+            for site, reply in replies.items()
+        }
+        return replies, sizes, {}, ()
+
+    def close_round(self):
+        self._ahead.close()
 
 
 def site_threads(workers):

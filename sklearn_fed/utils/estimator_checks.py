@@ -40,7 +40,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, clone, is_classifier
 
 from .._clients import group_rows_by_client
-from ..protocol import InvalidClientMessage, decode, encode, simulate_through_bytes
+from ..protocol import (
+    BytesTransport,
+    InvalidClientMessage,
+    decode,
+    encode,
+    run_rounds,
+    simulate_through_bytes,
+)
 
 __all__ = [
     "check_bad_reply_rejects_round",
@@ -100,23 +107,14 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
         named["feature_names"] = [str(c) for c in columns]
     server = estimator.make_server(keys=keys, max_rounds=max_rounds, **named)
     sites = {label: estimator.make_client(key=keys.get(label)) for label in labels}
-    index = dict(zip(labels, rows))
-    sent = {"tasks": {}, "replies": {}}
-    tasks = server.next_tasks(labels)
-    while tasks:
-        replies = {}
-        for site, task in tasks.items():
-            r = index[site]
-            weight = None if sample_weight is None else sample_weight[r]
-            rows_X = X.iloc[r] if hasattr(X, "iloc") else X[r]
-            reply = sites[site].respond(task, rows_X, None if y is None else y[r], weight)
-            if tamper is not None:
-                reply = tamper(site, reply)
-            replies[site] = reply
-            sent["tasks"][site] = sent["tasks"].get(site, 0) + len(task)
-            sent["replies"][site] = sent["replies"].get(site, 0) + len(reply)
-        server.receive(replies)
-        tasks = server.next_tasks(labels)
+    data = {}
+    for label, r in zip(labels, rows):
+        weight = None if sample_weight is None else sample_weight[r]
+        rows_X = X.iloc[r] if hasattr(X, "iloc") else X[r]
+        data[label] = (rows_X, None if y is None else y[r], weight)
+    transport = BytesTransport(sites, data, tamper=tamper)
+    run_rounds(server, transport, labels)
+    sent = transport.sent
     return server, sent
 
 
