@@ -11,7 +11,9 @@ from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient
 from ._classes import ClassesClient, ClassesServerMixin, validate_labelled
 from ._federated_ridge import FederatedRidgeServer
-from ._federated_ridge_cv import CVClient, FederatedRidgeCV, FederatedRidgeCVServer
+from ._federated_ridge_cv import FederatedRidgeCV
+from ._ridge_cv_client import CVClient
+from ._ridge_cv_server import FederatedRidgeCVServer
 
 __all__ = ["FederatedRidgeClassifier", "FederatedRidgeClassifierCV"]
 

@@ -245,7 +245,7 @@ def test_fit_statistics_equals_fit_on_rows():
 
 def test_one_decomposition_per_client(monkeypatch):
     """Cost: K decompositions however many alphas (no factorization per pair)."""
-    import sklearn_fed.linear_model._federated_ridge_cv as module
+    import sklearn_fed.linear_model._ridge_cv_algebra as module
 
     calls = []
     original = module.numerical_range
@@ -344,7 +344,7 @@ def test_robust_aggregation_guards_the_cv_server_too():
 def test_sites_on_parallel_threads_give_the_same_bits(sites_on_threads, cv):
     import threading
 
-    from sklearn_fed.linear_model._federated_ridge_cv import CVClient
+    from sklearn_fed.linear_model._ridge_cv_client import CVClient
 
     X, y, _ = _data(n=240, d=6)
     clients = np.arange(240) % 4
