@@ -10,9 +10,11 @@ Three ways to hold data out, all computed by the sites from their own rows:
   paper) from the statistics round alone: the model without client k is a
   merge of the other clients' messages, and client k's held-out error
   follows from its own statistics.
-- ``cv`` an int, splitter or iterable (as in RidgeCV): the server gives each
-  site the fold membership of its rows; sites return the statistics of
-  their rows in each fold's training and test sets.
+- ``cv`` an int, splitter or iterable (as in RidgeCV): each site holds its
+  rows' fold membership (``fit`` draws it from the splitter on the pooled
+  rows and hands each site its own); the task says how many folds there
+  are, and sites return the statistics of their rows in each fold's
+  training and held-out sets.
 
 Scores that are sums over rows (squared error, R^2, explained variance) are
 computed from those sums; any other scorer needs every held-out row's
@@ -67,17 +69,32 @@ class FederatedRidgeCV(BaseFederatedRidge):
       (Proposition 5 of the one-shot paper): client k's held-out score comes
       from its own statistics against the merge of the others'.
     - ``cv`` an int, splitter or iterable (``clients`` is passed to it as
-      ``groups``): the splitter runs on the pooled rows, and each site gets
-      its rows' fold membership in its task and returns the statistics of
-      its rows in each fold's training and test sets (weighted, as
-      GridSearchCV weights both the fits and the scores).
+      ``groups``): ``fit`` runs the splitter on the pooled rows and hands
+      each site its own rows' fold membership, as data the site holds next
+      to its rows; the task tells the sites only the number of folds, and
+      each returns the statistics of its rows in each fold's training and
+      held-out sets (weighted, as GridSearchCV weights both the fits and
+      the scores). The server never learns which pooled rows a site holds.
 
     Scorers that are sums over rows (``neg_mean_squared_error``,
     ``neg_root_mean_squared_error``, ``r2``, ``explained_variance`` and
     ``make_scorer`` of their functions) are computed from sums the sites
     send. Any other scorer (a callable, ...) takes a further round in which
     sites send every held-out row's prediction, target and weight: the
-    server then sees row-level data, so prefer a decomposable scorer.
+    server then sees row-level data, so prefer a decomposable scorer. It
+    scores those rows site by site (in ``clients_`` order), not in ``X``'s
+    order, which it does not know: the same rows, so the same score up to
+    the order of its sums' round-off (exactly the same for an
+    order-free one such as a median).
+
+    Deployed (``make_server``, ``make_client``), a splitter ``cv`` needs
+    two things a simulation takes from the pooled rows: every site's fold
+    membership, which the site holds, ``make_client(folds=...)`` (per row,
+    the fold that holds it out, or ``-1``; or codes per fold, see
+    :meth:`make_client`), and the number of folds, which the server takes
+    from ``cv`` (an int, ``KFold(5)``, ``GroupKFold(3)``, a list of splits)
+    or from ``server.n_folds``. A server may instead assign the folds:
+    ``server.folds = {site: codes}`` goes out in each site's tasks.
 
     Read more in the :ref:`User Guide <federated_ridge_cv>`.
 
@@ -121,7 +138,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
         With ``store_cv_results=True``. ``cv=None``: as RidgeCV, one value per
         row, ``(n_samples, n_alphas)`` for one-dimensional ``y`` and
         ``(n_samples, n_targets, n_alphas)`` otherwise: the weighted squared
-        leave-one-out error (``scoring=None``) or the leave-one-out prediction.
+        leave-one-out error (``scoring=None``) or the leave-one-out prediction;
+        in ``X``'s row order after ``fit``, site by site in ``clients_`` order
+        after a deployed run (each site's rows in its own order).
         ``cv="clients"``: one value per client (in ``clients_`` order): its
         score, ``(n_clients, n_alphas)`` (``(n_clients, n_targets, n_alphas)``
         with ``alpha_per_target``), or with ``criterion="pooled_squared_error"``
@@ -224,11 +243,6 @@ class FederatedRidgeCV(BaseFederatedRidge):
                 "criterion='pooled_squared_error' is the squared error itself; scoring must "
                 f"be None, got {self.scoring!r}.")
 
-    def _keeps_rows(self):
-        """Whether leave-one-out results come back per row (to be put in ``X``'s order)."""
-        return self.cv is None and (
-            self.store_cv_results or _scorer_kind(self._scorer()) is None)
-
     def _scorer(self):
         return check_scoring(self, scoring=self.scoring, allow_none=True) if self.scoring else None
 
@@ -258,42 +272,90 @@ class FederatedRidgeCV(BaseFederatedRidge):
         X, y, sample_weight, labels, rows = self._validate_rows(
             X, y, sample_weight, clients, reset=True
         )
-        server, names = self._cv_server(X, y, clients, labels, rows)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        self._simulate(X, y, sample_weight, clients, labels, rows)
         return self
 
-    def _cv_server(self, X, y, clients, labels, rows):
-        """The server of a fit, told each site's rows' positions and, for a splitter, folds.
+    def make_client(self, *, key=None, policy=None, site=None, folds=None):
+        """The client role a site runs: answers tasks from its own rows (and folds).
 
-        The splitter runs on the pooled rows (stratified for a classifier, as
-        in scikit-learn), with the clients as its groups. Returns ``(server,
-        feature names)``.
+        Parameters
+        ----------
+        key : bytes or str, default=None
+            The site's shared key (HMAC-SHA256), also given to the server.
+        policy : SitePolicy, default=None
+            Tasks the site refuses.
+        site : hashable, default=None
+            The site's label; tasks addressed to another label are refused.
+        folds : array-like of shape (n_rows,) or (n_rows, n_folds), default=None
+            With ``cv`` a splitter: the fold membership of the rows the site
+            answers from, in their order. Per row, the fold in which it is
+            held out (``-1``: none, as
+            :class:`~sklearn.model_selection.PredefinedSplit`'s
+            ``test_fold``), or per row and fold a code: 0 in neither set, 1
+            training, 2 held out.
+
+        Returns
+        -------
+        client : CVClient
+        """
+        return self._client_role(self, key=key, policy=policy, site=site, folds=folds)
+
+    def _simulate(self, X, y, sample_weight, clients, labels, rows):
+        """``fit``'s run of the protocol on the sites' rows of ``X``.
+
+        Only this driver knows the pooled rows: for a splitter it draws the
+        folds from them and hands each site its rows' membership as data of
+        the site (the client role's fold column, read through each site's
+        rows as ``X`` is), and tells the server only their number; it puts
+        the per-row ``cv_results_``, which the server has site by site, in
+        ``X``'s order.
         """
         names = getattr(self, "feature_names_in_", None)
         names = None if names is None else [str(name) for name in names]
         server = self.make_server(feature_names=names)
-        if hasattr(X, "_row_positions"):  # Dask partitions: read only for per-row results
-            server.positions = X._row_positions() if self._keeps_rows() else None
+        folds = None
+        if self.cv is not None and not isinstance(self.cv, str):
+            folds = self._fold_membership(X, y, clients, rows)
+            server.n_folds = folds.shape[1]
+        client = self.make_client(folds=folds)
+        run_simulation(server, client, X, y, sample_weight, labels, rows, names)
+        if self.cv is None and "cv_results_" in self.__dict__:
+            self.cv_results_ = self._in_row_order(self.cv_results_, X, labels, rows)
+
+    def _fold_membership(self, X, y, clients, rows):
+        """Codes (n_samples, n_splits) of the splitter's folds of the pooled rows.
+
+        As in scikit-learn: stratified for a classifier, and the clients (as
+        checked and aligned) are the splitter's groups.
+        """
+        groups = None
+        if clients is not None:
+            groups = np.empty(X.shape[0], dtype=np.intp)
+            for index, client_rows in enumerate(rows):
+                groups[client_rows] = index
+        with warnings.catch_warnings():  # clients always go in as groups
+            warnings.filterwarnings("ignore", "The groups parameter is ignored")
+            splitter = check_cv(self.cv, y, classifier=is_classifier(self))
+            splits = list(splitter.split(X, y, groups=groups))
+        codes = np.zeros((X.shape[0], len(splits)), dtype=np.int8)
+        for j, (train, test) in enumerate(splits):
+            codes[train, j] = 1
+            codes[test, j] = 2
+        return codes
+
+    def _in_row_order(self, results, X, labels, rows):
+        """Per-row ``results``, stacked site by site in ``clients_`` order, in ``X``'s order."""
+        if hasattr(X, "_row_positions"):  # Dask partitions
+            positions = X._row_positions()
+            if positions is None:  # one site: its rows are X's rows, in order
+                return results
         else:
             everything = np.arange(X.shape[0])
-            server.positions = {label_key(label): everything[r] for label, r in zip(labels, rows)}
-        if self.cv is not None and not isinstance(self.cv, str):
-            groups = None
-            if clients is not None:  # the clients, as checked and aligned, are the groups
-                groups = np.empty(X.shape[0], dtype=np.intp)
-                for index, client_rows in enumerate(rows):
-                    groups[client_rows] = index
-            with warnings.catch_warnings():  # clients always go in as groups
-                warnings.filterwarnings("ignore", "The groups parameter is ignored")
-                splitter = check_cv(self.cv, y, classifier=is_classifier(self))
-                splits = list(splitter.split(X, y, groups=groups))
-            codes = np.zeros((X.shape[0], len(splits)), dtype=np.int8)
-            for j, (train, test) in enumerate(splits):
-                codes[train, j] = 1
-                codes[test, j] = 2
-            server.folds = {key: codes[where] for key, where in server.positions.items()}
-            server.test_order = [np.asarray(test) for _, test in splits]
-        return server, names
+            positions = {label_key(label): everything[r] for label, r in zip(labels, rows)}
+        order = np.concatenate([positions[label_key(site)] for site in self.clients_])
+        in_order = np.empty_like(results)
+        in_order[np.argsort(np.argsort(order))] = results
+        return in_order
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic

@@ -1,6 +1,14 @@
-"""FederatedRidgeCV's server: :class:`FederatedRidgeCVServer`."""
+"""FederatedRidgeCV's server: :class:`FederatedRidgeCVServer`.
+
+It merges the sites' statistics and sums and chooses alpha; it holds no
+row of any site, nor where a site's rows stand among everyone's: with
+``cv`` a splitter it knows how many folds there are, and the sites know
+which of their rows are in which (see :class:`~._ridge_cv_client.CVClient`).
+"""
 
 import numpy as np
+from sklearn.base import is_classifier
+from sklearn.model_selection import check_cv
 
 from .._compat import scorer_parts
 from ..protocol import InvalidClientMessage, label_key, sorted_labels
@@ -22,7 +30,7 @@ from ._ridge_cv_client import _checked_array, _unpack
 
 
 class FederatedRidgeCVServer(StatisticsServer):
-    """Server of :class:`FederatedRidgeCV` (the rounds are in the module docstring).
+    """Server of :class:`FederatedRidgeCV` (its rounds are in the estimator's docstring).
 
     Round 1 collects statistics (again as factors if ``solver="auto"`` finds
     the pooled Gram too ill-conditioned for the smallest alpha); then
@@ -30,17 +38,28 @@ class FederatedRidgeCVServer(StatisticsServer):
     over rows takes a prediction round. The model is committed only after
     the last round.
 
+    Per-row values (held-out predictions for a scorer that is not a sum
+    over rows, ``cv_results_`` with ``cv=None``) come site by site in
+    ``clients_`` order, each site's rows in its own order: the server does
+    not know where they stand among everyone's rows (``fit`` puts
+    ``cv_results_`` in ``X``'s order itself, from the rows it simulated).
+
     Attributes
     ----------
+    n_folds : int or None
+        For ``cv`` a splitter: the number of folds, sent in the statistics
+        task (each site answers for its rows in each fold). None (default):
+        ``folds``' count if set, else ``cv``'s ``get_n_splits()`` (an int,
+        ``KFold``, ``GroupKFold``, a list of splits, ...); set it for a
+        splitter that counts its folds from the rows (``LeaveOneGroupOut``).
+        ``fit`` sets it to the number of splits it drew.
     folds : dict or None
-        ``{site: ndarray (n_rows, n_folds)}``: for ``cv`` a splitter, each
-        site's rows' membership in each fold (0 none, 1 train, 2 test).
-        ``fit`` sets it from the splitter run on the pooled rows; a
-        deployment sets it from the folds the sites' rows belong to.
-    positions : dict or None
-        ``{site: ndarray}``: each site's rows' positions in ``X``, so that
-        per-row results are in ``X``'s order (``fit`` sets it; otherwise
-        rows are in site-label order).
+        For ``cv`` a splitter, fold membership the server *assigns*:
+        ``{site: ndarray (n_rows, n_folds)}`` of codes (0 neither, 1
+        training, 2 held out) for each site's rows in the order the site
+        holds them, sent in that site's tasks. None (default, and ``fit``):
+        every site holds its own (``make_client(folds=...)``) and the tasks
+        carry only ``n_folds``.
     """
 
     protocol = "ridge.cv"
@@ -48,9 +67,9 @@ class FederatedRidgeCVServer(StatisticsServer):
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
         self.step = "statistics"
+        self.n_folds = None
         self.folds = None
-        self.positions = None
-        self.test_order = None
+        self._n_folds = self._assigned = None
         self._site_arrays = None
         self._sent = {}
 
@@ -66,10 +85,10 @@ class FederatedRidgeCVServer(StatisticsServer):
         if self._next_round != self.round:
             return {}
         splitter = self.estimator.cv is not None and not isinstance(self.estimator.cv, str)
-        if self.step == "statistics" and splitter:
-            self._plan_folds(sites)
-            self._site_arrays = lambda site: {"folds": self.folds[label_key(site)]}
         fields = {"step": self.step, "centered": bool(self.estimator.fit_intercept)}
+        if self.step == "statistics" and splitter:
+            fields["n_folds"] = self._plan_folds(sites)
+            self._site_arrays = self._assigned_folds
         if self.step == "statistics" and self.robust is not None:
             fields.update(self.robust.task_fields())
         fields.update((k, v) for k, v in self._next.items()
@@ -110,26 +129,35 @@ class FederatedRidgeCVServer(StatisticsServer):
                 raise InvalidClientMessage(f"client {site!r}: {problem}.", site)
             if self.robust is not None:
                 self.robust.check(site, stats)
-        if self.folds is not None:
-            membership = self.folds[label_key(site)]
-            expected = {"all"}
-            for j in range(membership.shape[1]):
-                for code, part in ((1, "train"), (2, "test")):
-                    count = int(np.sum(membership[:, j] == code))
-                    stats = named.get(f"{part}{j}")
-                    if (0 if stats is None else stats.n_samples) != count:
-                        raise InvalidClientMessage(
-                            f"client {site!r}: its {part} statistics of fold {j} do not "
-                            f"cover its {count} {part} rows.", site)
-                    if count:
-                        expected.add(f"{part}{j}")
-            if set(named) != expected:
-                raise InvalidClientMessage(
-                    f"client {site!r}: unexpected statistics {sorted(set(named) - expected)}.",
-                    site)
+        if self._n_folds is not None:
+            self._check_fold_statistics(site, named)
         elif set(named) != {"all"}:
             raise InvalidClientMessage(f"client {site!r}: unexpected fold statistics.", site)
         return named
+
+    def _check_fold_statistics(self, site, named):
+        """A site's fold statistics: within its rows, or exactly its assigned folds' rows."""
+        assigned = None if self._assigned is None else self._assigned[label_key(site)]
+        expected = {"all"}
+        for j in range(self._n_folds):
+            counts = {}
+            for code, part in ((1, "train"), (2, "test")):
+                stats = named.get(f"{part}{j}")
+                counts[part] = 0 if stats is None else stats.n_samples
+                if assigned is not None and counts[part] != int(np.sum(assigned[:, j] == code)):
+                    raise InvalidClientMessage(
+                        f"client {site!r}: its {part} statistics of fold {j} do not cover "
+                        f"the {int(np.sum(assigned[:, j] == code))} {part} rows assigned "
+                        "to it.", site)
+                if stats is not None:
+                    expected.add(f"{part}{j}")
+            if counts["train"] + counts["test"] > named["all"].n_samples:
+                raise InvalidClientMessage(
+                    f"client {site!r}: its training and held-out rows of fold {j} are more "
+                    f"than its {named['all'].n_samples} rows.", site)
+        if set(named) != expected:
+            raise InvalidClientMessage(
+                f"client {site!r}: unexpected statistics {sorted(set(named) - expected)}.", site)
 
     def _expected_targets(self, frame):
         """Number of targets the statistics of a reply must have: its schema's."""
@@ -217,13 +245,43 @@ class FederatedRidgeCVServer(StatisticsServer):
             self._split_folds(ledger)
 
     def _plan_folds(self, sites):
-        if self.folds is None:
-            raise ValueError(
-                "cv is a splitter: set server.folds to each site's rows' fold membership "
-                "before the first round (fit derives it from the pooled rows).")
-        missing = [site for site in sites if label_key(site) not in self.folds]
-        if missing:
-            raise ValueError(f"server.folds has no fold membership for sites {missing}.")
+        """The number of folds (checked against the assigned folds, if any)."""
+        n_folds, cv = self.n_folds, self.estimator.cv
+        if self.folds is not None:
+            self._assigned = {}
+            for site, codes in self.folds.items():
+                codes = np.asarray(codes)
+                if not (codes.ndim == 2 and codes.dtype.kind in "iu"
+                        and np.isin(codes, (0, 1, 2)).all()):
+                    raise ValueError(
+                        f"server.folds[{site!r}] must be codes of shape (n_rows, n_folds) "
+                        "in {0, 1, 2}.")
+                self._assigned[label_key(site)] = codes.astype(np.int8, copy=False)
+            missing = [site for site in sites if label_key(site) not in self._assigned]
+            if missing:
+                raise ValueError(f"server.folds has no fold membership for sites {missing}.")
+            counts = {np.shape(codes)[1:] for codes in self._assigned.values()}
+            if len(counts) != 1 or (n_folds is not None and counts != {(n_folds,)}):
+                raise ValueError(
+                    "server.folds must give every site codes of shape (n_rows, n_folds), "
+                    f"with one n_folds (server.n_folds={n_folds}); got {sorted(counts)}.")
+            n_folds = counts.pop()[0]
+        if n_folds is None:
+            try:
+                n_folds = check_cv(cv, classifier=is_classifier(self.estimator)).get_n_splits()
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"cv={cv!r} counts its folds from the rows, which the server does not "
+                    "have: set server.n_folds before the first round (and give every site "
+                    f"its rows' fold membership, make_client(folds=...)). ({exc})") from exc
+        if not (isinstance(n_folds, (int, np.integer)) and n_folds >= 1):
+            raise ValueError(f"server.n_folds must be a positive int, got {n_folds!r}.")
+        self._n_folds = int(n_folds)
+        return self._n_folds
+
+    def _assigned_folds(self, site):
+        """A task's arrays: the site's folds when the server assigns them, else none."""
+        return {} if self._assigned is None else {"folds": self._assigned[label_key(site)]}
 
     # leave one row out ------------------------------------------------------
     def _start_leave_one_out(self):
@@ -269,9 +327,9 @@ class FederatedRidgeCVServer(StatisticsServer):
         elif kind is not None:
             scores = total.scores(kind, scorer_parts(self._scorer)[1], per_target)
         else:
-            predictions, targets, weights = (self._in_row_order(replies, i) for i in (1, 2, 3))
+            predictions, targets, weights = (self._stacked(replies, i) for i in (1, 2, 3))
             scores = self._score_rows(predictions, targets, weights, per_target)
-        results = self._in_row_order(replies, 1) if estimator.store_cv_results else None
+        results = self._stacked(replies, 1) if estimator.store_cv_results else None
         self.finish(scores, results, ledger)
 
     def _pooled_sst(self):
@@ -281,16 +339,9 @@ class FederatedRidgeCVServer(StatisticsServer):
             return aggregate.target_ss
         return np.maximum(aggregate.target_ss - aggregate.weight_sum * aggregate.y_mean**2, 0)
 
-    def _in_row_order(self, replies, index):
-        """Per-row arrays of all sites, in the rows' order in ``X`` (site-label order otherwise)."""
-        labels = sorted_labels(replies)
-        stacked = np.concatenate([replies[site][index] for site in labels])
-        if self.positions is None:
-            return stacked
-        order = np.concatenate([self.positions[label_key(site)] for site in labels])
-        result = np.empty_like(stacked)
-        result[np.argsort(np.argsort(order))] = stacked
-        return result
+    def _stacked(self, replies, index):
+        """Per-row arrays of all sites, site by site in label order (``clients_``'s)."""
+        return np.concatenate([replies[site][index] for site in sorted_labels(replies)])
 
     def _score_rows(self, predictions, targets, weights, per_target):
         """A scorer on held-out predictions, as RidgeCV scores them.
@@ -337,7 +388,7 @@ class FederatedRidgeCVServer(StatisticsServer):
 
     def _split_folds(self, ledger):
         labels = self._labels
-        n_folds = next(iter(self.folds.values())).shape[1]
+        n_folds = self._n_folds
         models, sums = [], []
         self._expected_predictions = {label_key(s): {} for s in labels}
         for j in range(n_folds):
@@ -353,16 +404,13 @@ class FederatedRidgeCVServer(StatisticsServer):
                     self._expected_predictions[label_key(site)][str(j)] = p[f"test{j}"].n_samples
         if self._kind is None:
 
-            def fold_models(site):
-                membership = self.folds[label_key(site)]
-                arrays = {}
+            def fold_models(site):  # each site predicts its own held-out rows of fold j
+                arrays = self._assigned_folds(site)
                 for key in self._expected_predictions[label_key(site)]:
-                    j = int(key)
-                    arrays[f"coef{key}"], arrays[f"intercept{key}"] = models[j]
-                    arrays[f"rows{key}"] = np.flatnonzero(membership[:, j] == 2)
+                    arrays[f"coef{key}"], arrays[f"intercept{key}"] = models[int(key)]
                 return arrays
 
-            self._request("predict", site_arrays=fold_models)
+            self._request("predict", {"n_folds": n_folds}, site_arrays=fold_models)
             return
         self._finish_folds(sums, ledger)
 
@@ -373,20 +421,9 @@ class FederatedRidgeCVServer(StatisticsServer):
         if isinstance(estimator.cv, str):  # one fold per client, in label order
             folds = [replies[site][""] for site in labels]
         else:
-            n_folds = next(iter(self.folds.values())).shape[1]
-            for j in range(n_folds):
-                key = str(j)
-                holders = [site for site in labels if key in replies[site]]
-                parts = [replies[site][key] for site in holders]
-                fold = [np.concatenate([p[i] for p in parts]) for i in range(3)]
-                if self.positions is not None and self.test_order is not None:
-                    where = np.concatenate([
-                        self.positions[label_key(site)][self.folds[label_key(site)][:, j] == 2]
-                        for site in holders])
-                    rank = np.searchsorted(np.sort(where), self.test_order[j])
-                    order = np.argsort(where)[rank]
-                    fold = [part[order] for part in fold]
-                folds.append(fold)
+            for j in range(self._n_folds):  # held-out rows site by site, in label order
+                parts = [replies[site][str(j)] for site in labels if str(j) in replies[site]]
+                folds.append([np.concatenate([p[i] for p in parts]) for i in range(3)])
         scores = np.asarray([self._score_rows(P, Y, W, estimator.alpha_per_target)
                              for P, Y, W in folds])
         self._finish_scores(scores, ledger)
