@@ -6,12 +6,14 @@ from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.metrics import check_scoring
 
 from .._compat import StrOptions, _fit_context
-from ..protocol import InvalidClientMessage, atomic, run_simulation
+from ..protocol import InvalidClientMessage, atomic
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient
 from ._classes import ClassesClient, ClassesServerMixin, validate_labelled
 from ._federated_ridge import FederatedRidgeServer
-from ._federated_ridge_cv import CVClient, FederatedRidgeCV, FederatedRidgeCVServer
+from ._federated_ridge_cv import FederatedRidgeCV
+from ._ridge_cv_client import CVClient
+from ._ridge_cv_server import FederatedRidgeCVServer
 
 __all__ = ["FederatedRidgeClassifier", "FederatedRidgeClassifierCV"]
 
@@ -54,6 +56,11 @@ class RidgeClassifierCVClient(ClassesClient, CVClient):
     """A site of :class:`FederatedRidgeClassifierCV`: classes, then FederatedRidgeCV's steps."""
 
     protocol = "ridge.classifier_cv"
+
+    def compute(self, task, X, y, sample_weight, rows):
+        # The classes step selects the site's rows first: its folds go with them.
+        site = self.for_rows(task, X.shape[0], rows)
+        return ClassesClient.compute(site, task, X, y, sample_weight, rows)
 
     def _compute_encoded(self, task, X, index, weight, classes):
         Y = indicator_targets(index, classes.shape[0])
@@ -387,8 +394,7 @@ n_clients_, communication_
         self._check_options()
         self._checked_alphas()
         X, y, sample_weight, labels, rows = validate_labelled(self, X, y, sample_weight, clients)
-        server, names = self._cv_server(X, y, clients, labels, rows)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+        self._simulate(X, y, sample_weight, clients, labels, rows)
         return self
 
     def predict(self, X):

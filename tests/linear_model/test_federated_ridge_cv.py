@@ -7,9 +7,16 @@ from numpy.testing import assert_array_equal
 import pytest
 from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import make_scorer, mean_absolute_error, mean_squared_error
-from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
+from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut, ShuffleSplit
 
-from sklearn_fed import ClientStatistics, FederatedRidge, FederatedRidgeCV, InvalidClientMessage
+from sklearn_fed import (
+    ClientStatistics,
+    FederatedRidge,
+    FederatedRidgeClassifierCV,
+    FederatedRidgeCV,
+    InvalidClientMessage,
+)
+from sklearn_fed.linear_model._ridge_cv_client import CVClient
 from sklearn_fed.protocol import simulate_through_bytes
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
@@ -181,6 +188,195 @@ def test_choice_rule_agrees_with_ridgecv_on_ordinary_data():
         assert ours.alpha_ == theirs.alpha_
 
 
+# ------------------------------------------------- folds held by the sites
+def _deploy(estimator, X, y, clients, folds=None, *, server_folds=None, n_folds=None,
+            client_role=None):
+    """Run ``estimator``'s roles by hand, through bytes: each site holds its rows and folds.
+
+    ``folds`` (one entry or row of codes per row of ``X``) is cut by site as
+    ``X`` is; ``server_folds`` instead has the server assign them.
+    """
+    labels = np.unique(clients).tolist()
+    server = estimator.make_server()
+    server.n_folds = n_folds
+    if server_folds is not None:
+        server.folds = {site: server_folds[clients == site] for site in labels}
+    make_client = client_role or estimator.make_client
+    sites = {site: make_client(folds=None if folds is None else folds[clients == site])
+             for site in labels}
+    tasks = server.next_tasks(labels)
+    while tasks:
+        server.receive({site: sites[site].respond(task, X[clients == site], y[clients == site])
+                        for site, task in tasks.items()})
+        tasks = server.next_tasks(labels)
+    return server
+
+
+def _codes(splits, n):
+    codes = np.zeros((n, len(splits)), dtype=np.int8)
+    for j, (train, test) in enumerate(splits):
+        codes[train, j], codes[test, j] = 1, 2
+    return codes
+
+
+def _integer_arrays(value, path="server", seen=None):
+    """Paths of the integer arrays ``value`` holds in its attributes, dicts, lists and tuples."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    if isinstance(value, np.ndarray):
+        return [path] if value.dtype.kind in "iub" else []
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple, set)):
+        items = enumerate(value)
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        items = vars(value).items()
+    else:
+        return []
+    return [found for key, item in items
+            for found in _integer_arrays(item, f"{path}.{key}", seen)]
+
+
+@pytest.mark.parametrize("cv, params", [
+    (None, dict(store_cv_results=True)),
+    (None, dict(scoring="neg_mean_absolute_error", store_cv_results=True)),
+    (KFold(5, shuffle=True, random_state=0), {}),
+    (KFold(5, shuffle=True, random_state=0), dict(scoring="neg_mean_absolute_error")),
+    (GroupKFold(3), dict(scoring="neg_mean_squared_error")),
+])
+def test_fit_server_holds_no_row_positions(monkeypatch, cv, params):
+    """Issue 26: the server of a fit holds no row's position, nor any fold membership."""
+    X, y, rng = _data(n=90, t=2 if params.get("scoring") else None)
+    w = rng.uniform(0.5, 2, size=len(X))
+    clients = rng.integers(0, 5, size=len(X))
+    servers = []
+    original = FederatedRidgeCV.make_server
+    monkeypatch.setattr(FederatedRidgeCV, "make_server",
+                        lambda self, **kw: servers.append(original(self, **kw)) or servers[-1])
+    ours = FederatedRidgeCV(alphas=ALPHAS, cv=cv, **params).fit(X, y, w, clients=clients)
+    (server,) = servers
+    assert server.estimator is ours
+    for name in ("positions", "test_order", "_row_positions"):
+        assert not hasattr(server, name)
+    assert server.folds is None
+    held = {key: value for key, value in vars(server).items() if key != "estimator"}
+    assert _integer_arrays(held) == []  # no row index, position or fold code anywhere
+    # the model is RidgeCV's on the pooled rows, as before (and cv_results_ in X's order)
+    splits = None if cv is None else list(cv.split(X, y, clients if isinstance(
+        cv, GroupKFold) else None))
+    theirs = RidgeCV(alphas=ALPHAS, cv=splits, **params).fit(X, y, sample_weight=w)
+    assert ours.alpha_ == theirs.alpha_
+    assert ours.best_score_ == pytest.approx(theirs.best_score_, rel=1e-9)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-9)
+    if cv is None:
+        np.testing.assert_allclose(ours.cv_results_, theirs.cv_results_, rtol=1e-9)
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_mean_absolute_error"])
+@pytest.mark.parametrize("form", ["test_fold", "codes"])
+def test_deployed_sites_hold_their_folds_and_give_fit_model(scoring, form):
+    """A deployment: each site holds its rows' folds; the server knows only their number."""
+    X, y, rng = _data(n=90)
+    clients = rng.integers(0, 4, size=len(X))
+    splitter = KFold(5, shuffle=True, random_state=0)
+    splits = list(splitter.split(X))
+    if form == "test_fold":  # PredefinedSplit's column: the fold that holds each row out
+        folds = np.empty(len(X), dtype=int)
+        for j, (_, test) in enumerate(splits):
+            folds[test] = j
+    else:
+        folds = _codes(splits, len(X))
+    fitted = FederatedRidgeCV(alphas=ALPHAS, cv=splitter, scoring=scoring).fit(
+        X, y, clients=clients)
+    deployed = FederatedRidgeCV(alphas=ALPHAS, cv=5, scoring=scoring)  # n_folds from cv
+    _deploy(deployed, X, y, clients, folds)
+    assert deployed.alpha_ == fitted.alpha_
+    assert deployed.best_score_ == fitted.best_score_  # the same sums, in the same order
+    assert_array_equal(deployed.coef_, fitted.coef_)
+    assert deployed.intercept_ == fitted.intercept_
+    assert deployed.communication_.rounds == fitted.communication_.rounds
+
+
+def test_deployed_classifier_sites_hold_their_folds():
+    X, _, rng = _data(n=90)
+    y = np.where(X[:, 0] + rng.normal(size=len(X)) > X[:, 0].mean(), "yes", "no")
+    clients = rng.integers(0, 3, size=len(X))
+    splitter = ShuffleSplit(4, test_size=0.25, random_state=0)  # some rows in neither set
+    codes = _codes(list(splitter.split(X)), len(X))
+    fitted = FederatedRidgeClassifierCV(alphas=ALPHAS, cv=splitter).fit(X, y, clients=clients)
+    deployed = FederatedRidgeClassifierCV(alphas=ALPHAS, cv=splitter)
+    _deploy(deployed, X, y, clients, codes)
+    assert deployed.alpha_ == fitted.alpha_ and deployed.best_score_ == fitted.best_score_
+    assert_array_equal(deployed.coef_, fitted.coef_)
+
+
+def test_deployed_server_may_assign_the_folds():
+    """``server.folds``: the server assigns each site codes, sent in its tasks."""
+    X, y, rng = _data(n=90)
+    clients = rng.integers(0, 4, size=len(X))
+    splitter = GroupKFold(3)
+    codes = _codes(list(splitter.split(X, y, groups=clients)), len(X))
+    params = dict(alphas=ALPHAS, scoring="neg_mean_absolute_error")
+    fitted = FederatedRidgeCV(cv=splitter, **params).fit(X, y, clients=clients)
+    deployed = FederatedRidgeCV(cv=LeaveOneGroupOut(), **params)  # counts its folds from rows
+    server = _deploy(deployed, X, y, clients, server_folds=codes)
+    assert server.n_folds is None  # taken from the folds it assigns
+    assert deployed.alpha_ == fitted.alpha_ and deployed.best_score_ == fitted.best_score_
+    assert_array_equal(deployed.coef_, fitted.coef_)
+    with pytest.raises(ValueError, match="holds its own"):  # folds from both sides
+        _deploy(FederatedRidgeCV(cv=splitter, **params), X, y, clients, codes,
+                server_folds=codes)
+    disobedient = FederatedRidgeCV(cv=splitter, **params)
+
+    class Disobedient(CVClient):  # answers for other folds than those it was assigned
+        def membership(self, task, X, rows):
+            codes = super().membership(task, X, rows)
+            return None if codes is None else codes[:, ::-1]
+
+    with pytest.raises(InvalidClientMessage, match="do not cover"):
+        _deploy(disobedient, X, y, clients, server_folds=codes,
+                client_role=lambda folds=None: Disobedient(disobedient, folds=folds))
+
+
+def test_deployed_folds_say_what_is_missing():
+    X, y, rng = _data(n=60)
+    clients = rng.integers(0, 3, size=len(X))
+    with pytest.raises(ValueError, match=r"set server.n_folds"):
+        _deploy(FederatedRidgeCV(cv=LeaveOneGroupOut()), X, y, clients, np.zeros(len(X), int))
+    with pytest.raises(ValueError, match=r"make_client\(folds=...\)"):
+        _deploy(FederatedRidgeCV(cv=3), X, y, clients)
+    with pytest.raises(ValueError, match="held-out fold in"):
+        _deploy(FederatedRidgeCV(cv=3), X, y, clients, np.full(len(X), 3))
+    deployed = FederatedRidgeCV(alphas=ALPHAS, cv=LeaveOneGroupOut())
+    _deploy(deployed, X, y, clients, clients, n_folds=3)  # each site's rows: its own fold
+    fitted = FederatedRidgeCV(alphas=ALPHAS, cv=LeaveOneGroupOut()).fit(X, y, clients=clients)
+    assert deployed.alpha_ == fitted.alpha_
+    assert_array_equal(deployed.coef_, fitted.coef_)
+
+
+def test_site_fold_statistics_beyond_its_rows_are_refused():
+    X, y, rng = _data(n=60)
+    clients = rng.integers(0, 3, size=len(X))
+    estimator = FederatedRidgeCV(cv=3)
+
+    def make_client(folds=None):
+        client = estimator.make_client(folds=folds)
+        original = client._statistics
+
+        def statistics(task, X, y, sample_weight, folds):
+            named = original(task, X, y, sample_weight, folds)
+            if task.site == 1:
+                named["train0"] = named["all"]  # all its rows in training and held out
+            return named
+        client._statistics = statistics
+        return client
+
+    with pytest.raises(InvalidClientMessage, match="client 1: .* more than its"):
+        _deploy(estimator, X, y, clients, np.arange(len(X)) % 3, client_role=make_client)
+
+
 # ------------------------------------------------------- cv="clients" (LOCO)
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("weighted", [False, True])
@@ -245,7 +441,7 @@ def test_fit_statistics_equals_fit_on_rows():
 
 def test_one_decomposition_per_client(monkeypatch):
     """Cost: K decompositions however many alphas (no factorization per pair)."""
-    import sklearn_fed.linear_model._federated_ridge_cv as module
+    import sklearn_fed.linear_model._ridge_cv_algebra as module
 
     calls = []
     original = module.numerical_range
@@ -343,8 +539,6 @@ def test_robust_aggregation_guards_the_cv_server_too():
 @pytest.mark.parametrize("cv", [None, 3])
 def test_sites_on_parallel_threads_give_the_same_bits(sites_on_threads, cv):
     import threading
-
-    from sklearn_fed.linear_model._federated_ridge_cv import CVClient
 
     X, y, _ = _data(n=240, d=6)
     clients = np.arange(240) % 4

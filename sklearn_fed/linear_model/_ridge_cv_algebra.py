@@ -1,0 +1,245 @@
+"""FederatedRidgeCV's algebra: held-out sums and scores, ridge paths, leave-one-out.
+
+What the server and the sites of :class:`~sklearn_fed.FederatedRidgeCV`
+compute, free of the protocol: the decomposable scores and the sums they
+follow from (:class:`_Sums`, :func:`_held_out_sums`), ridge for many alphas
+from one decomposition (:func:`_spectrum`, :func:`_coef_path`), the
+leave-one-client-out complements (:func:`_complements`), a site's
+closed-form leave-one-out predictions (:func:`_leave_one_out`), and
+RidgeCV's choice rule (:func:`_first_best`).
+"""
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.metrics import (
+    explained_variance_score,
+    mean_squared_error,
+    r2_score,
+    root_mean_squared_error,
+)
+from sklearn.utils.extmath import safe_sparse_dot
+
+from .._compat import scorer_parts
+from ..statistics import merge_statistics
+from ._base import factor_range, numerical_range, task_field
+
+# Scorers whose value on a set of rows follows from sums over those rows.
+_DECOMPOSABLE = {
+    mean_squared_error: "mse",
+    root_mean_squared_error: "rmse",
+    r2_score: "r2",
+    explained_variance_score: "explained_variance",
+}
+#: Value of ``criterion`` for the one-shot paper's pooled criterion.
+POOLED = "pooled_squared_error"
+_MEAN = "mean_fold_score"
+
+
+# ------------------------------------------------------------------ scoring
+class _IdentityRegressor(RegressorMixin, BaseEstimator):
+    """Scores held-out predictions with a scorer: ``predict(P)`` returns ``P``."""
+
+    def fit(self, X, y=None):
+        return self
+
+    def predict(self, X):
+        return X
+
+
+def _scorer_kind(scorer):
+    """``"default"``, a decomposable kind (``"mse"``, ...) or None for any other scorer."""
+    if scorer is None:
+        return "default"
+    score_func, _, kwargs, response = scorer_parts(scorer)
+    kind = _DECOMPOSABLE.get(score_func)
+    if kind is None or response != "predict" or set(kwargs) - {"multioutput"}:
+        return None
+    if kwargs.get("multioutput", "uniform_average") != "uniform_average":
+        return None
+    return kind
+
+
+class _Sums:
+    """Sums over held-out rows from which decomposable scores follow.
+
+    ``count`` rows, ``weight`` their weight; per target and alpha ``e1`` the
+    weighted sum and ``e2`` the weighted sum of squares of the residuals;
+    per target ``sst`` the weighted sum of squares of the targets around
+    their (weighted) mean.
+    """
+
+    def __init__(self, count, weight, e1, e2, sst):
+        self.count, self.weight = int(count), float(weight)
+        self.e1, self.e2, self.sst = e1, e2, sst
+
+    def __add__(self, other):  # rows of both sets; sst needs the pooled mean
+        return _Sums(self.count + other.count, self.weight + other.weight,
+                     self.e1 + other.e1, self.e2 + other.e2, self.sst + other.sst)
+
+    def scores(self, kind, sign, per_target):
+        """Scores of shape (n_targets, n_alphas), or (n_alphas,) averaged over targets.
+
+        As scikit-learn's metrics with ``multioutput="uniform_average"``, and
+        their conventions for constant targets (``force_finite``) and for
+        R^2 on fewer than two rows (NaN).
+        """
+        W = self.weight
+        if kind == "mse":
+            values = self.e2 / W
+        elif kind == "rmse":
+            values = np.sqrt(self.e2 / W)
+        else:
+            numerator = self.e2 if kind == "r2" else self.e2 - self.e1**2 / W
+            denominator = np.broadcast_to(self.sst[:, None], numerator.shape)
+            values = np.ones_like(numerator)
+            valid = (denominator != 0) & (numerator != 0)
+            values[valid] = 1 - numerator[valid] / denominator[valid]
+            values[(numerator != 0) & (denominator == 0)] = 0.0
+            if kind == "r2" and self.count < 2:
+                values = np.full_like(numerator, np.nan)
+        return sign * (values if per_target else values.mean(axis=0))
+
+
+def _held_out_sums(held, coef, intercept):
+    """:class:`_Sums` of a model (per alpha) on the rows of ``held`` (statistics).
+
+    ``coef`` is (n_features, n_targets, n_alphas), ``intercept`` (n_targets,
+    n_alphas). Centered statistics: ``sum w e^2 = SSE around the held-out
+    means + W gap^2`` with ``gap`` the mean residual; the SSE is
+    ``|R_x c - R_y|^2`` from a factor, ``S_yy - 2 c.h + c^T G c`` from a Gram.
+    """
+    W = held.weight_sum
+    d, t, n_alphas = coef.shape
+    flat = coef.reshape(d, t * n_alphas)  # matrix products (BLAS), not einsum loops
+    mean_residual = held.y_mean[:, None] - intercept - (held.x_mean @ flat).reshape(t, n_alphas)
+    if held.factor is not None:
+        residual = (held.factor[:, :d] @ flat).reshape(-1, t, n_alphas) - held.factor[:, d:, None]
+        spread = np.sum(residual * residual, axis=0)
+    else:
+        spread = (
+            held.target_ss[:, None]
+            - 2 * np.sum(held.moment[:, :, None] * coef, axis=0)
+            + np.sum(flat * (held.gram @ flat), axis=0).reshape(t, n_alphas)
+        )
+    if held.centered:
+        e2 = spread + W * mean_residual**2
+        sst = held.target_ss
+    else:  # raw statistics (fit_intercept=False): the intercept is 0
+        e2 = spread
+        sst = held.target_ss - W * held.y_mean**2
+    return _Sums(held.n_samples, W, W * mean_residual, np.maximum(e2, 0.0), np.maximum(sst, 0.0))
+
+
+def _held_out_sse(held, rest, alphas):
+    """Weighted squared error (n_targets, n_alphas) on ``held``'s rows of ridge fitted on ``rest``."""
+    coef = _coef_path(_spectrum(rest), alphas)
+    return _held_out_sums(held, coef, _intercepts(rest, coef)).e2
+
+
+# ------------------------------------------------------------------ algebra
+def _spectrum(stats):
+    """``(eigenvalues, basis, projected)`` of ridge on ``stats``, for any number of alphas.
+
+    ``coef(alpha) = basis @ (projected / (eigenvalues + alpha))``: from the
+    numerical range of the Gram, or from the SVD of a factor (eigenvalues
+    ``s^2``, ``projected = s U^T R_y``, never squaring ``X``'s condition).
+    """
+    if stats.factor is not None:
+        s, Vt, projected = factor_range(stats.factor, stats.n_features)
+        return s * s, Vt.T, s[:, None] * projected
+    eigenvalues, Q = numerical_range(stats.gram)
+    return eigenvalues, Q, Q.T @ stats.moment
+
+
+def _coef_path(spectrum, alphas):
+    """Coefficients (n_features, n_targets, n_alphas) and their intercept rule."""
+    eigenvalues, basis, projected = spectrum
+    scaled = projected[:, :, None] / (eigenvalues[:, None, None] + alphas)
+    return (basis @ scaled.reshape(scaled.shape[0], -1)).reshape(basis.shape[0], *scaled.shape[1:])
+
+
+def _intercepts(stats, coef):
+    if not stats.centered:
+        return np.zeros(coef.shape[1:])
+    return stats.y_mean[:, None] - (stats.x_mean @ coef.reshape(coef.shape[0], -1)).reshape(
+        coef.shape[1:])
+
+
+def _complements(statistics):
+    """For each client, the merged statistics of all the others, in order.
+
+    Divide and conquer: the complement of a half is the complement of the
+    whole merged with the other half. Every step is an exact merge, never a
+    subtraction, in ``O(d^2 log K)`` memory.
+    """
+
+    def recurse(lo, hi, outside):
+        if hi - lo == 1:
+            yield outside
+            return
+        mid = (lo + hi) // 2
+        left = merge_statistics(statistics[lo:mid])
+        right = merge_statistics(statistics[mid:hi])
+        yield from recurse(lo, mid, right if outside is None else outside.merge(right))
+        yield from recurse(mid, hi, left if outside is None else outside.merge(left))
+
+    yield from recurse(0, len(statistics), None)
+
+
+def _leave_one_out(task, X, y, sample_weight):
+    """A site's leave-one-out predictions (n_rows, n_targets, n_alphas), in closed form.
+
+    With ``z = Q^T (x - x_mean)``: the full-data prediction is ``y_mean +
+    z . (Q^T h / (l + alpha))``, the leverage ``h = w sum z^2 / (l + alpha)
+    (+ w / W with an intercept)``, and the leave-one-out residual is the
+    residual divided by ``1 - h`` (exact for ridge, no refit).
+
+    When the pooled rows are linearly independent (``interpolating``: as
+    many nonzero eigenvalues as rows, less one with an intercept, e.g. wide
+    data), every row has leverage 1 at ``alpha = 0`` and fits exactly, so
+    residual and ``1 - h`` are both ``O(alpha)``: computed as differences
+    they would lose ``log10(l / alpha)`` digits. Their exact expansions
+    ``alpha sum z p / (l (l + alpha))`` and ``alpha w sum z^2 / (l (l +
+    alpha))`` are used instead, and ``alpha`` cancels in the ratio.
+    """
+    arrays = task.arrays
+    alphas = np.asarray(arrays["alphas"])
+    centered = task_field(task, "centered", bool)
+    eigenvalues, basis, projected = arrays["eigenvalues"], arrays["basis"], arrays["projected"]
+    Z = safe_sparse_dot(X, basis, dense_output=True)
+    if centered:
+        Z = Z - arrays["x_mean"] @ basis
+    w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
+    inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
+    fitted = _through_spectrum(Z, projected, inverse)
+    if centered:
+        fitted += arrays["y_mean"][None, :, None]
+    leverage = w[:, None] * ((Z * Z) @ inverse)
+    if centered:
+        leverage += (w / task_field(task, "weight_sum", float))[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):  # leverage 1: as RidgeCV, inf/NaN
+        residual = (y[:, :, None] - fitted) / (1.0 - leverage[:, None, :])
+    small = alphas <= (eigenvalues.min() if eigenvalues.size else 0.0)
+    if task.fields.get("interpolating") is True and np.any(small):
+        # For alpha below the spectrum the differences lose the most digits.
+        inverse = 1.0 / (eigenvalues[:, None] * (eigenvalues[:, None] + alphas[small]))
+        residual[:, :, small] = _through_spectrum(Z, projected, inverse) / (
+            w[:, None, None] * ((Z * Z) @ inverse)[:, None, :])
+    return y[:, :, None] - residual
+
+
+def _through_spectrum(Z, projected, inverse):
+    """``sum_k Z[n, k] projected[k, t] inverse[k, a]`` as one matrix product: (n, t, a)."""
+    k, t = projected.shape
+    weights = (projected[:, :, None] * inverse[:, None, :]).reshape(k, -1)
+    return (Z @ weights).reshape(Z.shape[0], t, inverse.shape[1])
+
+
+def _first_best(scores):
+    """The first alpha whose score no later one beats (RidgeCV's rule; NaN never wins)."""
+    best = 0
+    for i in range(1, len(scores)):
+        if scores[i] > scores[best]:
+            best = i
+    return best
+

@@ -1,0 +1,486 @@
+"""FederatedRidgeCV's server: :class:`FederatedRidgeCVServer`.
+
+It merges the sites' statistics and sums and chooses alpha; it holds no
+row of any site, nor where a site's rows stand among everyone's: with
+``cv`` a splitter it knows how many folds there are, and the sites know
+which of their rows are in which (see :class:`~._ridge_cv_client.CVClient`).
+"""
+
+import numpy as np
+from sklearn.base import is_classifier
+from sklearn.model_selection import check_cv
+
+from .._compat import scorer_parts
+from ..protocol import InvalidClientMessage, label_key, sorted_labels
+from ..statistics import check_aggregate, merge_statistics
+from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
+from ._base import StatisticsServer, _solve_gram, solve_statistics
+from ._ridge_cv_algebra import (
+    POOLED,
+    _coef_path,
+    _complements,
+    _first_best,
+    _held_out_sums,
+    _IdentityRegressor,
+    _intercepts,
+    _scorer_kind,
+    _spectrum,
+    _Sums,
+)
+from ._ridge_cv_client import _checked_array, _unpack
+
+
+class FederatedRidgeCVServer(StatisticsServer):
+    """Server of :class:`FederatedRidgeCV` (its rounds are in the estimator's docstring).
+
+    Round 1 collects statistics (again as factors if ``solver="auto"`` finds
+    the pooled Gram too ill-conditioned for the smallest alpha); then
+    ``cv=None`` takes a leave-one-out round, and a scorer that is not a sum
+    over rows takes a prediction round. The model is committed only after
+    the last round.
+
+    Per-row values (held-out predictions for a scorer that is not a sum
+    over rows, ``cv_results_`` with ``cv=None``) come site by site in
+    ``clients_`` order, each site's rows in its own order: the server does
+    not know where they stand among everyone's rows (``fit`` puts
+    ``cv_results_`` in ``X``'s order itself, from the rows it simulated).
+
+    Attributes
+    ----------
+    n_folds : int or None
+        For ``cv`` a splitter: the number of folds, sent in the statistics
+        task (each site answers for its rows in each fold). None (default):
+        ``folds``' count if set, else ``cv``'s ``get_n_splits()`` (an int,
+        ``KFold``, ``GroupKFold``, a list of splits, ...); set it for a
+        splitter that counts its folds from the rows (``LeaveOneGroupOut``).
+        ``fit`` sets it to the number of splits it drew.
+    folds : dict or None
+        For ``cv`` a splitter, fold membership the server *assigns*:
+        ``{site: ndarray (n_rows, n_folds)}`` of codes (0 neither, 1
+        training, 2 held out) for each site's rows in the order the site
+        holds them, sent in that site's tasks. None (default, and ``fit``):
+        every site holds its own (``make_client(folds=...)``) and the tasks
+        carry only ``n_folds``.
+    """
+
+    protocol = "ridge.cv"
+
+    def __init__(self, estimator, **kwargs):
+        super().__init__(estimator, **kwargs)
+        self.step = "statistics"
+        self.n_folds = None
+        self.folds = None
+        self._n_folds = self._assigned = None
+        self._site_arrays = None
+        self._sent = {}
+
+    # ---------------------------------------------------------------- plan
+    def _request(self, step, fields=None, site_arrays=None):
+        """Ask for one more round of ``step``; ``site_arrays(site)`` gives each task's arrays."""
+        self.step = step
+        self._sent = dict(fields or {})
+        self._site_arrays = site_arrays
+        self.request_round(step=step, form=self.form, **self._sent)
+
+    def plan(self, sites):
+        if self._next_round != self.round:
+            return {}
+        splitter = self.estimator.cv is not None and not isinstance(self.estimator.cv, str)
+        fields = {"step": self.step, "centered": bool(self.estimator.fit_intercept)}
+        if self.step == "statistics" and splitter:
+            fields["n_folds"] = self._plan_folds(sites)
+            self._site_arrays = self._assigned_folds
+        if self.step == "statistics" and self.robust is not None:
+            fields.update(self.robust.task_fields())
+        fields.update((k, v) for k, v in self._next.items()
+                      if k != "step" and (k, v) != ("form", "gram"))
+        plan = {}
+        for site in sites:
+            if self.step != "statistics" and label_key(site) not in self._statistics:
+                continue  # only sites whose statistics were merged take part later
+            arrays = {} if self._site_arrays is None else self._site_arrays(site)
+            if arrays is not None:
+                plan[site] = (dict(fields), arrays)
+        return plan
+
+    # ---------------------------------------------------------------- read
+    def read_reply(self, site, frame):
+        if self.step == "statistics":
+            return self._read_statistics(site, frame)
+        if self.step == "leave_one_out":
+            return self._read_sums(site, frame)
+        return self._read_predictions(site, frame)
+
+    def _read_statistics(self, site, frame):
+        named = _unpack(frame.fields, frame.arrays, site)
+        if "all" not in named:
+            raise InvalidClientMessage(f"client {site!r}: no statistics of its rows.", site)
+        for stats in named.values():
+            problem = None
+            if stats.n_features != frame.schema["n_features"]:
+                problem = (f"statistics have {stats.n_features} features, expected "
+                           f"{frame.schema['n_features']}")
+            elif stats.n_targets != self._expected_targets(frame):
+                problem = f"statistics have {stats.n_targets} targets, its schema says otherwise"
+            elif stats.centered != bool(self.estimator.fit_intercept):
+                problem = (f"statistics are {'centered' if stats.centered else 'uncentered'} "
+                           f"but the task asked for fit_intercept="
+                           f"{self.estimator.fit_intercept}")
+            if problem:
+                raise InvalidClientMessage(f"client {site!r}: {problem}.", site)
+            if self.robust is not None:
+                self.robust.check(site, stats)
+        if self._n_folds is not None:
+            self._check_fold_statistics(site, named)
+        elif set(named) != {"all"}:
+            raise InvalidClientMessage(f"client {site!r}: unexpected fold statistics.", site)
+        return named
+
+    def _check_fold_statistics(self, site, named):
+        """A site's fold statistics: within its rows, or exactly its assigned folds' rows."""
+        assigned = None if self._assigned is None else self._assigned[label_key(site)]
+        expected = {"all"}
+        for j in range(self._n_folds):
+            counts = {}
+            for code, part in ((1, "train"), (2, "test")):
+                stats = named.get(f"{part}{j}")
+                counts[part] = 0 if stats is None else stats.n_samples
+                if assigned is not None and counts[part] != int(np.sum(assigned[:, j] == code)):
+                    raise InvalidClientMessage(
+                        f"client {site!r}: its {part} statistics of fold {j} do not cover "
+                        f"the {int(np.sum(assigned[:, j] == code))} {part} rows assigned "
+                        "to it.", site)
+                if stats is not None:
+                    expected.add(f"{part}{j}")
+            if counts["train"] + counts["test"] > named["all"].n_samples:
+                raise InvalidClientMessage(
+                    f"client {site!r}: its training and held-out rows of fold {j} are more "
+                    f"than its {named['all'].n_samples} rows.", site)
+        if set(named) != expected:
+            raise InvalidClientMessage(
+                f"client {site!r}: unexpected statistics {sorted(set(named) - expected)}.", site)
+
+    def _expected_targets(self, frame):
+        """Number of targets the statistics of a reply must have: its schema's."""
+        return frame.schema.get("n_targets")
+
+    def _read_sums(self, site, frame):
+        t, A = self._aggregate.n_targets, len(self._alphas)
+        count, weight = frame.fields.get("count"), frame.fields.get("weight")
+        if type(weight) is int:
+            weight = float(weight) if abs(weight) <= _MAX_WEIGHT else float("inf")
+        if not (type(count) is int and type(weight) is float and 0 <= weight <= _MAX_WEIGHT):
+            raise InvalidClientMessage(f"client {site!r}: malformed row count or weight.", site)
+        rows_of_site = self._statistics[label_key(site)]["all"].n_samples
+        if count != rows_of_site:
+            raise InvalidClientMessage(
+                f"client {site!r}: sums over {count} rows, but its statistics had "
+                f"{rows_of_site}.", site)
+        sums = _Sums(count, weight, _checked_array(frame, "e1", (t, A), site),
+                     _checked_array(frame, "e2", (t, A), site),
+                     _checked_array(frame, "sst", (t,), site))
+        if np.any(sums.e2 < 0) or np.any(sums.sst < 0):
+            raise InvalidClientMessage(f"client {site!r}: negative sums of squares.", site)
+        kept = self._sent.get("keep_rows")
+        rows = targets = weights = None
+        if kept is not None:
+            rows = _checked_array(frame, "rows", (count, t, A), site)
+        if kept == "scoring":
+            targets = _checked_array(frame, "targets", (count, t), site)
+            weights = _checked_array(frame, "weights", (count,), site)
+        return sums, rows, targets, weights
+
+    def _read_predictions(self, site, frame):
+        t, A = self._aggregate.n_targets, len(self._alphas)
+        parsed = {}
+        for key, count in self._expected_predictions[label_key(site)].items():
+            parsed[key] = tuple(
+                _checked_array(frame, f"{name}{key}", shape, site)
+                for name, shape in (("predictions", (count, t, A)), ("targets", (count, t)),
+                                    ("weights", (count,)))
+            )
+        return parsed
+
+    def cross_check(self, replies):
+        """Robust aggregation's checks across sites, on each site's statistics of all its rows."""
+        if self.step != "statistics":
+            return {}
+        return super().cross_check({site: named["all"] for site, named in replies.items()})
+
+    # --------------------------------------------------------------- apply
+    def apply(self, replies, ledger):
+        if self.step == "statistics":
+            self._after_statistics(replies, ledger)
+        elif self.step == "leave_one_out":
+            self._after_leave_one_out(replies, ledger)
+        else:
+            self._after_predictions(replies, ledger)
+
+    def _after_statistics(self, replies, ledger):
+        estimator = self.estimator
+        labels = sorted_labels(replies)
+        statistics = {label_key(site): replies[site] for site in labels}
+        messages = {site: replies[site]["all"] for site in labels}
+        aggregate = merge_statistics(messages[site] for site in labels)
+        owned = len(messages) > 1  # a merge is new: its Gram may lend work space
+        # finite and PSD, once, before any solve
+        check_aggregate(aggregate, messages, in_place=owned)
+        alphas = estimator._checked_alphas()
+        if (estimator.solver == "auto" and aggregate.factor is None and self.form == "gram"
+                and (self.max_rounds is None or self.round + 1 < self.max_rounds)
+                and _solve_gram(aggregate.gram, aggregate.moment, alphas.min(),
+                                cholesky_only=True, in_place=owned)[0] is None):
+            self.form = "factor"  # the statistics round once more, as factors
+            self._request("statistics")
+            return
+        self._labels, self._statistics, self._aggregate = labels, statistics, aggregate
+        self._messages = messages
+        self._alphas = alphas
+        self._scorer = estimator._scorer()
+        self._kind = _scorer_kind(self._scorer)
+        if estimator.cv is None:
+            self._start_leave_one_out()
+        elif isinstance(estimator.cv, str):
+            self._leave_one_client_out(ledger)
+        else:
+            self._split_folds(ledger)
+
+    def _plan_folds(self, sites):
+        """The number of folds (checked against the assigned folds, if any)."""
+        n_folds, cv = self.n_folds, self.estimator.cv
+        if self.folds is not None:
+            self._assigned = {}
+            for site, codes in self.folds.items():
+                codes = np.asarray(codes)
+                if not (codes.ndim == 2 and codes.dtype.kind in "iu"
+                        and np.isin(codes, (0, 1, 2)).all()):
+                    raise ValueError(
+                        f"server.folds[{site!r}] must be codes of shape (n_rows, n_folds) "
+                        "in {0, 1, 2}.")
+                self._assigned[label_key(site)] = codes.astype(np.int8, copy=False)
+            missing = [site for site in sites if label_key(site) not in self._assigned]
+            if missing:
+                raise ValueError(f"server.folds has no fold membership for sites {missing}.")
+            counts = {np.shape(codes)[1:] for codes in self._assigned.values()}
+            if len(counts) != 1 or (n_folds is not None and counts != {(n_folds,)}):
+                raise ValueError(
+                    "server.folds must give every site codes of shape (n_rows, n_folds), "
+                    f"with one n_folds (server.n_folds={n_folds}); got {sorted(counts)}.")
+            n_folds = counts.pop()[0]
+        if n_folds is None:
+            try:
+                n_folds = check_cv(cv, classifier=is_classifier(self.estimator)).get_n_splits()
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"cv={cv!r} counts its folds from the rows, which the server does not "
+                    "have: set server.n_folds before the first round (and give every site "
+                    f"its rows' fold membership, make_client(folds=...)). ({exc})") from exc
+        if not (isinstance(n_folds, (int, np.integer)) and n_folds >= 1):
+            raise ValueError(f"server.n_folds must be a positive int, got {n_folds!r}.")
+        self._n_folds = int(n_folds)
+        return self._n_folds
+
+    def _assigned_folds(self, site):
+        """A task's arrays: the site's folds when the server assigns them, else none."""
+        return {} if self._assigned is None else {"folds": self._assigned[label_key(site)]}
+
+    # leave one row out ------------------------------------------------------
+    def _start_leave_one_out(self):
+        aggregate = self._aggregate
+        if aggregate.n_samples < 2:
+            raise ValueError(
+                "leave-one-out cross-validation needs at least 2 samples; got "
+                f"{aggregate.n_samples} sample.")
+        eigenvalues, basis, projected = _spectrum(aggregate)
+        arrays = {
+            "alphas": np.asarray(self._alphas, dtype=np.float64),
+            "eigenvalues": eigenvalues,
+            "basis": np.ascontiguousarray(basis),
+            "projected": np.ascontiguousarray(projected),
+            "x_mean": aggregate.x_mean,
+            "y_mean": aggregate.y_mean,
+        }
+        fields = {
+            "weight_sum": float(aggregate.weight_sum),
+            "interpolating": len(eigenvalues) == aggregate.n_samples - aggregate.centered,
+        }
+        if self._kind is None:
+            fields["keep_rows"] = "scoring"
+        elif self.estimator.store_cv_results:
+            fields["keep_rows"] = "squared_errors" if self._kind == "default" else "predictions"
+        self._request("leave_one_out", fields, lambda site: arrays)
+
+    def _after_leave_one_out(self, replies, ledger):
+        estimator = self.estimator
+        per_target = estimator.alpha_per_target
+        labels = sorted_labels(replies)
+        total = replies[labels[0]][0]
+        for site in labels[1:]:
+            total = total + replies[site][0]
+        total.sst = self._pooled_sst()
+        kind = self._kind
+        if estimator.criterion == POOLED:
+            scores = -total.e2 / total.weight
+            scores = scores if per_target else scores.mean(axis=0)
+        elif kind == "default":  # RidgeCV: -mean of w e^2 over rows (and targets)
+            scores = -total.e2 / total.count
+            scores = scores if per_target else scores.mean(axis=0)
+        elif kind is not None:
+            scores = total.scores(kind, scorer_parts(self._scorer)[1], per_target)
+        else:
+            predictions, targets, weights = (self._stacked(replies, i) for i in (1, 2, 3))
+            scores = self._score_rows(predictions, targets, weights, per_target)
+        results = self._stacked(replies, 1) if estimator.store_cv_results else None
+        self.finish(scores, results, ledger)
+
+    def _pooled_sst(self):
+        """Weighted sum of squares of all targets around their pooled mean."""
+        aggregate = self._aggregate
+        if aggregate.centered:
+            return aggregate.target_ss
+        return np.maximum(aggregate.target_ss - aggregate.weight_sum * aggregate.y_mean**2, 0)
+
+    def _stacked(self, replies, index):
+        """Per-row arrays of all sites, site by site in label order (``clients_``'s)."""
+        return np.concatenate([replies[site][index] for site in sorted_labels(replies)])
+
+    def _score_rows(self, predictions, targets, weights, per_target):
+        """A scorer on held-out predictions, as RidgeCV scores them.
+
+        ``sample_weight`` is passed only when some row's weight is not 1.
+        """
+        kwargs = {} if np.all(weights == 1) else {"sample_weight": weights}
+        single = self._aggregate.single_target
+        scores = []
+        for a in range(len(self._alphas)):
+            P = predictions[:, :, a]
+            if per_target:
+                scores.append([self._scorer(_IdentityRegressor(), P[:, j], targets[:, j], **kwargs)
+                               for j in range(P.shape[1])])
+            elif single:
+                scores.append(self._scorer(_IdentityRegressor(), P[:, 0], targets[:, 0], **kwargs))
+            else:
+                scores.append(self._scorer(_IdentityRegressor(), P, targets, **kwargs))
+        scores = np.asarray(scores, dtype=np.float64)
+        return scores.T if per_target else scores
+
+    # held-out folds -------------------------------------------------------
+    def _fold_model(self, train):
+        coef = _coef_path(_spectrum(train), self._alphas)
+        return coef, _intercepts(train, coef)
+
+    def _leave_one_client_out(self, ledger):
+        labels = self._labels
+        if len(labels) < 2:
+            raise ValueError(
+                "leave-one-client-out cross-validation (cv='clients') needs at least 2 "
+                f"clients; got {len(labels)}.")
+        statistics = [self._statistics[label_key(s)]["all"] for s in labels]
+        models = [self._fold_model(rest) for rest in _complements(statistics)]
+        if self._kind is None:
+            self._expected_predictions = {
+                label_key(s): {"": st.n_samples} for s, st in zip(labels, statistics)}
+            by_site = {label_key(s): m for s, m in zip(labels, models)}
+            self._request("predict", site_arrays=lambda site: dict(
+                zip(("coef", "intercept"), by_site[label_key(site)])))
+            return
+        sums = [_held_out_sums(held, *model) for held, model in zip(statistics, models)]
+        self._finish_folds(sums, ledger)
+
+    def _split_folds(self, ledger):
+        labels = self._labels
+        n_folds = self._n_folds
+        models, sums = [], []
+        self._expected_predictions = {label_key(s): {} for s in labels}
+        for j in range(n_folds):
+            parts = [self._statistics[label_key(s)] for s in labels]
+            train = [p[f"train{j}"] for p in parts if f"train{j}" in p]
+            test = [p[f"test{j}"] for p in parts if f"test{j}" in p]
+            if not train or not test:
+                raise ValueError(f"fold {j} of cv has no training or no test rows.")
+            models.append(self._fold_model(merge_statistics(train)))
+            sums.append(_held_out_sums(merge_statistics(test), *models[-1]))
+            for site, p in zip(labels, parts):
+                if f"test{j}" in p:
+                    self._expected_predictions[label_key(site)][str(j)] = p[f"test{j}"].n_samples
+        if self._kind is None:
+
+            def fold_models(site):  # each site predicts its own held-out rows of fold j
+                arrays = self._assigned_folds(site)
+                for key in self._expected_predictions[label_key(site)]:
+                    arrays[f"coef{key}"], arrays[f"intercept{key}"] = models[int(key)]
+                return arrays
+
+            self._request("predict", {"n_folds": n_folds}, site_arrays=fold_models)
+            return
+        self._finish_folds(sums, ledger)
+
+    def _after_predictions(self, replies, ledger):
+        estimator = self.estimator
+        labels = sorted_labels(replies)
+        folds = []
+        if isinstance(estimator.cv, str):  # one fold per client, in label order
+            folds = [replies[site][""] for site in labels]
+        else:
+            for j in range(self._n_folds):  # held-out rows site by site, in label order
+                parts = [replies[site][str(j)] for site in labels if str(j) in replies[site]]
+                folds.append([np.concatenate([p[i] for p in parts]) for i in range(3)])
+        scores = np.asarray([self._score_rows(P, Y, W, estimator.alpha_per_target)
+                             for P, Y, W in folds])
+        self._finish_scores(scores, ledger)
+
+    def _finish_folds(self, sums, ledger):
+        """Choose alpha from per-fold sums: mean of fold scores, or the pooled error."""
+        estimator = self.estimator
+        per_target = estimator.alpha_per_target
+        if estimator.criterion == POOLED:
+            total = sums[0]
+            for part in sums[1:]:
+                total = total + part
+            pooled = -total.e2 / total.weight
+            results = np.stack([part.e2 for part in sums])  # held-out weighted SSE
+            self.finish(pooled if per_target else pooled.mean(axis=0), results, ledger)
+            return
+        kind, sign = self._kind, 1.0
+        if kind == "default":
+            kind = "r2"  # GridSearchCV scores with the estimator's score: R^2
+        else:
+            sign = scorer_parts(self._scorer)[1]
+        scores = np.asarray([part.scores(kind, sign, per_target) for part in sums])
+        self._finish_scores(scores, ledger)
+
+    def _finish_scores(self, fold_scores, ledger):
+        """Mean of the per-fold scores, as GridSearchCV; per-client results for cv='clients'."""
+        results = fold_scores if self.estimator.store_cv_results else None
+        self.finish(fold_scores.mean(axis=0), results, ledger)
+
+    def finish(self, scores, results, ledger):
+        """Pick alpha as RidgeCV does (first best, per target if asked), refit, commit."""
+        estimator = self.estimator
+        alphas, aggregate = self._alphas, self._aggregate
+        scores = np.asarray(scores, dtype=np.float64)
+        # Non-finite scores (a one-row fold's R^2, a hostile message) never win, as
+        # in RidgeCV; a hostile message is caught by the model check below.
+        if estimator.alpha_per_target and aggregate.n_targets > 1:
+            best = np.array([_first_best(row) for row in scores])
+            best_alpha = alphas[best]
+            best_score = scores[np.arange(scores.shape[0]), best]
+        else:
+            scores = scores.reshape(-1)  # alpha_per_target with one target: (1, n_alphas)
+            best = _first_best(scores)
+            best_alpha, best_score = float(alphas[best]), np.float64(scores[best])
+        coef, solver = solve_statistics(aggregate, best_alpha)
+        self._check_model(coef, aggregate, self._messages)
+        labels = estimator._known_labels([], self._labels)
+        if results is not None:
+            results = np.asarray(results, dtype=np.float64)
+            if results.ndim == 3 and aggregate.single_target:
+                results = results[:, 0, :]  # RidgeCV: (n, n_alphas) for one-dimensional y
+        # commit: nothing above touched the estimator
+        estimator.alpha_ = best_alpha
+        estimator.best_score_ = best_score
+        if results is not None:
+            estimator.cv_results_ = results
+        else:
+            estimator.__dict__.pop("cv_results_", None)
+        estimator._commit_solution(self, aggregate, coef, solver, ledger, labels)
