@@ -49,7 +49,7 @@ class FederatedEstimatorMixin(FederatedMixin):
             labels, rows = group_rows_by_client(clients, _num_samples(X))
         if warm:
             self._check_more_rows(X, y)
-        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm)
+        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm, clients=clients)
         return self
 
     # ------------------------------------------------------------ hooks
@@ -71,10 +71,13 @@ class FederatedEstimatorMixin(FederatedMixin):
     def _check_more_rows(self, X, y):
         """``partial_fit``: refuse rows that cannot continue the fitted model; none by default."""
 
-    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, **server_kwargs):
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None,
+                   **server_kwargs):
         """Make the server (told the fitted feature names) and a client role; run them.
 
-        Returns ``(server, client)``.
+        ``clients`` is the per-row labels as given (None: not given), for
+        estimators whose run depends on them beyond the grouping (a splitter's
+        groups). Returns ``(server, client)``.
         """
         names = self._fitted_feature_names()
         server = self.make_server(feature_names=names, warm_start=warm_start, **server_kwargs)

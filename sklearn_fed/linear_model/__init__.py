@@ -1,9 +1,14 @@
 """The ridge family: federated estimators built on client sufficient statistics."""
 
-from ._base import GRAM_MAX_CONDITION, BaseFederatedRidge, solve_ridge, solve_ridge_factor
+from ._base import (
+    GRAM_MAX_CONDITION,
+    BaseFederatedRidge,
+    solve_ridge,
+    solve_ridge_factor,
+)
 from ._federated_ridge import FederatedRidge
-from ._fesc import FESCRidge, fesc_weights
 from ._federated_ridge_cv import FederatedRidgeCV
+from ._fesc import FESCRidge, fesc_weights
 from ._incremental import IncrementalFederatedRidge
 from ._logistic import FederatedLogisticRegression
 from ._private import PrivateFederatedRidge

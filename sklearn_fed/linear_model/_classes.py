@@ -14,7 +14,6 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from .._clients import group_rows_by_client, take_clients
 from .._compat import (
     _check_sample_weight,
     _check_unknown,
@@ -31,18 +30,7 @@ from ..protocol import (
 )
 from ._base import task_field
 
-__all__ = [
-    "ClassesClient", "ClassesServerMixin", "class_weights", "validate_classification",
-    "validate_labelled",
-]
-
-
-def validate_labelled(estimator, X, y, sample_weight, clients):
-    """A classifier's ``fit`` input, validated once for all rows, and each site's rows."""
-    clients = take_clients(estimator, X, clients)
-    X, y, sample_weight = validate_classification(estimator, X, y, sample_weight)
-    labels, rows = group_rows_by_client(clients, X.shape[0])
-    return X, y, sample_weight, labels, rows
+__all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_classification"]
 
 
 def validate_classification(estimator, X, y, sample_weight, *, reset=True):

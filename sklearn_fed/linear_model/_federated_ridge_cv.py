@@ -36,7 +36,7 @@ from sklearn.model_selection import check_cv
 from sklearn.utils import check_scalar
 
 from .._compat import Interval, StrOptions, _fit_context
-from ..protocol import CommunicationLedger, atomic, label_key, run_simulation
+from ..protocol import CommunicationLedger, atomic, label_key
 from ._base import BaseFederatedRidge
 from ._ridge_cv_algebra import (  # noqa: F401 (_complements, _held_out_sse: for _robust)
     _MEAN,
@@ -267,13 +267,11 @@ class FederatedRidgeCV(BaseFederatedRidge):
         -------
         self : FederatedRidgeCV
         """
+        return self._fit(X, y, sample_weight, clients)
+
+    def _check_before_rows(self, *, partial):
         self._check_options()
         self._checked_alphas()
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=True
-        )
-        self._simulate(X, y, sample_weight, clients, labels, rows)
-        return self
 
     def make_client(self, *, key=None, policy=None, site=None, folds=None):
         """The client role a site runs: answers tasks from its own rows (and folds).
@@ -300,7 +298,7 @@ class FederatedRidgeCV(BaseFederatedRidge):
         """
         return self._client_role(self, key=key, policy=policy, site=site, folds=folds)
 
-    def _simulate(self, X, y, sample_weight, clients, labels, rows):
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
         """``fit``'s run of the protocol on the sites' rows of ``X``.
 
         Only this driver knows the pooled rows: for a splitter it draws the
@@ -310,17 +308,17 @@ class FederatedRidgeCV(BaseFederatedRidge):
         the per-row ``cv_results_``, which the server has site by site, in
         ``X``'s order.
         """
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
+        names = self._fitted_feature_names()
         server = self.make_server(feature_names=names)
         folds = None
         if self.cv is not None and not isinstance(self.cv, str):
             folds = self._fold_membership(X, y, clients, rows)
             server.n_folds = folds.shape[1]
         client = self.make_client(folds=folds)
-        run_simulation(server, client, X, y, sample_weight, labels, rows, names)
+        self._simulate(server, client, X, y, sample_weight, labels, rows, names)
         if self.cv is None and "cv_results_" in self.__dict__:
             self.cv_results_ = self._in_row_order(self.cv_results_, X, labels, rows)
+        return server, client
 
     def _fold_membership(self, X, y, clients, rows):
         """Codes (n_samples, n_splits) of the splitter's folds of the pooled rows.

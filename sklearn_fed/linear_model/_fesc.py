@@ -462,7 +462,7 @@ class FESCRidge(BaseFederatedRidge):
         if (np.ndim(y) == 1) != (self.local_coefs_.ndim == 2):
             raise ValueError("y changed between 1-D and 2-D since the first call.")
 
-    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False):
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
         if self.alpha == "auto" and warm_start:  # N changed: every client refits
             new = {label_key(label) for label in labels}
             earlier = [label for label in self.clients_.tolist() if label_key(label) not in new]

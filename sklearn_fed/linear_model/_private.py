@@ -907,7 +907,7 @@ class PrivateFederatedRidge(BaseFederatedRidge):
             return None
         return self._n_targets, self._fit_intercept
 
-    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False):
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
         server, client = super()._run_sites(X, y, sample_weight, labels, rows,
                                             warm_start=warm_start)
         n_clipped = sum(count for _, count, _ in client.clipped_.values())

@@ -9,7 +9,7 @@ from .._compat import StrOptions, _fit_context
 from ..protocol import InvalidClientMessage, atomic
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient
-from ._classes import ClassesClient, ClassesServerMixin, validate_labelled
+from ._classes import ClassesClient, ClassesServerMixin, validate_classification
 from ._federated_ridge import FederatedRidgeServer
 from ._federated_ridge_cv import FederatedRidgeCV
 from ._ridge_cv_client import CVClient
@@ -167,7 +167,10 @@ class RidgeClassifierCVServer(_ClassifierRounds, FederatedRidgeCVServer):
 
 
 class _RidgeClassifierTags:
-    """Tags shared by the two ridge classifiers: classifiers of one label per row."""
+    """What the two ridge classifiers share: classifiers of one label per row."""
+
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
+        return validate_classification(self, X, y, sample_weight, reset=reset)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -265,8 +268,7 @@ class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, Base
         -------
         self : FederatedRidgeClassifier
         """
-        X, y, sample_weight, labels, rows = validate_labelled(self, X, y, sample_weight, clients)
-        return self._run_protocol(X, y, sample_weight, labels, rows)
+        return self._fit(X, y, sample_weight, clients)
 
     def predict(self, X):
         """Predict class labels (the class of the largest decision value).
@@ -391,11 +393,7 @@ n_clients_, communication_
         -------
         self : FederatedRidgeClassifierCV
         """
-        self._check_options()
-        self._checked_alphas()
-        X, y, sample_weight, labels, rows = validate_labelled(self, X, y, sample_weight, clients)
-        self._simulate(X, y, sample_weight, clients, labels, rows)
-        return self
+        return self._fit(X, y, sample_weight, clients)
 
     def predict(self, X):
         """Predict class labels (the class of the largest decision value).
