@@ -20,6 +20,7 @@ from sklearn.utils.validation import _num_samples
 
 from ._clients import group_rows_by_client, take_clients
 from .protocol import FederatedMixin, run_simulation
+from .utils._collections import is_dask_collection
 
 __all__ = ["FederatedEstimatorMixin"]
 
@@ -39,20 +40,32 @@ class FederatedEstimatorMixin(FederatedMixin):
         ``partial_fit`` continues the fitted model when :meth:`_fitted_state`
         says there is one (the server is then warm-started), else it fits anew.
         """
+        if any(map(is_dask_collection, (X, y, sample_weight, clients))):
+            # The optional extra, imported only when a Dask collection comes in.
+            from .dask._fit import fit_collection
+
+            return fit_collection(self, X, y, sample_weight, clients, partial=partial)
         warm = partial and self._fitted_state() is not None
         self._check_before_rows(partial=partial)
         clients = take_clients(self, X, clients)
-        if hasattr(X, "_validate_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
-            X, y, sample_weight, labels, rows = X._validate_partitions(self, reset=not warm)
-        else:
-            X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
-            labels, rows = group_rows_by_client(clients, _num_samples(X))
+        X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
+        labels, rows = group_rows_by_client(clients, _num_samples(X))
         if warm:
             self._check_more_rows(X, y)
         self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm, clients=clients)
         return self
 
+    #: How ``fit`` takes Dask collections (:mod:`sklearn_fed.dask`): ``"partitions"``
+    #: (each round's replies computed partition by partition where the rows are
+    #: stored, merged by the client role's ``merge``), ``"stream"`` (one
+    #: ``partial_fit`` per partition) or None (refused: e.g. site roles that keep
+    #: state between calls, which copies sent to workers would not carry back).
+    _dask_rows = None
+
     # ------------------------------------------------------------ hooks
+    def _check_collection(self):
+        """Refuse parameters that Dask collections cannot serve; none by default."""
+
     def _check_before_rows(self, *, partial):
         """Parameter checks the counterpart makes before it reads a row; none by default."""
 

@@ -14,8 +14,10 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import clone
 
 from sklearn_fed import (
+    FederatedLogisticRegression,
     FederatedRidge,
     FederatedRidgeCV,
+    FederatedStandardScaler,
     FESCRidge,
     IncrementalFederatedRidge,
     PrivateFederatedRidge,
@@ -339,12 +341,17 @@ def test_a_client_role_that_is_not_blockwise_needs_each_site_in_one_partition():
                r"site 0 has rows in partitions \[0, 1\].*not a BlockwiseClient")
 
 
-def test_other_estimators_refuse_dask_collections():
+@pytest.mark.parametrize("estimator", [FESCRidge(), FederatedStandardScaler(),
+                                       FederatedLogisticRegression()])
+def test_other_estimators_refuse_dask_collections(estimator):
+    # Every estimator on the one fit template routes collections to sklearn_fed.dask,
+    # which refuses those whose _dask_rows is None, before anything is fitted.
     X, y, clients, _ = _data(17)
-    Xd, yd = _as_dask(CHUNKINGS[0], X, y)
-    with pytest.raises(TypeError, match="FESCRidge cannot fit Dask collections; these can: "
-                                        "FederatedRidge, FederatedRidgeCV"):
-        FESCRidge().fit(Xd, yd, clients=clients)
+    Xd, yd = _as_dask(CHUNKINGS[0], X, np.sign(y))
+    with pytest.raises(TypeError, match=f"{type(estimator).__name__} cannot fit Dask "
+                                        "collections: its sites' replies are not sums"):
+        estimator.fit(Xd, yd, clients=clients)
+    assert not hasattr(estimator, "n_features_in_")
 
 
 def test_partition_labels():

@@ -1,25 +1,24 @@
 """``fit``/``partial_fit`` on Dask collections: the estimator's protocol, partition by partition.
 
-The one-shot estimators (FederatedRidge, FederatedRidgeCV,
-ProjectedFederatedRidge, PrivateFederatedRidge) run their own ``fit`` with a
-:class:`PartitionedRows` as ``X``, which their ``_validate_rows`` and
-``run_simulation`` hand back here; only where a site's answer is computed
-changes:
+An estimator whose ``_dask_rows`` is ``"partitions"`` (FederatedRidge,
+FederatedRidgeCV, ProjectedFederatedRidge, PrivateFederatedRidge) runs its
+own roles and server; only where a site's answer is computed changes, as a
+transport of the one round loop (:func:`~sklearn_fed.protocol.run_rounds`):
 
-1. ``_validate_rows`` checks the feature names and count on the collection's
-   metadata and finds the sites in ``clients`` (one site, labelled 0, without
-   ``clients``: partitions are then blocks of that one site's rows, as
-   ``fit(X, y)`` treats all rows as one site);
-2. ``run_simulation`` runs the server as always, and for each round every
-   partition is validated and each site's rows in it are summarized by the
-   client role (``BlockwiseClient.summarize``) where the partition lives;
+1. :meth:`PartitionedRows.validate` checks the feature names and count on the
+   collection's metadata and finds the sites in ``clients`` (one site,
+   labelled 0, without ``clients``: partitions are then blocks of that one
+   site's rows, as ``fit(X, y)`` treats all rows as one site);
+2. :class:`PartitionsTransport` answers every round: each partition is
+   validated and each site's rows in it are summarized by the client role
+   (``BlockwiseClient.summarize``) where the partition lives;
 3. the summaries are merged by a tree reduction (a fixed tree, partitions in
    order, so every run gives the same bits); only the merged summaries travel
    back, and the site role finishes each site's answer from its summary;
 4. the server reads and applies the answers with the same code as every
    other run.
 
-IncrementalFederatedRidge treats a collection as a stream: one round
+IncrementalFederatedRidge (``"stream"``) treats a collection as a stream: one round
 (``fit`` then ``partial_fit``) per partition, in order, the next partition
 read while the current round runs.
 """
@@ -32,69 +31,54 @@ import numpy as np
 from dask.base import get_scheduler
 from threadpoolctl import threadpool_limits
 
-from .._clients import group_rows_by_client
+from .._clients import group_rows_by_client, take_clients
 from .._compat import validate_data
-from ..protocol import BlockwiseClient, atomic, label_key
+from ..protocol import BlockwiseClient, RowsElsewhere, Transport, atomic, label_key
 from ..protocol._simulate import deliver_reply, deliver_task
 from ._partitions import Partitions
 
-__all__ = ["PartitionedRows", "fit_collection"]
+__all__ = ["PartitionedRows", "PartitionsTransport", "fit_collection"]
 
-#: The estimators whose fit and partial_fit take Dask collections.
-SUPPORTED = (
-    "FederatedRidge",
-    "FederatedRidgeCV",
-    "ProjectedFederatedRidge",
-    "PrivateFederatedRidge",
-    "IncrementalFederatedRidge",
-)
 #: Partition summaries merged per node of the reduction tree.
 SPLIT_EVERY = 8
 #: The site of every row when ``clients`` is None (as in ``group_rows_by_client``).
 ONLY_SITE = 0
 
 
-def fit_collection(estimator, method, name, X, y=None, sample_weight=None, clients=None):
-    """Run ``method`` (``fit`` or ``partial_fit``, called ``name``) on Dask collections.
+def fit_collection(estimator, X, y=None, sample_weight=None, clients=None, *, partial=False):
+    """``fit`` (``partial=False``) or ``partial_fit`` of ``estimator`` on Dask collections.
 
-    Called by the estimators' ``fit``/``partial_fit`` when an argument is a
-    Dask collection (see :class:`~sklearn_fed._dask_dispatch.DaskDispatchMixin`).
+    Called by :meth:`~sklearn_fed.base.FederatedEstimatorMixin._fit` when an
+    argument is a Dask collection; the estimator's ``_dask_rows`` says how
+    (or whether) it takes them.
     """
-    from .. import linear_model
-
-    supported = tuple(getattr(linear_model, name) for name in SUPPORTED)
-    if not isinstance(estimator, supported):
-        # Their site roles keep state of their own between calls, which the
-        # copies sent to the workers would not carry back.
+    mode = estimator._dask_rows
+    if mode is None:
         raise TypeError(
-            f"{type(estimator).__name__} cannot fit Dask collections; these can: "
-            f"{', '.join(SUPPORTED)}."
+            f"{type(estimator).__name__} cannot fit Dask collections: its sites' replies "
+            "are not sums over blocks of rows, or its site roles keep state between calls "
+            "that copies sent to the workers would not carry back. Compute the collections "
+            "first (X.compute()) or use an estimator of the ridge family."
         )
-    if isinstance(estimator, linear_model.IncrementalFederatedRidge):
-        return _stream(estimator, name, Partitions(X, y, sample_weight, clients))
-    if isinstance(estimator, linear_model.FederatedRidgeCV):
-        _check_cv_on_collection(estimator)
+    if mode == "stream":
+        return _stream(estimator, partial, Partitions(X, y, sample_weight, clients))
+    estimator._check_collection()
+    warm = partial and estimator._fitted_state() is not None
+    estimator._check_before_rows(partial=partial)
+    take_clients(estimator, X, clients)  # the labels themselves are read from the partitions
     rows = PartitionedRows(X, y, sample_weight, clients)
-    # ``clients`` is passed on for what fit decides from it (``clients is None``);
-    # the labels themselves are read from the partitions.
-    return method(estimator, rows, rows, sample_weight=None, clients=clients)
+    y_like, labels = rows.validate(estimator, reset=not warm)
+    if warm:
+        estimator._check_more_rows(rows, y_like)
+    estimator._run_sites(rows, y_like, None, labels, None, warm_start=warm, clients=clients)
+    return estimator
 
 
-def _check_cv_on_collection(estimator):
-    if estimator.cv is not None and not isinstance(estimator.cv, str):
-        raise ValueError(
-            "FederatedRidgeCV on a Dask collection holds out rows (cv=None) or clients "
-            f"(cv='clients'), not folds of a splitter (got cv={estimator.cv!r}): give each "
-            "fold's rows their own clients label and use cv='clients' (e.g. "
-            "clients=sklearn_fed.dask.partition_labels(X) holds out one partition at a time)."
-        )
+class PartitionedRows(RowsElsewhere):
+    """``X`` as an estimator's protocol run receives it from Dask collections.
 
-
-class PartitionedRows:
-    """``X`` as an estimator's ``fit`` receives it from Dask collections.
-
-    It is never an array: ``_validate_rows`` and ``run_simulation`` hand it
-    back here (:meth:`_validate_partitions`, :meth:`_run_partitions`).
+    It is never an array: the simulation asks it for the transport that
+    answers each round partition by partition (:meth:`transport`).
     """
 
     def __init__(self, X, y, sample_weight, clients):
@@ -106,25 +90,30 @@ class PartitionedRows:
         """The columns of a DataFrame ``X`` (for messages about them)."""
         return self._inputs[0].columns
 
+    @property
+    def shape(self):
+        """``(None, n_features)``: the number of rows is not known without reading them."""
+        return None, self.parts.n_features
+
     def __array__(self, *args, **kwargs):
         raise TypeError(
             "rows in Dask partitions cannot be used as one array; this estimator computes "
             "something from X outside its protocol roles."
         )
 
-    def _validate_partitions(self, estimator, *, reset):
-        """What ``_validate_rows`` returns: ``(X, y, sample_weight, labels, rows)``.
+    def validate(self, estimator, *, reset):
+        """Check the features on the collections' metadata; returns ``(y_like, labels)``.
 
-        ``y`` has no rows (only its shape says how many targets); the
+        ``y_like`` has no rows (only its shape says how many targets); the
         partitions carry the rows, weights and labels.
         """
         parts = self.parts = Partitions(*self._inputs)
         validate_data(estimator, parts.stand_in, "no_validation", reset=reset,
                       skip_check_array=True)
         y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
-        return self, y_like, None, _site_labels(parts), None
+        return y_like, _site_labels(parts)
 
-    def _row_positions(self):
+    def row_positions(self):
         """``{site: positions of its rows in X}``, read from ``clients`` (None: one site)."""
         clients = self.parts.inputs["clients"]
         if clients is None:
@@ -140,14 +129,18 @@ class PartitionedRows:
             offset += n
         return {key: np.concatenate(parts) for key, parts in found.items()}
 
-    def _run_partitions(self, server, clients, labels, names):
-        """``run_simulation`` on partitions: every round answered partition by partition."""
-        frames = server.open_round(labels)
-        while frames:
-            replies, sizes = _answer_round(self.parts, server, clients, frames, names)
-            server.receive_frames(replies, sizes)
-            frames = server.open_round(labels)
-        return server
+    def transport(self, clients, labels, names):
+        return PartitionsTransport(self.parts, clients, names)
+
+
+class PartitionsTransport(Transport):
+    """Every round answered partition by partition: summaries merged by a tree, finished here."""
+
+    def __init__(self, parts, clients, names):
+        self.parts, self.clients, self.names = parts, clients, names
+
+    def exchange(self, server, tasks):
+        return (*_answer_round(self.parts, server, self.clients, tasks, self.names), {}, ())
 
 
 def _site_labels(parts):
@@ -350,7 +343,7 @@ def answers_from_blocks(role):
 
 # ------------------------------------------------------------------- stream
 @atomic
-def _stream(estimator, name, parts):
+def _stream(estimator, partial, parts):
     """One round per partition, in order; the next partition is read meanwhile."""
     spec = parts.spec()
     rounds = 0
@@ -362,7 +355,7 @@ def _stream(estimator, name, parts):
                 pending = reader.submit(_read_partition, parts, i + 1)
             if spec.check(i, X, y, sample_weight, clients) is None:
                 continue  # a partition without rows brings no round
-            step = estimator.fit if name == "fit" and rounds == 0 else estimator.partial_fit
+            step = estimator.partial_fit if partial or rounds else estimator.fit
             step(X, y, sample_weight=sample_weight, clients=clients)
             rounds += 1
     if rounds == 0:

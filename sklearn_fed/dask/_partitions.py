@@ -19,7 +19,7 @@ from sklearn.utils import check_array
 
 from .._clients import group_rows_by_client
 from .._compat import _check_sample_weight
-from .._dask_dispatch import is_dask_collection
+from ..utils._collections import is_dask_collection
 
 __all__ = ["Partitions", "partition_labels"]
 

@@ -14,7 +14,6 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from .._clients import group_rows_by_client, known_labels, take_clients
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
-from .._dask_dispatch import DaskDispatchMixin
 from ..base import FederatedEstimatorMixin
 from ..protocol import (
     BlockwiseClient,
@@ -565,7 +564,7 @@ class MessagesOnDemand(Mapping):
 
 
 class BaseFederatedRidge(
-    DaskDispatchMixin, FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
+    FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
 ):
     """Shared machinery of the ridge estimators fitted from client statistics.
 
@@ -590,8 +589,6 @@ class BaseFederatedRidge(
     def _validate_rows(self, X, y, sample_weight, clients, *, reset):
         """``(X, y, sample_weight, labels, rows)`` of a batch (for fits not yet on ``_fit``)."""
         clients = take_clients(self, X, clients)
-        if hasattr(X, "_validate_partitions"):  # Dask collections (sklearn_fed.dask)
-            return X._validate_partitions(self, reset=reset)
         X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=reset)
         labels, rows = group_rows_by_client(clients, X.shape[0])
         return X, y, sample_weight, labels, rows

@@ -173,6 +173,8 @@ class FederatedRidge(BaseFederatedRidge):
 
     _finite_from_statistics = True
 
+    _dask_rows = "partitions"
+
     def __init__(self, alpha=1.0, *, fit_intercept=True, solver="auto"):
         self.alpha = alpha
         self.fit_intercept = fit_intercept

@@ -36,7 +36,7 @@ from sklearn.model_selection import check_cv
 from sklearn.utils import check_scalar
 
 from .._compat import Interval, StrOptions, _fit_context
-from ..protocol import CommunicationLedger, atomic, label_key
+from ..protocol import CommunicationLedger, RowsElsewhere, atomic, label_key
 from ._base import BaseFederatedRidge
 from ._ridge_cv_algebra import (  # noqa: F401 (_complements, _held_out_sse: for _robust)
     _MEAN,
@@ -273,6 +273,18 @@ class FederatedRidgeCV(BaseFederatedRidge):
         self._check_options()
         self._checked_alphas()
 
+    _dask_rows = "partitions"
+
+    def _check_collection(self):
+        if self.cv is not None and not isinstance(self.cv, str):
+            raise ValueError(
+                "FederatedRidgeCV on a Dask collection holds out rows (cv=None) or clients "
+                f"(cv='clients'), not folds of a splitter (got cv={self.cv!r}): give each "
+                "fold's rows their own clients label and use cv='clients' (e.g. "
+                "clients=sklearn_fed.dask.partition_labels(X) holds out one partition at a "
+                "time)."
+            )
+
     def make_client(self, *, key=None, policy=None, site=None, folds=None):
         """The client role a site runs: answers tasks from its own rows (and folds).
 
@@ -343,8 +355,8 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
     def _in_row_order(self, results, X, labels, rows):
         """Per-row ``results``, stacked site by site in ``clients_`` order, in ``X``'s order."""
-        if hasattr(X, "_row_positions"):  # Dask partitions
-            positions = X._row_positions()
+        if isinstance(X, RowsElsewhere):  # Dask partitions
+            positions = X.row_positions()
             if positions is None:  # one site: its rows are X's rows, in order
                 return results
         else:

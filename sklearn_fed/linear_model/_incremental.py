@@ -1161,6 +1161,8 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
             return "all rows sit on one node, which holds or sends them all at once"
         return None  # every round aggregates every row: the same model for any split
 
+    _dask_rows = "stream"
+
     def __init__(
         self,
         alpha=1.0,
@@ -1208,11 +1210,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         -------
         self : IncrementalFederatedRidge
         """
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=True
-        )
-        self._sites = {}
-        return self._run_round(X, y, sample_weight, labels, rows, warm_start=False)
+        return self._fit(X, y, sample_weight, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -1231,13 +1229,19 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         -------
         self : IncrementalFederatedRidge
         """
-        stream = getattr(self, "_stream", None)
-        X, y, sample_weight, labels, rows = self._validate_more_rows(
-            X, y, sample_weight, clients,
-            seen=None if stream is None or stream["n_targets"] is None
-            else (stream["n_targets"], stream["centered"]),
-        )
-        return self._run_round(X, y, sample_weight, labels, rows, warm_start=stream is not None)
+        return self._fit(X, y, sample_weight, clients, partial=True)
+
+    def _fitted_state(self):
+        return getattr(self, "_stream", None)
+
+    def _check_more_rows(self, X, y):
+        if self._stream["n_targets"] is not None:
+            self._check_seen(y, (self._stream["n_targets"], self._stream["centered"]))
+
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
+        if not warm_start:
+            self._sites = {}
+        self._run_round(X, y, sample_weight, labels, rows, warm_start=warm_start)
 
     def _validate_X_y(self, X, y, *, reset):
         # A round is small: scikit-learn's validation would cost about a third

@@ -817,6 +817,8 @@ class PrivateFederatedRidge(BaseFederatedRidge):
                     "add it K times, so the simulated accuracy is optimistic")
         return None  # the total noise does not depend on the number of sites
 
+    _dask_rows = "partitions"
+
     def __init__(
         self,
         alpha=1.0,

@@ -349,6 +349,8 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
     _client_role = ProjectedClient
     _exact_federation = True  # any partition gives the same projected ridge
 
+    _dask_rows = "partitions"
+
     def __init__(
         self,
         alpha=1.0,

@@ -169,6 +169,8 @@ class RidgeClassifierCVServer(_ClassifierRounds, FederatedRidgeCVServer):
 class _RidgeClassifierTags:
     """What the two ridge classifiers share: classifiers of one label per row."""
 
+    _dask_rows = None  # their classes round keeps no partition-wise reduction
+
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         return validate_classification(self, X, y, sample_weight, reset=reset)
 

@@ -30,7 +30,7 @@ from ._roles import (
     Server,
     SitePolicy,
 )
-from ._runtime import BytesTransport, Transport, run_rounds
+from ._runtime import BytesTransport, RowsElsewhere, Transport, run_rounds
 from ._schema import FeatureSchema, check_site_data, match_columns
 from ._simulate import atomic, run_simulation, simulate_through_bytes
 from ._values import decode_state, decode_values, encode_state, encode_values
@@ -54,6 +54,7 @@ __all__ = [
     "FoldedReplies",
     "Frame",
     "InvalidClientMessage",
+    "RowsElsewhere",
     "Server",
     "SitePolicy",
     "SymmetricMatrix",

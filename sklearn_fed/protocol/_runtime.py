@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 
 from ._wire import encode
 
-__all__ = ["BytesTransport", "Transport", "run_rounds"]
+__all__ = ["BytesTransport", "RowsElsewhere", "Transport", "run_rounds"]
 
 
 class Transport(ABC):
@@ -146,3 +146,23 @@ class BytesTransport(Transport):
                 self.sent[kind][site] = self.sent[kind].get(site, 0) + len(message)
         return (*server.decode_replies(replies), set())
 
+
+
+class RowsElsewhere(ABC):
+    """Rows a fit does not hold in memory (e.g. Dask partitions), passed where ``X`` goes.
+
+    :func:`~sklearn_fed.protocol.run_simulation` then runs the rounds through
+    :meth:`transport`, which computes each site's reply where its rows are
+    stored; everything else (roles, checks, the server) is unchanged.
+    """
+
+    @abstractmethod
+    def transport(self, clients, labels, names):
+        """The :class:`Transport` that answers for sites ``labels`` with the client role(s) ``clients``."""
+
+    @abstractmethod
+    def row_positions(self):
+        """``{label key: positions of the site's rows}`` in the collection, or None for one site.
+
+        For per-row results a fit must return in the rows' order; never sent to a server.
+        """

@@ -37,7 +37,7 @@ import numpy as np
 from ..utils._warnings import WarningThreadPool
 from ._errors import InvalidClientMessage
 from ._roles import BlockwiseClient, FoldedReplies, FramesOnDemand
-from ._runtime import Transport, run_rounds
+from ._runtime import RowsElsewhere, Transport, run_rounds
 from ._wire import (
     decode,
     encode,
@@ -125,9 +125,10 @@ def _run(server, clients, X, y, sample_weight, labels, rows, names):
         labels = labels.tolist()  # plain ints and strings, as the wire carries them
     else:
         labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
-    if hasattr(X, "_run_partitions"):  # rows in Dask partitions (sklearn_fed.dask)
-        return X._run_partitions(server, clients, labels, names)
-    transport = InProcessTransport(clients, X, y, sample_weight, labels, rows, names)
+    if isinstance(X, RowsElsewhere):  # e.g. Dask partitions: answered where they are
+        transport = X.transport(clients, labels, names)
+    else:
+        transport = InProcessTransport(clients, X, y, sample_weight, labels, rows, names)
     return run_rounds(server, transport, labels)
 
 
