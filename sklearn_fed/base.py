@@ -78,7 +78,7 @@ class FederatedEstimatorMixin(FederatedMixin):
         raise NotImplementedError
 
     def _fitted_state(self):
-        """What ``partial_fit`` continues from (None: nothing yet); ``n_features_in_`` by default."""
+        """What ``partial_fit`` continues from (None: nothing yet); ``n_features_in_`` here."""
         return getattr(self, "n_features_in_", None)
 
     def _check_more_rows(self, X, y):
@@ -99,7 +99,7 @@ class FederatedEstimatorMixin(FederatedMixin):
         return server, client
 
     def _simulated_client(self, *, warm_start):
-        """The client role that answers for every simulated site; :meth:`make_client` by default."""
+        """The client role that answers for every simulated site (:meth:`make_client` here)."""
         return self.make_client()
 
     def _simulate(self, server, client, X, y, sample_weight, labels, rows, names):

@@ -13,12 +13,13 @@ One run:
    node for its site label (a *roll call*: a restarted SuperLink may still
    list dead nodes; those do not answer and are left out). Nodes whose label
    the run config gives (``node-sites``) are not asked.
-2. ``tasks = server.next_tasks(sites)``; push one message per site, pull the
-   replies until all are in or ``reply-timeout`` passes. A site that answers
-   with an error (a refusal, unreadable data, a crashed ClientApp) or not at
-   all is dropout: left out of this round and of later ones. Fewer than
-   ``min-nodes`` replies stops the run.
-3. ``server.receive(replies)``; repeat until the server has no more tasks.
+2. The one round loop (:func:`~sklearn_fed.protocol.run_rounds`) with a
+   :class:`GridTransport`: each round's tasks are pushed as one message per
+   site, and the replies pulled until all are in or ``reply-timeout`` passes.
+   A site that answers with an error (a refusal, unreadable data, a crashed
+   ClientApp) or not at all is dropout: left out of this round and of later
+   ones. Fewer than ``min-nodes`` replies stops the run. The server checks
+   every reply, then applies the round; repeat until it has no more tasks.
 4. Save ``server.estimator`` to ``model-path`` (skops, see
    :func:`~sklearn_fed.flower.save_model`).
 """
@@ -36,8 +37,11 @@ from flwr.serverapp import ServerApp
 from ..protocol import (
     InvalidClientMessage,
     TaskRefused,
+    Transport,
     decode,
+    encode,
     plain_label,
+    run_rounds,
     sorted_labels,
 )
 from ._config import NodeSettings, ServerSettings, estimator_from_config, site_text
@@ -285,40 +289,52 @@ def run_server(grid, run_config):
     nodes = _roll_call(grid, settings)
     sites = sorted_labels(nodes)
     _log.info("sklearn-fed: %s over sites %s", type(estimator).__name__, sites)
-    tasks = server.next_tasks(sites)
-    while tasks:
-        group = f"{server.federation}:{server.round}"
-        outgoing = {
-            site: _message(
-                RecordDict({RECORD: ConfigRecord({"task": data})}), nodes[site],
-                f"train.{TASK_ACTION}", settings, group,
-            )
-            for site, data in tasks.items()
-        }
-        replies, failed = _exchange(
-            grid, outgoing, timeout=settings.reply_timeout, poll_interval=settings.poll_interval
-        )
-        for site, reason in failed.items():
-            _log.warning("sklearn-fed: site %r is dropout from round %d on: %s",
-                         site, server.round, reason)
-        if len(replies) < settings.min_nodes:
-            raise RuntimeError(
-                f"round {server.round}: {len(replies)} site(s) replied, min-nodes="
-                f"{settings.min_nodes}; dropped: {failed}."
-            )
-        data = {}
-        for site in sorted_labels(replies):  # as in-process: the order of fitted labels
-            record = replies[site].content.config_records.get(RECORD)
-            data[site] = None if record is None else record.get("reply")
-        server.receive(data)
-        sites = [site for site in sites if site not in failed]
-        tasks = server.next_tasks(sites)
+    run_rounds(server, GridTransport(grid, nodes, settings), sites)
     fitted = server.estimator
     _log.info("sklearn-fed: fitted %s on %d round(s)", type(fitted).__name__, server.round)
     if settings.model_path:
         save_model(fitted, settings.model_path)
         _log.info("sklearn-fed: model saved to %s", settings.model_path)
     return fitted
+
+
+class GridTransport(Transport):
+    """A round's tasks as Flower messages to the nodes, their replies back (bytes both ways).
+
+    A node that does not answer in time, or answers with an error, is dropout
+    from that round on; fewer than ``min-nodes`` answers stop the run.
+    """
+
+    def __init__(self, grid, nodes, settings):
+        self.grid, self.nodes, self.settings = grid, nodes, settings
+
+    def exchange(self, server, tasks):
+        group = f"{server.federation}:{server.round}"
+        outgoing = {
+            site: _message(
+                RecordDict({RECORD: ConfigRecord(
+                    {"task": encode(frame, key=server.key_of(site))})}),
+                self.nodes[site], f"train.{TASK_ACTION}", self.settings, group,
+            )
+            for site, frame in tasks.items()
+        }
+        replies, failed = _exchange(
+            self.grid, outgoing, timeout=self.settings.reply_timeout,
+            poll_interval=self.settings.poll_interval,
+        )
+        for site, reason in failed.items():
+            _log.warning("sklearn-fed: site %r is dropout from round %d on: %s",
+                         site, server.round, reason)
+        if len(replies) < self.settings.min_nodes:
+            raise RuntimeError(
+                f"round {server.round}: {len(replies)} site(s) replied, min-nodes="
+                f"{self.settings.min_nodes}; dropped: {failed}."
+            )
+        data = {}
+        for site in sorted_labels(replies):  # as in-process: the order of fitted labels
+            record = replies[site].content.config_records.get(RECORD)
+            data[site] = None if record is None else record.get("reply")
+        return (*server.decode_replies(data), set(failed))
 
 
 def make_server_app():

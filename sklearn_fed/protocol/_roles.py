@@ -722,7 +722,7 @@ _DTYPES = ("float32", "float64")
 
 
 def _malformed_schema(schema):
-    """Why a reply's schema (see :func:`reply_schema`) is malformed, or None when it is well formed."""
+    """Why a reply's schema (see :func:`reply_schema`) is malformed; None when well formed."""
     if not isinstance(schema, dict):
         return "the reply carries no feature schema."
     n_features, names, n_targets = (

@@ -158,7 +158,7 @@ class RowsElsewhere(ABC):
 
     @abstractmethod
     def transport(self, clients, labels, names):
-        """The :class:`Transport` that answers for sites ``labels`` with the client role(s) ``clients``."""
+        """The :class:`Transport` answering for sites ``labels`` with client role(s) ``clients``."""
 
     @abstractmethod
     def row_positions(self):

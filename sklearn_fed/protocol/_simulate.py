@@ -160,8 +160,10 @@ class InProcessTransport(Transport):
     def exchange(self, server, tasks):
         if self._position is None:
             self._position = {label_key(label): i for i, label in enumerate(self.labels)}
-        X, y, sample_weight, names, role = self.X, self.y, self.sample_weight, self.names, self.role
-        tasks = {site: deliver_task(server, role(site), site, task) for site, task in tasks.items()}
+        X, y, sample_weight, names, role = (
+            self.X, self.y, self.sample_weight, self.names, self.role)
+        tasks = {site: deliver_task(server, role(site), site, task)
+                 for site, task in tasks.items()}
         site_rows = {site: self.rows[self._position[label_key(site)]] for site in tasks}
         sizes = {}
         if server.reply_fold() is not None:
