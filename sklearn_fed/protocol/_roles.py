@@ -11,12 +11,31 @@ A deployment and a simulation run the same code::
         tasks = server.next_tasks(sites)
     server.estimator                          # fitted
 
-Each estimator family subclasses both roles with three small hooks:
-``Server.plan`` (the tasks of the next round), ``Server.read_reply`` (parse
-and validate one reply) and ``Server.apply`` (compute the new model from the
-round's replies, then commit it); ``Client.compute`` (a site's answer).
-A server whose model needs the replies only through one reduction may also
-fold them as it reads them (``Server.reply_fold``), holding one at a time.
+The public hooks an estimator family implements (see :doc:`/developers`):
+
+- required: :meth:`Server.plan` (the tasks of the next round),
+  :meth:`Server.read_reply` (parse and check one reply),
+  :meth:`Server.apply` (the new model from a round's replies) and
+  :meth:`Client.compute` (a site's answer; or :meth:`BlockwiseClient.summarize`,
+  :meth:`~BlockwiseClient.merge` and :meth:`~BlockwiseClient.finish` when the
+  answer is a reduction over rows);
+- optional checks: :meth:`Server.cross_check` (needs every reply at once),
+  :meth:`Client.check_rows` (a site's own rows);
+- optional speed-ups, all in one section of each role ("speed-ups"), each
+  with a default that is always correct: :meth:`Server.reply_fold`,
+  :meth:`Server.pools_round` / :meth:`Server.pooled_fold`,
+  :meth:`Client.replies_are_independent`, :meth:`Client.fields_of_rows`,
+  :meth:`Client.reply_many`.
+
+The framework guarantees, before :meth:`Server.read_reply` runs, that the reply
+was authenticated (its site's key), belongs to this federation and round, comes
+from a site that was sent a task, and describes the server's declared features
+and targets; any exception a hook raises while reading a reply becomes
+:class:`InvalidClientMessage` naming the site; a round is applied by
+:meth:`Server.apply` with every reply checked, or not at all. Driving the
+rounds (:func:`~sklearn_fed.protocol.run_rounds` and its transports) uses only
+the public methods :meth:`Server.open_round`, :meth:`Server.receive_frames`
+(or :meth:`Server.next_tasks`/:meth:`Server.receive` with bytes).
 """
 
 import operator
@@ -212,6 +231,49 @@ class Client(ABC):
         fields, arrays = self.compute(task, X, y, sample_weight, rows)
         return self.reply_frame(task, X, y, names, fields, arrays)
 
+    def reply_frame(self, task, X, y, names, fields, arrays):
+        """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
+        return Frame(
+            kind=f"{self.protocol}/reply",
+            federation=task.federation,
+            round=task.round,
+            site=task.site,
+            schema=reply_schema(
+                X, names, y, send_names=(task.schema or {}).get("feature_names") is None
+            ),
+            fields=fields,
+            arrays=arrays,
+        )
+
+    @abstractmethod
+    def compute(self, task, X, y, sample_weight, rows):
+        """A site's answer to a task, from its own rows.
+
+        Parameters
+        ----------
+        task : Frame
+            The decoded, authentic task (``task.fields``, ``task.arrays``:
+            untrusted values from the server; check what you read, e.g. with
+            :func:`~sklearn_fed.linear_model._base.task_field`).
+        X, y, sample_weight : arrays
+            Rows already checked by :meth:`check_rows` against the task's schema.
+        rows : slice, ndarray or None
+            The site's rows of ``X`` (the simulation shares one ``X`` among
+            sites); None: all of ``X``.
+
+        Returns
+        -------
+        fields, arrays : dict, dict
+            The reply's JSON-able fields and numpy arrays.
+        """
+
+    # ------------------------------------------------ speed-ups (optional)
+    def fields_of_rows(self, fields, n_rows):
+        """For a pooled round (see :meth:`Server.pools_round`): the fields of the reply
+        of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``;
+        None (the default) when this role cannot tell, and the round runs site by site."""
+        return None
+
     def reply_many(self, tasks, X, y, sample_weight, rows, names):
         """Replies of many simulated sites that share one ``X``: ``{site: frame}``.
 
@@ -261,30 +323,6 @@ class Client(ABC):
         function of them). Default False: sites answer one after another.
         """
         return False
-
-    def reply_frame(self, task, X, y, names, fields, arrays):
-        """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
-        return Frame(
-            kind=f"{self.protocol}/reply",
-            federation=task.federation,
-            round=task.round,
-            site=task.site,
-            schema=reply_schema(
-                X, names, y, send_names=(task.schema or {}).get("feature_names") is None
-            ),
-            fields=fields,
-            arrays=arrays,
-        )
-
-    @abstractmethod
-    def compute(self, task, X, y, sample_weight, rows):
-        """A site's answer: ``(fields, arrays)`` from its rows ``X[rows]``."""
-
-    def fields_of_rows(self, fields, n_rows):
-        """For a pooled round (see :meth:`Server.pools_round`): the fields of the reply
-        of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``;
-        None (the default) when this role cannot tell, and the round runs site by site."""
-        return None
 
 
 class BlockwiseClient(Client):
@@ -655,7 +693,7 @@ class Server(ABC):
             return self.schema
         return FeatureSchema(schema["n_features"], schema.get("feature_names"))
 
-    # ------------------------------------------------------------ hooks
+    # ------------------------------------------------ speed-ups (optional)
     def reply_fold(self):
         """A fresh fold of this round's replies, or None (default) to keep every parsed reply.
 
@@ -697,6 +735,7 @@ class Server(ABC):
         """
         return None
 
+    # ------------------------------------------------------------ hooks
     def cross_check(self, replies):
         """Checks that need every reply of the round (e.g. duplicates, outliers).
 
@@ -707,15 +746,65 @@ class Server(ABC):
 
     @abstractmethod
     def plan(self, sites):
-        """``{site: (fields, arrays)}`` of the next round's tasks, or ``{}`` when done."""
+        """The next round's tasks.
+
+        Parameters
+        ----------
+        sites : list of hashable
+            The sites reachable now (distinct labels, in the caller's order).
+
+        Returns
+        -------
+        tasks : dict
+            ``{site: (fields, arrays)}``: a JSON-able dict and a dict of numpy
+            arrays for each site that takes part; ``{}`` when the protocol is
+            done (the server is then finished). ``self.round`` is the id of
+            the round being planned; ``self.rounds_applied`` how many applied.
+        """
 
     @abstractmethod
     def read_reply(self, site, frame):
-        """Parse and validate one reply; raise :class:`InvalidClientMessage`."""
+        """Parse and check one reply of the open round.
+
+        Called only for a reply that passed the framework's checks (see the
+        module docstring): authentic, of this federation and round, with the
+        declared features and targets. Check everything else a hostile site
+        could send (shapes, finiteness, ranges, counts) and refuse by raising
+        :class:`InvalidClientMessage` naming ``site``; any other exception is
+        turned into one. Change no state: a round is applied only by
+        :meth:`apply`, after every reply was read.
+
+        Parameters
+        ----------
+        site : hashable
+        frame : Frame
+            ``frame.fields`` and ``frame.arrays`` as the site sent them.
+
+        Returns
+        -------
+        parsed : object
+            What :meth:`apply` receives for this site.
+        """
 
     @abstractmethod
     def apply(self, replies, ledger):
-        """Compute the new model from ``{site: parsed}``, then commit it and ``ledger``."""
+        """Compute the new model from a round's replies, then commit it.
+
+        Parameters
+        ----------
+        replies : mapping
+            ``{site: parsed}`` (what :meth:`read_reply` returned) of every
+            valid reply, in the order they were received; a
+            :class:`FoldedReplies` when :meth:`reply_fold` folds them.
+        ledger : CommunicationLedger
+            This round's bytes recorded on a copy of the previous ledger:
+            commit it with the model (e.g. ``estimator.communication_``).
+
+        Raises anything to refuse the round: the server then keeps its
+        schema and round, and the estimator is left as the caller's
+        :func:`atomic` restores it. Replace fitted attributes, never mutate
+        them in place.
+        """
 
 
 _DTYPES = ("float32", "float64")
