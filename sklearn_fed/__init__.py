@@ -12,6 +12,7 @@ from .baselines import (
     FedNovaRegressor,
     FedProxRegressor,
 )
+from .covariance import FederatedEmpiricalCovariance
 from .decomposition import FederatedPCA
 from .impute import FederatedSimpleImputer
 from .linear_model import (
@@ -51,6 +52,7 @@ __all__ = [
     "FedAvgRegressor",
     "FedNovaRegressor",
     "FedProxRegressor",
+    "FederatedEmpiricalCovariance",
     "FederatedLogisticRegression",
     "FederatedMinMaxScaler",
     "FederatedOneHotEncoder",

@@ -3,6 +3,7 @@
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fed import (
+    FederatedEmpiricalCovariance,
     FederatedLogisticRegression,
     FederatedMinMaxScaler,
     FederatedOneHotEncoder,
@@ -56,6 +57,7 @@ def _expected_failures(estimator):
         FederatedOneHotEncoder(),
         FederatedSimpleImputer(),
         FederatedPCA(),
+        FederatedEmpiricalCovariance(),
         FederatedRidgeClassifier(),
         FederatedRidgeClassifierCV(),
         FederatedLogisticRegression(),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["docs/deploying.rst", "docs/user_guide/pipelines.rst"]
+PAGES = ["docs/deploying.rst", "docs/user_guide/pipelines.rst", "docs/developers.rst"]
 TIME_LIMIT = 180
 
 

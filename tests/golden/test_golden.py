@@ -112,6 +112,15 @@ ENVIRONMENT_SENSITIVE = {
     "(ATEN_CPU_CAPABILITY=default differs from avx2/avx512)",
 }
 
+#: Public estimators added after the recording -> why they are not in the corpus yet.
+#: The corpus is recorded whole at one commit (record.py refuses anything else), so a
+#: new estimator joins it at the next deliberate re-recording; its entry is then removed.
+ADDED_AFTER_RECORDING = {
+    "FederatedEmpiricalCovariance": "added after the recording (the developers' guide's "
+    "worked example); tests/covariance/test_empirical.py pins it to scikit-learn's "
+    "EmpiricalCovariance and its hand-driven bytes run to fit",
+}
+
 
 def _environment_tolerance(case):
     """How an environment-sensitive case is compared where the environment is not the
@@ -312,7 +321,10 @@ def test_every_public_estimator_is_in_the_corpus():
             obj = getattr(module, name)
             if inspect.isclass(obj) and hasattr(obj, "fit"):
                 public.add(name)
-    assert public <= set(record.GROUP_BY_NAME), sorted(public - set(record.GROUP_BY_NAME))
+    recorded = set(record.GROUP_BY_NAME)
+    assert not recorded & set(ADDED_AFTER_RECORDING), "recorded now: remove from the list"
+    unrecorded = public - recorded - set(ADDED_AFTER_RECORDING)
+    assert not unrecorded, sorted(unrecorded)
     for group in record.GROUPS:  # each group is its own class
         for variant in ("",) + group.variants:
             with record.deterministic():

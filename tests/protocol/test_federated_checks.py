@@ -5,6 +5,7 @@ import importlib.util
 from sklearn_fed import (
     DPFedAvgRegressor,
     FedAvgRegressor,
+    FederatedEmpiricalCovariance,
     FederatedLogisticRegression,
     FederatedMinMaxScaler,
     FederatedOneHotEncoder,
@@ -51,6 +52,8 @@ ESTIMATORS = [
     FederatedOneHotEncoder(),
     FederatedSimpleImputer(strategy="most_frequent", add_indicator=True),
     FederatedPCA(n_components=2, whiten=True),
+    FederatedEmpiricalCovariance(),
+    FederatedEmpiricalCovariance(assume_centered=True, store_precision=False),
     FederatedRidgeClassifier(class_weight="balanced"),
     FederatedRidgeClassifierCV(),
     FederatedRidgeClassifierCV(cv="clients"),  # accuracy: a round of held-out decisions
