@@ -33,7 +33,7 @@ from sklearn.model_selection import train_test_split
 
 from sklearn_fed import PrivateFederatedRidge
 from sklearn_fed.privacy import RangeScaler, gaussian_noise_std
-from sklearn_fed.linear_model._private import joint_sensitivity
+from sklearn_fed.linear_model._private_release import joint_sensitivity
 
 
 def california(data):

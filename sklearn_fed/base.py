@@ -34,11 +34,14 @@ class FederatedEstimatorMixin(FederatedMixin):
     was (``fit`` is also wrapped in :func:`~sklearn_fed.protocol.atomic`).
     """
 
-    def _fit(self, X, y=None, sample_weight=None, clients=None, *, partial=False):
+    def _fit(self, X, y=None, sample_weight=None, clients=None, *, partial=False,
+             **server_kwargs):
         """The body of ``fit`` (``partial=False``) and ``partial_fit`` (``partial=True``).
 
         ``partial_fit`` continues the fitted model when :meth:`_fitted_state`
         says there is one (the server is then warm-started), else it fits anew.
+        ``server_kwargs`` go to :meth:`make_server` (say ``partial_fit``'s
+        ``classes``, or ``max_rounds``).
         """
         if any(map(is_dask_collection, (X, y, sample_weight, clients))):
             # The optional extra, imported only when a Dask collection comes in.
@@ -49,10 +52,11 @@ class FederatedEstimatorMixin(FederatedMixin):
         self._check_before_rows(partial=partial)
         clients = take_clients(self, X, clients)
         X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
-        labels, rows = group_rows_by_client(clients, _num_samples(X))
+        labels, rows = self._client_rows(clients, X, y, reset=not warm)
         if warm:
             self._check_more_rows(X, y)
-        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm, clients=clients)
+        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm, clients=clients,
+                        **server_kwargs)
         return self
 
     #: How ``fit`` takes Dask collections (:mod:`sklearn_fed.dask`): ``"partitions"``
@@ -76,6 +80,14 @@ class FederatedEstimatorMixin(FederatedMixin):
         ``n_features_in_`` and ``feature_names_in_`` are checked, not set).
         """
         raise NotImplementedError
+
+    def _client_rows(self, clients, X, y, *, reset):
+        """``(labels, rows)``: each client's rows of the validated ``X``; by ``clients`` by default.
+
+        An estimator that simulates clients when ``clients`` is None (say by
+        splitting the rows with a ``partition`` parameter) overrides it.
+        """
+        return group_rows_by_client(clients, _num_samples(X))
 
     def _fitted_state(self):
         """What ``partial_fit`` continues from (None: nothing yet); ``n_features_in_`` here."""

@@ -211,7 +211,7 @@ def test_classic_calibration_in_fit_and_pipeline():
 def test_classic_calibration_of_sites_on_threads(sites_on_threads, noise):
     # Local-noise sites release on parallel threads (which have no user
     # frame): their warnings still reach the user's line, from the caller.
-    from sklearn_fed.linear_model._private import PrivateClient
+    from sklearn_fed.linear_model._private_roles import PrivateClient
 
     threads = sites_on_threads(PrivateClient, 2)
     model = _clipping_model(calibration="classic", epsilon=2.0, noise=noise)

@@ -27,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import count_rows, group_rows_by_client, label_array, take_clients
+from .._clients import count_rows, label_array
 from .._compat import (
     Interval,
     StrOptions,
@@ -36,15 +36,14 @@ from .._compat import (
     check_is_fitted,
     validate_data,
 )
-from ..linear_model._base import task_field
+from ..base import FederatedEstimatorMixin
+from ..linear_model._base import task_field, validate_regression
 from ..protocol import (
     Client,
-    FederatedMixin,
     InvalidClientMessage,
     Server,
     atomic,
     label_key,
-    run_simulation,
     sorted_labels,
 )
 from ..protocol._fields import reply_array, reply_keys, reply_number
@@ -648,7 +647,7 @@ class SGDServer(Server):
 
 
 # ---------------------------------------------------------------- estimator
-class BaseFederatedSGD(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
+class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
     """Shared protocol of FedAvg, FedProx, FedNova and DP-FedAvg for linear models.
 
     The global objective is ridge's, divided by ``2 S`` (``S`` = total sample
@@ -744,11 +743,7 @@ class BaseFederatedSGD(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEst
         self : object
             Fitted estimator.
         """
-        X, y, sample_weight, labels, rows = self._validate(
-            X, y, sample_weight, clients, reset=True
-        )
-        self._simulate(X, y, sample_weight, labels, rows, warm_start=False)
-        return self
+        return self._fit(X, y, sample_weight, clients)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -773,26 +768,8 @@ class BaseFederatedSGD(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEst
         self : object
             Updated estimator.
         """
-        self._validate_params()  # sklearn skips this once fitted; set_params may have changed them
-        state = getattr(self, "_sgd_state", None)
-        X, y, sample_weight, labels, rows = self._validate(
-            X, y, sample_weight, clients, reset=state is None
-        )
-        if state is not None:
-            t = 1 if y.ndim == 1 else y.shape[1]
-            if t != state["coef"].shape[1]:
-                raise ValueError(
-                    f"y has {t} targets but earlier calls had {state['coef'].shape[1]}."
-                )
-            if (y.ndim == 1) != state["single"]:
-                raise ValueError("y changed between 1-D and 2-D since the first call.")
-            if self.fit_intercept != state["fit_intercept"]:
-                raise ValueError(
-                    "fit_intercept changed since the first partial_fit; call fit to restart."
-                )
-        self._simulate(X, y, sample_weight, labels, rows, warm_start=state is not None,
-                       max_rounds=2)
-        return self
+        # the setup round and one model round, on the first call too
+        return self._fit(X, y, sample_weight, clients, partial=True, max_rounds=2)
 
     def predict(self, X):
         """Predict with the global model.
@@ -813,31 +790,34 @@ class BaseFederatedSGD(FederatedMixin, MultiOutputMixin, RegressorMixin, BaseEst
         return safe_sparse_dot(X, np.asarray(self.coef_).T, dense_output=True) + self.intercept_
 
     # ---------------------------------------------------------------- internals
-    def _validate(self, X, y, sample_weight, clients, *, reset):
-        clients = take_clients(self, X, clients)
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            accept_sparse=["csr", "csc", "coo"],
-            dtype=[np.float64, np.float32],
-            multi_output=True,
-            y_numeric=True,
-            reset=reset,
-        )
+    def _check_before_rows(self, *, partial):
+        if partial:  # sklearn skips this once fitted; set_params may have changed them
+            self._validate_params()
+
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
+        X, y = validate_regression(self, X, y, reset=reset)
         if sp.issparse(X):
             X = X.tocsr()
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
             )
-        labels, rows = group_rows_by_client(clients, X.shape[0])
-        return X, y, sample_weight, labels, rows
+        return X, y, sample_weight
 
-    def _simulate(self, X, y, sample_weight, labels, rows, *, warm_start, max_rounds=None):
-        """The protocol run in process over these rows."""
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
-        server = self.make_server(feature_names=names, warm_start=warm_start,
-                                  max_rounds=max_rounds)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
+    def _fitted_state(self):
+        """The model, random state and history ``partial_fit`` continues, or None."""
+        return getattr(self, "_sgd_state", None)
+
+    def _check_more_rows(self, X, y):
+        state = self._sgd_state
+        t = 1 if y.ndim == 1 else y.shape[1]
+        if t != state["coef"].shape[1]:
+            raise ValueError(
+                f"y has {t} targets but earlier calls had {state['coef'].shape[1]}."
+            )
+        if (y.ndim == 1) != state["single"]:
+            raise ValueError("y changed between 1-D and 2-D since the first call.")
+        if self.fit_intercept != state["fit_intercept"]:
+            raise ValueError(
+                "fit_intercept changed since the first partial_fit; call fit to restart."
+            )

@@ -47,6 +47,7 @@ __all__ = [
     "solve_ridge_factor",
     "solve_statistics",
     "task_field",
+    "validate_regression",
 ]
 
 
@@ -329,6 +330,21 @@ def task_field(task, name, kind):
             f"server: task field {name!r} must be {kind.__name__}, got {value!r}.", "server"
         )
     return value
+
+
+def validate_regression(estimator, X, y, *, reset, ensure_all_finite=True):
+    """``(X, y)`` of a linear regressor's ``fit``, checked as scikit-learn's ``Ridge`` does."""
+    return validate_data(
+        estimator,
+        X,
+        y,
+        accept_sparse=["csr", "csc", "coo"],
+        dtype=[np.float64, np.float32],
+        multi_output=True,
+        y_numeric=True,
+        reset=reset,
+        ensure_all_finite=ensure_all_finite,
+    )
 
 
 class StatisticsClient(BlockwiseClient):
@@ -622,16 +638,8 @@ class BaseFederatedRidge(
 
     def _validate_X_y(self, X, y, *, reset):
         """Validate ``X`` and ``y`` with scikit-learn (a subclass may take a shortcut)."""
-        return validate_data(
-            self,
-            X,
-            y,
-            accept_sparse=["csr", "csc", "coo"],
-            dtype=[np.float64, np.float32],
-            multi_output=True,
-            y_numeric=True,
-            reset=reset,
-            ensure_all_finite=not self._finite_from_statistics,
+        return validate_regression(
+            self, X, y, reset=reset, ensure_all_finite=not self._finite_from_statistics
         )
 
     def _fitted_state(self):

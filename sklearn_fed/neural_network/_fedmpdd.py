@@ -30,7 +30,7 @@ from skorch import NeuralNetClassifier
 from skorch.callbacks import Callback, EpochTimer, PassthroughScoring, PrintLog
 from skorch.history import History
 
-from .._clients import group_rows_by_client, label_array, take_clients
+from .._clients import group_rows_by_client, label_array
 from .._compat import (
     Interval,
     StrOptions,
@@ -39,7 +39,8 @@ from .._compat import (
     validate_data,
     validate_parameter_constraints,
 )
-from ..protocol import FederatedMixin, atomic, label_key, run_simulation
+from ..base import FederatedEstimatorMixin
+from ..protocol import atomic, label_key
 from ..utils._warnings import warn
 from ._codecs import UPLINKS, derive_seed, make_codec
 from ._modules import MLP
@@ -95,7 +96,7 @@ def _short_repr(value):
     return repr(value)
 
 
-class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
+class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
     """Federated classifier whose clients upload m directional derivatives (FedMPDD).
 
     Rows are split into clients (an explicit ``clients`` array, or
@@ -393,8 +394,9 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
         -------
         self
         """
-        reset = not (self.warm_start and self._is_trained())
-        return self._fit(X, y, sample_weight, clients, reset=reset, fit_params=fit_params)
+        # skorch's warm_start: fit continues a trained model, as partial_fit does
+        return self._fit(X, y, sample_weight, clients, partial=bool(self.warm_start),
+                         fit_params=fit_params)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic
@@ -414,10 +416,13 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
         -------
         self
         """
-        return self._fit(X, y, sample_weight, clients, reset=not self._is_trained(),
-                         classes=classes, fit_params=fit_params)
+        return self._fit(X, y, sample_weight, clients, partial=True, classes=classes,
+                         fit_params=fit_params)
 
-    def _fit(self, X, y, sample_weight, clients, *, reset, classes=None, fit_params=None):
+    # ------------------------------------------------------- the fit's hooks
+    def _fit(self, X, y, sample_weight=None, clients=None, *, partial=False, fit_params=None,
+             **server_kwargs):
+        """The template's ``_fit``, after refusing what skorch takes but no site could use."""
         if fit_params:
             raise TypeError(
                 f"{type(self).__name__}.fit takes no extra fit parameters (got "
@@ -426,33 +431,28 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target "
                              "y is None.")
-        clients = take_clients(self, X, clients)
+        return super()._fit(X, y, sample_weight, clients, partial=partial, **server_kwargs)
+
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, ensure_min_samples=1)
         check_classification_targets(y)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float32)
-        if not reset:
+        if not reset:  # the labels, like the features, must be the trained model's
             unknown = np.setdiff1d(np.unique(y), self.classes_)
             if len(unknown):
                 raise ValueError(f"y has labels {unknown.tolist()} not seen at the first fit")
-        labels, rows = self._client_partition(y, clients, X.shape[0], reset)
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else [str(name) for name in names]
-        if not reset:  # train copies: a call that raises leaves the originals as they were
-            self._copy_training_state()
-        server = self.make_server(feature_names=names, warm_start=not reset, classes=classes)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
-        where = {label_key(label): r for label, r in zip(labels, rows)}
-        self.client_rows_ = [
-            np.arange(X.shape[0])[where[label_key(c)]] if label_key(c) in where
-            else np.empty(0, dtype=np.intp)
-            for c in self.clients_
-        ]
-        return self
+        return X, y, sample_weight
 
-    def _client_partition(self, y, clients, n_samples, reset):
+    def _fitted_state(self):
+        """The trained module that ``partial_fit`` (or ``fit`` with ``warm_start``) continues."""
+        return self.module_ if self._is_trained() else None
+
+    def _client_rows(self, clients, X, y, *, reset):
+        """Without ``clients``: ``n_clients`` simulated clients, split by ``partition``."""
         if clients is not None:
-            return group_rows_by_client(clients, n_samples)
+            return super()._client_rows(clients, X, y, reset=reset)
+        n_samples = X.shape[0]
         if self.n_clients > n_samples:
             raise ValueError(
                 f"n_clients={self.n_clients} exceeds n_samples={n_samples}: every simulated "
@@ -474,6 +474,20 @@ class FedMPDDClassifier(FederatedMixin, NeuralNetClassifier):
             assign = partition_dirichlet(y, self.n_clients, alpha=self.dirichlet_alpha,
                                          random_state=seed)
         return group_rows_by_client(np.asarray(assign), n_samples)
+
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False,
+                   **server_kwargs):
+        if warm_start:  # train copies: a call that raises leaves the originals as they were
+            self._copy_training_state()
+        server, client = super()._run_sites(X, y, sample_weight, labels, rows,
+                                            warm_start=warm_start, **server_kwargs)
+        where = {label_key(label): r for label, r in zip(labels, rows)}
+        self.client_rows_ = [
+            np.arange(X.shape[0])[where[label_key(c)]] if label_key(c) in where
+            else np.empty(0, dtype=np.intp)
+            for c in self.clients_
+        ]
+        return server, client
 
     def _copy_training_state(self):
         names = [n for n in ("module_", "criterion_", "optimizer_", "history_", "callbacks_")

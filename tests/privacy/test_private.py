@@ -21,11 +21,11 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fed import FederatedRidge, PrivateFederatedRidge
-from sklearn_fed.linear_model._private import (
+from sklearn_fed.linear_model._private import project_psd
+from sklearn_fed.linear_model._private_release import (
     clip_rows,
     clipped_sums,
     joint_sensitivity,
-    project_psd,
     released_sums,
 )
 from sklearn_fed.privacy import (
@@ -622,9 +622,9 @@ def test_range_scaler_uses_stated_ranges_only():
 @pytest.mark.parametrize("clipped", ["many", "few"])
 def test_blockwise_clipped_sums_equal_the_reference(monkeypatch, layout, weighted, dtype,
                                                      clipped):
-    from sklearn_fed.linear_model import _private
+    from sklearn_fed.linear_model import _private_release
 
-    monkeypatch.setattr(_private, "_BLOCK_BYTES", 8 * 7 * 13)  # 13 rows per block
+    monkeypatch.setattr(_private_release, "_BLOCK_BYTES", 8 * 7 * 13)  # 13 rows per block
     rng = np.random.default_rng(3)
     scale = rng.uniform(0.1, 3, size=(200, 1))
     if clipped == "few":  # at most one row in 13 clipped: blocks read in place, rows corrected
@@ -681,7 +681,7 @@ def test_sites_release_on_parallel_threads_with_the_same_bits(sites_on_threads, 
     # its sites run one after another. Either way the model is the same.
     import threading
 
-    from sklearn_fed.linear_model._private import PrivateClient
+    from sklearn_fed.linear_model._private_roles import PrivateClient
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 4)) / 2
