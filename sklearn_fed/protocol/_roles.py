@@ -207,9 +207,12 @@ class Client(ABC):
         """Validate this site's rows against the task's schema, before anything is computed.
 
         Numeric, finite rows by default (:func:`check_site_data`); roles of
-        estimators that take categories or missing values override it.
+        estimators that take categories or missing values override it. A
+        role that does not need targets (``needs_y = False``) ignores ``y``.
         Returns ``(X, y, sample_weight, names)``.
         """
+        if not self.needs_y:
+            y = None  # an unsupervised reply describes no targets, whatever the caller passed
         return check_site_data(
             X, y, sample_weight, schema=schema, site=site,
             accept_sparse=self.accept_sparse, y_numeric=self.y_numeric,
