@@ -22,14 +22,9 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
 from ._nested import nest, unnest
-from ._roles import (
-    BlockwiseClient,
-    Client,
-    FederatedMixin,
-    FoldedReplies,
-    Server,
-    SitePolicy,
-)
+from ._policy import SitePolicy
+from ._replies import FoldedReplies
+from ._roles import BlockwiseClient, Client, FederatedMixin, Server
 from ._runtime import BytesTransport, RowsElsewhere, Transport, run_rounds
 from ._schema import FeatureSchema, check_site_data, match_columns
 from ._simulate import atomic, run_simulation, simulate_through_bytes

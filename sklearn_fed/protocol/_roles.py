@@ -38,18 +38,22 @@ the public methods :meth:`Server.open_round`, :meth:`Server.receive_frames`
 (or :meth:`Server.next_tasks`/:meth:`Server.receive` with bytes).
 """
 
-import operator
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from numbers import Real
 
 import numpy as np
 
 from .._clients import count_rows
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
-from ._schema import FeatureSchema, _names_digest, check_site_data, reply_schema
+from ._replies import FoldedReplies, FramesOnDemand
+from ._schema import (
+    FeatureSchema,
+    check_agreement,
+    check_site_data,
+    malformed_reply_schema,
+    reply_schema,
+)
 from ._wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Frame,
@@ -63,69 +67,7 @@ from ._wire import (
     sorted_labels,
 )
 
-__all__ = [
-    "BlockwiseClient", "Client", "FederatedMixin", "FoldedReplies", "Server", "SitePolicy",
-]
-
-
-class SitePolicy:
-    """What a site agrees to compute; a task outside it is refused at the site.
-
-    Parameters
-    ----------
-    min_rows : int, default=None
-        Refuse to answer from fewer rows than this (small sites leak more).
-    max_epsilon : float, default=None
-        Answer only differentially private tasks with ``epsilon <= max_epsilon``
-        (a task that adds no noise is refused).
-    allowed_features : sequence of str, default=None
-        Answer only tasks whose features are all in this list.
-    allowed_kinds : sequence of str, default=None
-        Answer only these protocols (e.g. ``["ridge.statistics"]``).
-    check : callable, default=None
-        ``check(task_fields) -> None``; raise to refuse (the message is kept).
-
-    Examples
-    --------
-    >>> policy = SitePolicy(max_epsilon=1.0, min_rows=50)
-    """
-
-    def __init__(
-        self, *, min_rows=None, max_epsilon=None, allowed_features=None, allowed_kinds=None,
-        check=None,
-    ):
-        self.min_rows = min_rows
-        self.max_epsilon = max_epsilon
-        self.allowed_features = None if allowed_features is None else set(allowed_features)
-        self.allowed_kinds = None if allowed_kinds is None else set(allowed_kinds)
-        self.check = check
-
-    def check_task(self, protocol, task, schema, n_rows, site):
-        """Raise :class:`TaskRefused` when the task is outside this policy."""
-        def refuse(reason):
-            raise TaskRefused(f"site {site!r} refuses the {protocol!r} task: {reason}", site)
-
-        if self.allowed_kinds is not None and protocol not in self.allowed_kinds:
-            refuse(f"only {sorted(self.allowed_kinds)} are allowed.")
-        if self.min_rows is not None and n_rows < self.min_rows:
-            refuse(f"it has {n_rows} rows, fewer than the policy's minimum {self.min_rows}.")
-        if self.max_epsilon is not None:
-            epsilon = task.fields.get("epsilon")
-            if not isinstance(epsilon, Real):
-                refuse("the policy allows only differentially private tasks.")
-            if not epsilon <= self.max_epsilon:
-                refuse(f"epsilon={epsilon} exceeds the policy's maximum {self.max_epsilon}.")
-        if self.allowed_features is not None:
-            if schema.feature_names is None:
-                refuse("the task names no features, and the policy has an allow-list.")
-            extra = [n for n in schema.feature_names if n not in self.allowed_features]
-            if extra:
-                refuse(f"features {extra} are not on the policy's allow-list.")
-        if self.check is not None:
-            try:
-                self.check(dict(task.fields))
-            except Exception as exc:  # the site's own rule, reported as a refusal
-                refuse(str(exc))
+__all__ = ["BlockwiseClient", "Client", "FederatedMixin", "Server"]
 
 
 class Client(ABC):
@@ -571,7 +513,7 @@ class Server(ABC):
                  "(stale or replayed).")
         if label_key(frame.site) != label_key(site):
             fail(f"the reply says it comes from site {frame.site!r}.")
-        reason = _malformed_schema(frame.schema)
+        reason = malformed_reply_schema(frame.schema)
         if reason is not None:
             fail(reason)
         schema, expected = frame.schema, self.schema
@@ -609,7 +551,7 @@ class Server(ABC):
                 parsed[site] = self._read_checked(site, frame)
             except InvalidClientMessage as exc:
                 failures[site] = exc
-        _check_agreement({site: frames[site].schema for site in parsed})
+        check_agreement({site: frames[site].schema for site in parsed})
         for site, exc in self.cross_check(parsed).items():
             failures[site] = exc
             del parsed[site]
@@ -681,7 +623,7 @@ class Server(ABC):
             schemas[site] = schema
             fold.add(parsed)
             del parsed  # the fold keeps what it needs: one reply is unpacked at a time
-        _check_agreement(schemas)
+        check_agreement(schemas)
         return FoldedReplies(self, frames, schemas, frame_bytes, fold)
 
     def _read_to_fold(self, site, frames, frame_bytes):
@@ -808,136 +750,6 @@ class Server(ABC):
         :func:`atomic` restores it. Replace fitted attributes, never mutate
         them in place.
         """
-
-
-_DTYPES = ("float32", "float64")
-
-
-def _malformed_schema(schema):
-    """Why a reply's schema (see :func:`reply_schema`) is malformed; None when well formed."""
-    if not isinstance(schema, dict):
-        return "the reply carries no feature schema."
-    n_features, names, n_targets = (
-        schema.get("n_features"), schema.get("names"), schema.get("n_targets"))
-    if type(n_features) is not int or n_features < 0:
-        return "the reply carries no valid feature count."
-    if names is not None and not (isinstance(names, str) and len(names) == 32):
-        return "the reply's feature-name digest is malformed."
-    if n_targets is not None and not (type(n_targets) is int and n_targets > 0):
-        return "the reply's target count is malformed."
-    if schema.get("dtype") not in _DTYPES:
-        return f"the reply's dtype must be one of {list(_DTYPES)}."
-    listed = schema.get("feature_names")
-    if listed is not None and not (
-        isinstance(listed, list) and len(listed) == n_features
-        and all(isinstance(name, str) for name in listed)
-        and len(set(listed)) == len(listed) and _names_digest(listed) == names
-    ):
-        return "the reply's feature names are malformed or do not match their digest."
-    return None
-
-
-def _check_agreement(schemas):
-    """Replies of one round must describe the same features and targets.
-
-    What the server declared (``feature_names``, ``n_features``, ``n_targets``)
-    was checked reply by reply, naming the site that differs. What it did not
-    declare has no reference: the first reply read is no better than any other,
-    so a disagreement refuses the round and blames no site (a hostile reply read
-    first must not get the honest sites named or dropped).
-    """
-    groups = {}
-    for site, schema in schemas.items():
-        described = (schema["n_features"], schema["names"], schema["n_targets"])
-        groups.setdefault(described, []).append(site)
-    if len(groups) > 1:
-        listing = "; ".join(
-            f"sites {sites} have (n_features, names digest, n_targets) = {described}"
-            for described, sites in groups.items()
-        )
-        raise ValueError(
-            "the sites' replies disagree on their features or targets, and the server "
-            f"declared none to tell which are right: {listing}. Declare them with "
-            "make_server(feature_names=..., n_features=..., n_targets=...) (on Flower: the "
-            "run config's feature-names), then the sites that differ are named and refused."
-        )
-
-
-class FoldedReplies(Mapping):
-    """The valid replies of a round that a server folded as it read them (see ``reply_fold``).
-
-    ``fold`` holds their reduction. Looking a site up parses its frame
-    again (read from the round's frames, which the simulation recomputes),
-    so a server that needs single replies only to explain a failure never
-    holds them all. Iterates over the sites in the order of the frames.
-    """
-
-    def __init__(self, server, frames, schemas, frame_bytes, fold):
-        self._server = server
-        self._frames = frames
-        same_order = len(schemas) == len(frames) and all(map(operator.is_, schemas, frames))
-        self.schemas = schemas if same_order else {
-            site: schemas[site] for site in frames if site in schemas
-        }
-        self.frame_bytes = frame_bytes
-        self.fold = fold
-
-    def __getitem__(self, site):
-        if site not in self.schemas:
-            raise KeyError(site)
-        return self._server.read_reply(site, self._frames[site])
-
-    def __iter__(self):
-        return iter(self.schemas)
-
-    def __len__(self):
-        return len(self.schemas)
-
-
-class FramesOnDemand(Mapping):
-    """``{site: frame}`` whose frames are made when read (and again if read again).
-
-    ``frame_of(site)`` makes one: the simulation computes the site's reply,
-    :meth:`Server.receive` decodes its bytes. A server that folds replies
-    (see :meth:`Server.reply_fold`) then holds one at a time, or, with
-    ``ahead=(pool, workers, order, on_last)``, the ``workers`` that ``pool``
-    makes ahead of the reader, who reads them in ``order``; ``on_last()``
-    runs once the last site of ``order`` has been read.
-    """
-
-    def __init__(self, sites, frame_of, ahead=None):
-        self._sites = sites
-        self._frame_of = frame_of
-        self._futures = {}  # site -> its frame, being made ahead
-        self._order, self._next = [], 0
-        if ahead is not None:
-            self._pool, workers, order, self._on_last = ahead
-            self._order = list(order)
-            self._submit(workers)
-
-    def _submit(self, count):
-        for site in self._order[self._next : self._next + count]:
-            self._futures[site] = self._pool.submit(self._frame_of, site)
-        self._next = min(self._next + count, len(self._order))
-
-    def __getitem__(self, site):
-        if site not in self._sites:
-            raise KeyError(site)
-        future = self._futures.pop(site, None)
-        if future is None:
-            return self._frame_of(site)
-        self._submit(1)  # keep the pool's threads busy, one reply ahead each
-        try:
-            return future.result()
-        finally:
-            if not self._futures and self._next == len(self._order):
-                self._on_last()
-
-    def __iter__(self):
-        return iter(self._sites)
-
-    def __len__(self):
-        return len(self._sites)
 
 
 class FederatedMixin:

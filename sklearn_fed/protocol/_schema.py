@@ -15,7 +15,10 @@ from sklearn.utils import check_array
 
 from .._compat import _check_sample_weight
 
-__all__ = ["FeatureSchema", "check_site_data", "match_columns", "reply_schema"]
+__all__ = [
+    "FeatureSchema", "check_agreement", "check_site_data", "malformed_reply_schema",
+    "match_columns", "reply_schema",
+]
 
 
 def _names_digest(names):
@@ -262,3 +265,56 @@ def check_site_data(
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from exc
     return X, y, sample_weight, names
+
+
+_DTYPES = ("float32", "float64")
+
+
+def malformed_reply_schema(schema):
+    """Why a reply's schema (see :func:`reply_schema`) is malformed; None when well formed."""
+    if not isinstance(schema, dict):
+        return "the reply carries no feature schema."
+    n_features, names, n_targets = (
+        schema.get("n_features"), schema.get("names"), schema.get("n_targets"))
+    if type(n_features) is not int or n_features < 0:
+        return "the reply carries no valid feature count."
+    if names is not None and not (isinstance(names, str) and len(names) == 32):
+        return "the reply's feature-name digest is malformed."
+    if n_targets is not None and not (type(n_targets) is int and n_targets > 0):
+        return "the reply's target count is malformed."
+    if schema.get("dtype") not in _DTYPES:
+        return f"the reply's dtype must be one of {list(_DTYPES)}."
+    listed = schema.get("feature_names")
+    if listed is not None and not (
+        isinstance(listed, list) and len(listed) == n_features
+        and all(isinstance(name, str) for name in listed)
+        and len(set(listed)) == len(listed) and _names_digest(listed) == names
+    ):
+        return "the reply's feature names are malformed or do not match their digest."
+    return None
+
+
+def check_agreement(schemas):
+    """Replies of one round must describe the same features and targets.
+
+    What the server declared (``feature_names``, ``n_features``, ``n_targets``)
+    was checked reply by reply, naming the site that differs. What it did not
+    declare has no reference: the first reply read is no better than any other,
+    so a disagreement refuses the round and blames no site (a hostile reply read
+    first must not get the honest sites named or dropped).
+    """
+    groups = {}
+    for site, schema in schemas.items():
+        described = (schema["n_features"], schema["names"], schema["n_targets"])
+        groups.setdefault(described, []).append(site)
+    if len(groups) > 1:
+        listing = "; ".join(
+            f"sites {sites} have (n_features, names digest, n_targets) = {described}"
+            for described, sites in groups.items()
+        )
+        raise ValueError(
+            "the sites' replies disagree on their features or targets, and the server "
+            f"declared none to tell which are right: {listing}. Declare them with "
+            "make_server(feature_names=..., n_features=..., n_targets=...) (on Flower: the "
+            "run config's feature-names), then the sites that differ are named and refused."
+        )

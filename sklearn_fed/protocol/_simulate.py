@@ -36,7 +36,8 @@ import numpy as np
 
 from ..utils._warnings import WarningThreadPool
 from ._errors import InvalidClientMessage
-from ._roles import BlockwiseClient, FoldedReplies, FramesOnDemand
+from ._replies import FoldedReplies, FramesOnDemand
+from ._roles import BlockwiseClient
 from ._runtime import RowsElsewhere, Transport, run_rounds
 from ._wire import (
     decode,
