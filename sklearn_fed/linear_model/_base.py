@@ -365,7 +365,7 @@ class StatisticsClient(BlockwiseClient):
         # turn unless they say so too (a projection role caches its matrix).
         return type(self) is StatisticsClient
 
-    # The reply is _finish(_summarize(rows)): statistics are a reduction over
+    # The reply is finish(summarize(rows)): statistics are a reduction over
     # rows, so a site's rows may come in blocks (see BlockwiseClient).
     def summarize(self, task, X, y, sample_weight, rows):
         centered = task_field(task, "centered", bool)
