@@ -156,7 +156,13 @@ def parse_parts(parts, replies, on_invalid):
             raise ValueError(f"no valid reply for part {key!r} in this round; nothing applied.")
         dropped.update({site: str(exc) for site, exc in failures.items()})
         parsed[key] = (parsed[key], failures)
-    for key, server in parts.items():
-        ok, failures = parsed[key]
-        server.commit_round(replies[key], ok, {}, failures)
+    restores = [server.savepoint() for server in parts.values()]
+    try:
+        for key, server in parts.items():
+            ok, failures = parsed[key]
+            server.commit_round(replies[key], ok, {}, failures)
+    except BaseException:  # a later part failed: the round is applied whole or not at all
+        for restore in restores:
+            restore()
+        raise
     return dropped

@@ -534,6 +534,28 @@ class Server(ABC):
             raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
         self.commit_round(frames, parsed, sizes, failures)
 
+    def savepoint(self):
+        """A ``restore()`` callable that puts this server and its estimator back as they are now.
+
+        For a composite protocol, which applies several servers' rounds as one
+        (:meth:`commit_round` of each part): when a later part fails, the parts
+        applied before it are restored, so the round is applied whole or not at
+        all. Fitted attributes are replaced, never mutated in place; containers
+        one level deep (``dropped_``, per-site dicts) are copied.
+        """
+        def state(obj):
+            return {name: value.copy() if isinstance(value, (dict, list, set)) else value
+                    for name, value in vars(obj).items()}
+
+        saved = [(obj, state(obj)) for obj in (self, self.estimator)]
+
+        def restore():
+            for obj, attributes in saved:
+                obj.__dict__.clear()
+                obj.__dict__.update(attributes)
+
+        return restore
+
     def check_round(self, frames, failures=None):
         """Check and parse every reply of the open round; returns ``(parsed, failures)``.
 

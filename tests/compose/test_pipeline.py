@@ -22,7 +22,7 @@ from sklearn_fed import (
 )
 from sklearn_fed.compose import FederatedColumnTransformer
 from sklearn_fed.pipeline import FederatedPipeline, make_federated_pipeline
-from sklearn_fed.protocol import decode, simulate_through_bytes
+from sklearn_fed.protocol import BytesTransport, decode, run_rounds, simulate_through_bytes
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
 NUMERIC = ["longitude", "latitude", "age", "rooms", "bedrooms", "income"]
@@ -270,3 +270,23 @@ def test_messages_carry_aggregates_and_category_sets_only(final):
         # the only text a reply carries: the site's own categories (the encoder's message)
         text = set(_strings(frame.fields)) & set(REGIONS)
         assert text <= set(rows["ocean_proximity"])
+
+
+def test_a_failed_part_leaves_every_part_of_the_round_as_it_was():
+    # Part 1 (the encoder, fixed categories) refuses the round after part 0 (the
+    # scaler) could have applied it: neither is applied, and a retry refuses again
+    # instead of crashing on a half-applied server.
+    ct = FederatedColumnTransformer([
+        ("scale", FederatedStandardScaler(), ["x"]),
+        ("onehot", FederatedOneHotEncoder(categories=[["a", "b"]]), ["c"]),
+    ])
+    data = {site: (pd.DataFrame({"x": np.arange(4.0) + i,
+                                 "c": ["a", "b", "a", "c" if site == "s2" else "b"]}), None)
+            for i, site in enumerate(["s0", "s1", "s2"])}
+    server = ct.make_server(feature_names=["x", "c"])
+    transport = BytesTransport({site: ct.make_client() for site in data}, data)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="unknown categories"):
+            run_rounds(server, transport, list(data))
+        assert all(part.rounds_applied == 0 and not hasattr(part.estimator, "n_features_in_")
+                   for part in server.parts.values())
