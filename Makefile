@@ -22,7 +22,9 @@ $(STAMP): requirements/dev.txt pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/demo_diabetes.py
 
+# lint-imports first: the import layers of pyproject.toml's [tool.importlinter] (issue 26)
 test: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -n 2 --durations=15
 
 # examples/flower/README.md's one-machine commands: a SuperLink and three SuperNodes on

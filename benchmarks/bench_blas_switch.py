@@ -6,7 +6,7 @@ the *other* library right after a multi-threaded one competes with them for
 the cores. This script times one LAPACK call of a d x d Gram (scipy's or
 numpy's ``eigh``, scipy's ``cho_factor``) alone and right after a call of
 the other library, on 1 and 2 BLAS threads, median of interleaved repeats.
-It is why :func:`sklearn_fed.linear_model._base.numerical_range` uses
+It is why :func:`sklearn_fed.linear_model._solver.numerical_range` uses
 numpy's ``eigh`` (FederatedRidgeCV's fold loop alternates it with numpy
 products), and why the server's PSD check is slower on two threads right
 after numpy's ``syrk``.

@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .protocol import label_key
+from .protocol._simulate import collection_paused
 from .utils._warnings import warn
 
 __all__ = [
     "MissingClientsWarning",
-    "count_rows",
     "group_rows_by_client",
     "known_labels",
     "label_array",
@@ -276,8 +277,6 @@ class ClientRows(Sequence):
 
     def _all(self):
         if self._rows is None:
-            from .protocol._simulate import collection_paused
-
             with collection_paused():  # one object per client at once
                 self._rows = self._make()
             self._make = None
@@ -346,19 +345,6 @@ def _first_appearance(clients, n_samples):
     return labels, inverse
 
 
-def count_rows(n_samples, rows):
-    """How many rows ``rows`` (a slice, an index array, or None: all) selects of ``n_samples``.
-
-    Examples
-    --------
-    >>> count_rows(10, slice(2, 5)), count_rows(10, [1, 7]), count_rows(10, None)
-    (3, 2, 10)
-    """
-    if rows is None:
-        return n_samples
-    return len(range(n_samples)[rows]) if isinstance(rows, slice) else len(rows)
-
-
 def label_array(labels):
     """Client labels as an ndarray, keeping mixed types (e.g. 1 and "a") as objects.
 
@@ -387,8 +373,6 @@ def known_labels(previous_labels, new_labels):
     >>> known_labels(["a", "b"], ["b", 3]).tolist()
     ['a', 'b', 3]
     """
-    from .protocol import label_key
-
     if len(previous_labels) == 0 and isinstance(new_labels, Mapping):
         return label_array(new_labels)  # the sites of one round: distinct already
     known = list(previous_labels)

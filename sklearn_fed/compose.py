@@ -28,7 +28,6 @@ from ._composite import (
     simulate_composite,
     take_prefixed,
 )
-from .linear_model._base import task_field
 from .pipeline import PipelineClient
 from .protocol import (
     FederatedMixin,
@@ -38,6 +37,7 @@ from .protocol import (
     nest,
     unnest,
 )
+from .protocol._fields import task_field
 
 __all__ = ["FederatedColumnTransformer"]
 

@@ -32,7 +32,6 @@ from ._composite import (
     site_targets,
     take_prefixed,
 )
-from .linear_model._base import task_field
 from .protocol import (
     Client,
     FederatedMixin,
@@ -43,6 +42,7 @@ from .protocol import (
     nest,
     unnest,
 )
+from .protocol._fields import task_field
 
 __all__ = ["FederatedPipeline", "make_federated_pipeline"]
 

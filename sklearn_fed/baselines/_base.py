@@ -27,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import count_rows, label_array
+from .._clients import label_array
 from .._compat import (
     Interval,
     StrOptions,
@@ -37,7 +37,7 @@ from .._compat import (
     validate_data,
 )
 from ..base import FederatedEstimatorMixin
-from ..linear_model._base import task_field, validate_regression
+from ..linear_model._base import validate_regression
 from ..protocol import (
     Client,
     InvalidClientMessage,
@@ -46,7 +46,8 @@ from ..protocol import (
     label_key,
     sorted_labels,
 )
-from ..protocol._fields import reply_array, reply_keys, reply_number
+from ..protocol._fields import reply_array, reply_keys, reply_number, task_field
+from ..protocol._schema import count_rows
 from ..utils._warnings import warn
 
 __all__ = ["BaseFederatedSGD", "SGDClient", "SGDServer"]

@@ -27,11 +27,10 @@ from numbers import Real
 import numpy as np
 
 from .._compat import Interval
-from ..linear_model._base import task_field
 from ..privacy import PrivacyLedger, gaussian_noise_std, release_generator
 from ..privacy._noise import discretized_sensitivity, grid_exponent, rounded_gaussian
 from ..protocol import InvalidClientMessage
-from ..protocol._fields import reply_keys, reply_number
+from ..protocol._fields import reply_keys, reply_number, task_field
 from ._base import BaseFederatedSGD, SGDClient, SGDServer
 from ._fedavg import _fill_docstring
 

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+import sklearn_fed
+
+from ..datasets import load_site_data
 from ..protocol import FederatedMixin, SitePolicy, plain_label
 
 __all__ = [
@@ -62,8 +65,6 @@ _ARRAY_TAG = "ndarray"
 # ------------------------------------------------------------------ estimators
 def _registry_class(name):
     """The protocol estimator class exported by :mod:`sklearn_fed` under ``name``."""
-    import sklearn_fed
-
     cls = getattr(sklearn_fed, name, None) if name in sklearn_fed.__all__ else None
     if not (isinstance(cls, type) and issubclass(cls, FederatedMixin)):
         raise ValueError(
@@ -364,8 +365,6 @@ class NodeSettings:
 
     def read_data(self, in_round=None):
         """``(X, y, sample_weight)`` from ``data-path`` (``round-column``: one round's rows)."""
-        from ..datasets import load_site_data
-
         try:
             return load_site_data(
                 self.data_path,

@@ -38,13 +38,7 @@ from sklearn.utils import check_scalar
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import CommunicationLedger, RowsElsewhere, atomic, label_key
 from ._base import BaseFederatedRidge
-from ._ridge_cv_algebra import (  # noqa: F401 (_complements, _held_out_sse: for _robust)
-    _MEAN,
-    POOLED,
-    _complements,
-    _held_out_sse,
-    _scorer_kind,
-)
+from ._ridge_cv_algebra import _MEAN, POOLED, _scorer_kind
 from ._ridge_cv_client import CVClient
 from ._ridge_cv_server import FederatedRidgeCVServer
 

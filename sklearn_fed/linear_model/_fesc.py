@@ -16,7 +16,7 @@ from numbers import Real
 
 import numpy as np
 
-from .._clients import count_rows, label_array
+from .._clients import label_array
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import (
     Client,
@@ -27,6 +27,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..protocol._fields import reply_array, reply_keys, reply_number
+from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, solve_ridge, task_field
 

@@ -35,7 +35,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..protocol._simulate import blas_libraries
+from ..protocol._threads import blas_libraries
 from ..simulation import elect_leader
 from ..statistics import ClientStatistics
 from ..statistics._kernels import drop_direction as _drop_direction

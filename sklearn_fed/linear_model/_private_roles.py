@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 
-from .._clients import count_rows
 from ..privacy import PrivacyLedger
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
 from ..privacy._noise import release_generator, rounded_gaussian
@@ -34,6 +33,7 @@ from ..protocol import (
     label_key,
     sorted_labels,
 )
+from ..protocol._schema import count_rows
 from ..utils._warnings import warn
 from ._base import task_field
 from ._private_release import ReleasePlan, clipped_sums, n_released

@@ -18,9 +18,9 @@ from sklearn.random_projection import (
 )
 from sklearn.utils import check_random_state
 
-from .._clients import count_rows
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import InvalidClientMessage, atomic
+from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import (
     BaseFederatedRidge,

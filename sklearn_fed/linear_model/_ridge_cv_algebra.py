@@ -6,7 +6,9 @@ follow from (:class:`_Sums`, :func:`_held_out_sums`), ridge for many alphas
 from one decomposition (:func:`_spectrum`, :func:`_coef_path`), the
 leave-one-client-out complements (:func:`_complements`), a site's
 closed-form leave-one-out predictions (:func:`_leave_one_out`), and
-RidgeCV's choice rule (:func:`_first_best`).
+RidgeCV's choice rule (:func:`_first_best`). Robust aggregation's outlier
+test uses the held-out sums and complements too, and the servers' base class
+uses robust aggregation, so this module imports neither (only ``_solver``).
 """
 
 import numpy as np
@@ -20,8 +22,9 @@ from sklearn.metrics import (
 from sklearn.utils.extmath import safe_sparse_dot
 
 from .._compat import scorer_parts
+from ..protocol._fields import task_field
 from ..statistics import merge_statistics
-from ._base import factor_range, numerical_range, task_field
+from ._solver import factor_range, numerical_range
 
 # Scorers whose value on a set of rows follows from sums over those rows.
 _DECOMPOSABLE = {

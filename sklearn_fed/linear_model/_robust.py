@@ -16,6 +16,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..protocol import InvalidClientMessage, sorted_labels
+from ._ridge_cv_algebra import _complements, _held_out_sse
 
 __all__ = ["RobustAggregation"]
 
@@ -152,8 +153,6 @@ class RobustAggregation:
         return failures
 
     def _outliers(self, replies):
-        from ._federated_ridge_cv import _complements, _held_out_sse
-
         labels = sorted_labels(replies)
         labels = [label for label in labels if replies[label].weight_sum > 0]
         if len(labels) < 3:

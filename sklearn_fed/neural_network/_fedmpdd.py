@@ -41,6 +41,11 @@ from .._compat import (
 )
 from ..base import FederatedEstimatorMixin
 from ..protocol import atomic, label_key
+from ..simulation._partition import (
+    partition_dirichlet,
+    partition_iid,
+    partition_label_shards,
+)
 from ..utils._warnings import warn
 from ._codecs import UPLINKS, derive_seed, make_codec
 from ._modules import MLP
@@ -458,12 +463,6 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
                 f"n_clients={self.n_clients} exceeds n_samples={n_samples}: every simulated "
                 "client needs at least one row; lower n_clients or pass `clients`."
             )
-        from ..simulation._partition import (
-            partition_dirichlet,
-            partition_iid,
-            partition_label_shards,
-        )
-
         seed = self._new_seed() if reset else self.seed_
         if self.partition == "iid":
             assign = partition_iid(n_samples, self.n_clients, random_state=seed)

@@ -1,4 +1,4 @@
-"""Reading the values of an untrusted reply: one number or one array, checked."""
+"""Reading the values of untrusted messages, checked: a reply's number or array, a task's field."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from ._errors import InvalidClientMessage
 
-__all__ = ["reply_array", "reply_keys", "reply_number"]
+__all__ = ["reply_array", "reply_keys", "reply_number", "task_field"]
 
 
 def reply_number(frame, name, site, *, low=0.0, high=math.inf, integer=False):
@@ -59,3 +59,15 @@ def reply_keys(frame, site, fields=(), arrays=()):
             f"got {sorted(frame.fields)} and {sorted(frame.arrays)}.",
             site,
         )
+
+
+def task_field(task, name, kind):
+    """A field of a task, checked for type at the site (tasks are untrusted too)."""
+    value = task.fields.get(name)
+    if kind is float and type(value) is int:
+        value = float(value)
+    if type(value) is not kind:
+        raise InvalidClientMessage(
+            f"server: task field {name!r} must be {kind.__name__}, got {value!r}.", "server"
+        )
+    return value

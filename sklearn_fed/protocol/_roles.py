@@ -43,7 +43,6 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from .._clients import count_rows
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
 from ._replies import FoldedReplies, FramesOnDemand
@@ -51,9 +50,11 @@ from ._schema import (
     FeatureSchema,
     check_agreement,
     check_site_data,
+    count_rows,
     malformed_reply_schema,
     reply_schema,
 )
+from ._threads import MIN_VALUES_PER_THREAD, blas_libraries, blas_threads, site_threads
 from ._wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Frame,
@@ -227,8 +228,6 @@ class Client(ABC):
         together (one batched product for many sites) provided every frame
         is exactly the one :meth:`reply` would build for that site alone.
         """
-        from ._simulate import blas_libraries, site_threads  # (it imports this module)
-
         def reply(site):
             return self.reply(tasks[site], X, y, sample_weight, rows[site], names)
 
@@ -247,11 +246,6 @@ class Client(ABC):
         As many as BLAS has threads, when :meth:`replies_are_independent`
         and the sites hold enough values (rows x features) for threads to pay.
         """
-        from ._simulate import (  # (it imports this module)
-            MIN_VALUES_PER_THREAD,
-            blas_threads,
-        )
-
         workers = min(len(tasks), blas_threads())
         if workers > 1 and self.replies_are_independent(tasks) and (
             sum(count_rows(X.shape[0], rows[site]) for site in tasks) * X.shape[1]

@@ -16,8 +16,8 @@ from sklearn.utils import check_array
 from .._compat import _check_sample_weight
 
 __all__ = [
-    "FeatureSchema", "check_agreement", "check_site_data", "malformed_reply_schema",
-    "match_columns", "reply_schema",
+    "FeatureSchema", "check_agreement", "check_site_data", "count_rows",
+    "malformed_reply_schema", "match_columns", "reply_schema",
 ]
 
 
@@ -265,6 +265,19 @@ def check_site_data(
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from exc
     return X, y, sample_weight, names
+
+
+def count_rows(n_samples, rows):
+    """How many rows ``rows`` (a slice, an index array, or None: all) selects of ``n_samples``.
+
+    Examples
+    --------
+    >>> count_rows(10, slice(2, 5)), count_rows(10, [1, 7]), count_rows(10, None)
+    (3, 2, 10)
+    """
+    if rows is None:
+        return n_samples
+    return len(range(n_samples)[rows]) if isinstance(rows, slice) else len(rows)
 
 
 _DTYPES = ("float32", "float64")

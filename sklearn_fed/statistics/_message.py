@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .._clients import count_rows
 from ..protocol._errors import InvalidClientMessage
 from ..protocol._errors import who as _who
-from ..protocol._schema import check_site_data
+from ..protocol._schema import check_site_data, count_rows
 from ..protocol._wire import Frame, SymmetricMatrix, decode, encode
 from ._inplace import _update_by_outer
 from ._kernels import (

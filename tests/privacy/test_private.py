@@ -704,8 +704,8 @@ def test_sites_release_on_parallel_threads_with_the_same_bits(sites_on_threads, 
 def test_projected_gram_is_solved_on_the_projections_own_spectrum(monkeypatch, alpha):
     from scipy import linalg
 
-    from sklearn_fed.linear_model import _base
-    from sklearn_fed.linear_model._base import _solve_gram, numerical_range, solve_ridge
+    from sklearn_fed.linear_model import _solver
+    from sklearn_fed.linear_model._solver import _solve_gram, numerical_range, solve_ridge
     from sklearn_fed.linear_model._private import _psd_projection
 
     rng = np.random.default_rng(5)
@@ -717,7 +717,7 @@ def test_projected_gram_is_solved_on_the_projections_own_spectrum(monkeypatch, a
     expected = solve_ridge(projected, moment, alpha)
     calls, numpy_eigh = [], np.linalg.eigh
     monkeypatch.setattr(np.linalg, "eigh", lambda *a, **k: calls.append(1) or numpy_eigh(*a, **k))
-    monkeypatch.setattr(_base.linalg, "eigh",
+    monkeypatch.setattr(_solver.linalg, "eigh",
                         lambda *a, **k: calls.append(1) or linalg.eigh(*a, **k))
     spectrum = numerical_range(projected, eigenpairs=eigenpairs)
     got = _solve_gram(projected, moment, alpha, spectrum=spectrum)[0]
