@@ -100,12 +100,12 @@ def _merge_round(previous, contributions, centered):
     blocks = []
     if factors:  # the round's factors stacked: a few products, whatever the number of sites
         stacked = factors[0] if len(factors) == 1 else np.concatenate(factors)
-        rows, targets = stacked[:, :d], stacked[:, d:]
+        rows = stacked[:, :d]
         if rows.shape[0]:
             blocks.append(rows)
-        moment = rows.T @ targets
-        target_ss = np.einsum("ij,ij->j", targets, targets)
-        diagonal = np.einsum("ij,ij->j", rows, rows)
+        moment = rows.T @ stacked[:, d:]
+        squares = np.einsum("ij,ij->j", stacked, stacked)  # the diagonal of R^T R
+        diagonal, target_ss = squares[:d], squares[d:]
     else:
         moment, target_ss, diagonal = np.zeros((d, t)), np.zeros(t), np.zeros(d)
     for c in grams:
