@@ -36,9 +36,11 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
 
     A streaming protocol: every call to :meth:`partial_fit` is one round
     (``make_server`` runs as many as it is given). Each site with enough new
-    rows sends a compact message (its means, centered moment and either the
-    ``R`` of a QR of its centered rows, when it has fewer rows than features,
-    or its packed Gram); if at least ``min_clients`` sites contributed, the
+    rows sends its :class:`~sklearn_fed.statistics.ClientStatistics` (its
+    means and either the ``R`` of a QR of its centered rows ``[x, y]``, when
+    it has fewer rows than about half its features, or its packed Gram,
+    centered moment and target sums of squares), which the server validates
+    like any statistics message; if at least ``min_clients`` sites contributed, the
     server merges them into the exact statistics of all rows so far. A leader
     among the known nodes is elected each round by a simulated push-pull
     gossip of bids (FedDelta's rotating aggregator, recorded in ``leaders_``).

@@ -126,16 +126,17 @@ def restore_upper(gram, diagonal, stop=None):
         np.einsum("ii->i", block)[...] = diagonal[rows]
 
 
-#: Masks of at most this many entries are kept (the shapes of a row chunk, a
-#: small site's factor, ...: shapes repeat); a larger one is made for each use.
-_MASK_KEEP_ENTRIES = 2**20
+#: Masks of at most this many entries (128 KB) are kept, the last 64 shapes used
+#: (a row chunk's, a small site's factor's, ...: shapes repeat), so at most 8 MB;
+#: a larger one is made for each use.
+_MASK_KEEP_ENTRIES = 2**17
 
 
 def upper_mask(n_rows, n_cols, k=0):
     """Read-only boolean mask of the entries of an ``(n_rows, n_cols)`` matrix on and
     above its ``k``-th diagonal (``np.triu``'s entries).
 
-    Each shape's mask is built once (up to ``2**20`` entries): the row chunks
+    Each shape's mask is built once (up to ``2**17`` entries): the row chunks
     here, the packed trapezoid of a factor-form message
     (:meth:`ClientStatistics.to_payload <sklearn_fed.ClientStatistics.to_payload>`)
     and the factor of a site with few rows repeat their shapes message after message.

@@ -152,6 +152,48 @@ def test_first_round_skipped_is_not_fitted():
         model.predict(X)
 
 
+def test_partial_fit_after_held_rounds_checks_the_width():
+    """A stream whose rows are all held so far continues it: rows of another width
+    are refused (the held rows have the first width), and the rest goes on."""
+    X, y, _ = stream(n=30, d=4)
+    model = IncrementalFederatedRidge(min_samples=12).fit(X[:6], y[:6], clients=[0, 1] * 3)
+    assert model.n_samples_pending_ == 6 and model.n_samples_seen_ == 0
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match="features"):
+        model.partial_fit(X[6:12, :3], y[6:12], clients=[0, 1] * 3)
+    assert pickle.dumps(model) == before
+    model.partial_fit(X[6:], y[6:], clients=[0, 1] * 12)
+    assert model.n_samples_seen_ == 30
+    assert rel_err(model, Ridge().fit(X, y)) <= RTOL
+
+
+@pytest.mark.parametrize("centered", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("t", [None, 3])
+def test_few_rows_factor_is_the_factor_form_of_client_statistics(centered, weighted, t):
+    """The factor of a site with few rows: R^T R holds the site's products, as the
+    Gram form says, with min(n - 1, d + t) rows (min(n, d + t) uncentered)."""
+    from sklearn_fed.statistics import ClientStatistics
+    from sklearn_fed.statistics._kernels import few_rows_factor
+
+    X, y, rng = stream(n=7, d=20, t=t, offset=5.0)
+    w = rng.uniform(0.1, 2.0, size=7) if weighted else None
+    weight_sum, x_mean, y_mean, factor = few_rows_factor(X, y, w, centered)
+    stats = ClientStatistics(7, weight_sum, x_mean, y_mean, factor=factor, centered=centered,
+                             single_target=t is None)
+    assert factor.shape == (6 if centered else 7, 20 + (t or 1))
+    np.testing.assert_array_equal(factor, np.triu(factor))
+    expected = ClientStatistics.from_data(X, y, w, centered=centered)
+    assert stats.weight_sum == pytest.approx(expected.weight_sum, rel=1e-15)
+    for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
+        np.testing.assert_allclose(getattr(stats, name), getattr(expected, name),
+                                   rtol=1e-10, atol=1e-10 * np.abs(expected.gram).max())
+    fields, arrays = stats.to_payload()  # and the message is read back as sent
+    back = ClientStatistics.from_payload(fields, arrays, client="a", n_features=20,
+                                         n_targets=t or 1)
+    np.testing.assert_array_equal(back.factor, factor)
+
+
 def test_leader_dropout_reelects_and_loses_nothing():
     X, y, rng = stream(n=300, d=6)
     model = IncrementalFederatedRidge(alpha=0.2, leader_dropout=0.5, random_state=3)
