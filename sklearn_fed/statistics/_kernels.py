@@ -7,7 +7,9 @@ the factor form (:func:`_factor_statistics`, a TSQR of the blocks); why the
 rows are shifted and how blocks are combined is told in the docstring of
 :mod:`sklearn_fed.statistics`. Two helpers serve the estimators of
 :mod:`sklearn_fed.linear_model` too: :func:`rows_times` (their own row
-loops) and :func:`drop_direction` (the incremental ridge's factor rows).
+loops) and :func:`drop_direction` (the incremental ridge's factor rows);
+:func:`few_rows_factor` is the factor form of a site with fewer rows than
+features in one QR (the incremental ridge's streaming sites).
 """
 
 import threading
@@ -15,11 +17,11 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 from scipy import linalg
-from scipy.linalg.lapack import get_lapack_funcs
+from scipy.linalg.lapack import dgeqrf, get_lapack_funcs
 
-from ._inplace import _update_by_outer
+from ._inplace import _update_by_outer, upper_part
 
-__all__ = ["drop_direction", "rows_times"]
+__all__ = ["drop_direction", "few_rows_factor", "rows_times"]
 
 # Rows per block are chosen so one centered float64 block takes about this much
 # memory: large enough for BLAS to run at full speed, small next to X.
@@ -79,13 +81,69 @@ def drop_direction(M, s):
     Used by the factor kernel here and by the incremental ridge's rounds
     (:mod:`sklearn_fed.linear_model`).
     """
-    norm = np.linalg.norm(s)
+    # np.linalg.norm(s) and np.outer, bit for bit, without their Python overhead
+    # (this runs once per round of the incremental ridge)
+    norm = np.sqrt(s.dot(s))
     if M.shape[0] <= 1 or norm == 0:
         return M[:0]
     v = s / norm
     v[0] += 1.0 if v[0] >= 0 else -1.0
-    reflected = M - np.outer(v, (v @ M) * (2.0 / (v @ v)))
+    reflected = M - v[:, None] * ((v @ M) * (2.0 / (v @ v)))[None, :]
     return reflected[1:]
+
+
+def few_rows_factor(X, y, sample_weight, centered):
+    """Factor-form statistics of a site's rows in one QR: ``(weight_sum, x_mean, y_mean, R)``.
+
+    For a site with few rows (a streaming site's new rows; see
+    :class:`~sklearn_fed.IncrementalFederatedRidge`), where the blocked
+    kernel behind :meth:`ClientStatistics.from_data(..., factor=True)
+    <sklearn_fed.ClientStatistics.from_data>` costs more in its bookkeeping
+    than in its arithmetic. ``R`` is upper trapezoidal with ``R^T R`` the
+    products of the sqrt-weighted (centered) rows ``C = [x, y]``, as in the
+    factor form of :class:`~sklearn_fed.ClientStatistics`. Centered rows
+    satisfy ``sqrt(w)^T C = 0``, so they have rank ``n - 1``: the QR of
+    ``[sqrt(w), C]`` puts that direction in its first row, and the remaining
+    rows of ``R`` (past the first column) factor ``C^T C``; ``R`` has
+    ``min(n - 1, d + t)`` rows (``min(n, d + t)`` uncentered). The means are
+    plain (weighted) means of the rows, without the blocked kernel's refinement.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n, d)
+        Validated rows, ``n >= 1``.
+    y : ndarray of shape (n,) or (n, t)
+    sample_weight : ndarray of shape (n,) or None
+    centered : bool
+    """
+    n, d = X.shape
+    X = np.asarray(X.toarray() if sp.issparse(X) else X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).reshape(n, -1)
+    t = y.shape[1]
+    if sample_weight is None:
+        weight_sum, root = float(n), None
+        x_mean, y_mean = X.sum(axis=0) / n, y.sum(axis=0) / n  # np.mean, without its overhead
+    else:
+        w = np.asarray(sample_weight, dtype=np.float64)
+        weight_sum = float(w.sum())
+        denom = weight_sum if weight_sum > 0 else 1.0
+        x_mean, y_mean = (w @ X) / denom, (w @ y) / denom
+        root = np.sqrt(w)
+    first = 1 if centered else 0  # the column of sqrt(w), when centered
+    # [sqrt(w), C] in Fortran order, so LAPACK works on it in place
+    stacked = np.empty((n, first + d + t), order="F")
+    if centered:
+        np.subtract(X, x_mean, out=stacked[:, 1 : d + 1])
+        np.subtract(y, y_mean, out=stacked[:, d + 1 :])
+        stacked[:, 0] = 1.0 if root is None else root
+    else:
+        stacked[:, :d] = X
+        stacked[:, d:] = y
+    if root is not None:
+        stacked[:, first:] *= root[:, None]
+    qr = dgeqrf(stacked, overwrite_a=True)[0]
+    factor = upper_part(qr[first : min(n, first + d + t), first:])
+    return weight_sum, x_mean, y_mean, factor
 
 
 def _chan_add(total, mean, weight, block_products, block_mean, block_weight, centered):

@@ -18,7 +18,7 @@ from ..protocol._errors import InvalidClientMessage
 from ..protocol._errors import who as _who
 from ..protocol._schema import check_site_data, count_rows
 from ..protocol._wire import Frame, SymmetricMatrix, decode, encode
-from ._inplace import _update_by_outer
+from ._inplace import _update_by_outer, upper_mask
 from ._kernels import (
     _dense_statistics,
     _DenseRows,
@@ -34,6 +34,9 @@ __all__ = ["FORMS", "STATISTICS_KIND", "ClientStatistics"]
 #: Message kind of a statistics reply (the payload of :class:`ClientStatistics`).
 STATISTICS_KIND = "ridge.statistics/reply"
 _FIELDS = {"n_samples", "weight_sum", "centered", "single_target"}
+_FACTOR_FIELDS = _FIELDS | {"factor_rows"}
+_ARRAY_NAMES = frozenset(_ARRAYS)
+_FACTOR_ARRAY_NAMES = frozenset(_FACTOR_ARRAYS)
 #: Values of ``ClientStatistics.form``.
 FORMS = ("gram", "factor")
 
@@ -139,8 +142,9 @@ class ClientStatistics:
     factor: np.ndarray = field(default=None, repr=False)
 
     def __post_init__(self):
-        gram_form = [self.__dict__.get(f"_{name}") is not None for name in _ARRAYS[2:]]
-        if all(gram_form):
+        given = self.__dict__
+        if (given["_gram"] is not None and given["_moment"] is not None
+                and given["_target_ss"] is not None):
             # Given both (e.g. by dataclasses.replace of a factor form, which passes
             # the products read from the factor): the given products win.
             self.factor = None
@@ -327,12 +331,13 @@ class ClientStatistics:
 
     @classmethod
     def from_payload(cls, fields, arrays, *, client=None, validate=True, psd=True,
-                     n_targets=None):
+                     n_features=None, n_targets=None):
         """Statistics from a message's fields and arrays; untrusted, so checked.
 
-        Accepts both forms (see :meth:`to_payload`). ``n_targets``: the
-        number of targets the server expects (``0`` for statistics of ``X``
-        alone); ``None`` accepts any positive number.
+        Accepts both forms (see :meth:`to_payload`). ``n_features``: the
+        number of features the server expects (``None``: any);
+        ``n_targets``: the number of targets it expects (``0`` for
+        statistics of ``X`` alone); ``None`` accepts any positive number.
 
         Raises
         ------
@@ -340,19 +345,17 @@ class ClientStatistics:
             Naming ``client``, when a field or array is missing, of the wrong
             type or shape, or when :meth:`validate` fails.
         """
-        who = _who(client)
-
         def fail(reason):
-            raise InvalidClientMessage(f"{who}: {reason}", client)
+            raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
 
         if not (isinstance(fields, dict) and isinstance(arrays, dict)):
             fail("statistics must be a mapping of fields and a mapping of arrays.")
         factored = "factor" in arrays
         names = _FACTOR_ARRAYS if factored else _ARRAYS
-        expected_fields = _FIELDS | {"factor_rows"} if factored else _FIELDS
-        if set(fields) != expected_fields:
+        expected_fields = _FACTOR_FIELDS if factored else _FIELDS
+        if fields.keys() != expected_fields:
             fail(f"statistics fields must be {sorted(expected_fields)}; got {sorted(fields)}.")
-        if set(arrays) != set(names):
+        if arrays.keys() != (_FACTOR_ARRAY_NAMES if factored else _ARRAY_NAMES):
             fail(f"statistics arrays must be {list(names)}; got {sorted(arrays)}.")
         n_samples, weight_sum = fields["n_samples"], fields["weight_sum"]
         if not (type(n_samples) is int and 0 < n_samples < 2**63):
@@ -400,7 +403,7 @@ class ClientStatistics:
                 **common,
             )
         if validate:
-            validate_statistics(stats, client, None, n_targets, psd, symmetric=symmetric)
+            validate_statistics(stats, client, n_features, n_targets, psd, symmetric=symmetric)
         return stats
 
     @property
@@ -519,12 +522,14 @@ def _trapezoid_size(n_rows, n_cols):
 
 
 def _pack_trapezoid(factor):
-    """The upper trapezoid of ``factor``, row by row, as one float64 vector."""
-    n_rows, n_cols = factor.shape
-    return np.ascontiguousarray(factor[np.triu_indices(n_rows, m=n_cols)], dtype=np.float64)
+    """The upper trapezoid of ``factor``, row by row, as one float64 vector.
+
+    (A boolean mask selects in row-major order, as ``np.triu_indices`` lists.)
+    """
+    return np.ascontiguousarray(factor[upper_mask(*factor.shape)], dtype=np.float64)
 
 
 def _unpack_trapezoid(packed, n_rows, n_cols):
     factor = np.zeros((n_rows, n_cols))
-    factor[np.triu_indices(n_rows, m=n_cols)] = packed
+    factor[upper_mask(n_rows, n_cols)] = packed
     return factor

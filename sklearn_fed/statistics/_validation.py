@@ -92,10 +92,8 @@ def validate_statistics(stats, client, n_features, n_targets, psd, *, symmetric)
 
 def _failure(client):
     """``fail(reason)``: raise :class:`InvalidClientMessage` naming ``client``."""
-    who = _who(client)
-
     def fail(reason):
-        raise InvalidClientMessage(f"{who}: {reason}", client)
+        raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
 
     return fail
 

@@ -152,6 +152,48 @@ def test_first_round_skipped_is_not_fitted():
         model.predict(X)
 
 
+def test_partial_fit_after_held_rounds_checks_the_width():
+    """A stream whose rows are all held so far continues it: rows of another width
+    are refused (the held rows have the first width), and the rest goes on."""
+    X, y, _ = stream(n=30, d=4)
+    model = IncrementalFederatedRidge(min_samples=12).fit(X[:6], y[:6], clients=[0, 1] * 3)
+    assert model.n_samples_pending_ == 6 and model.n_samples_seen_ == 0
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match="features"):
+        model.partial_fit(X[6:12, :3], y[6:12], clients=[0, 1] * 3)
+    assert pickle.dumps(model) == before
+    model.partial_fit(X[6:], y[6:], clients=[0, 1] * 12)
+    assert model.n_samples_seen_ == 30
+    assert rel_err(model, Ridge().fit(X, y)) <= RTOL
+
+
+@pytest.mark.parametrize("centered", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("t", [None, 3])
+def test_few_rows_factor_is_the_factor_form_of_client_statistics(centered, weighted, t):
+    """The factor of a site with few rows: R^T R holds the site's products, as the
+    Gram form says, with min(n - 1, d + t) rows (min(n, d + t) uncentered)."""
+    from sklearn_fed.statistics import ClientStatistics
+    from sklearn_fed.statistics._kernels import few_rows_factor
+
+    X, y, rng = stream(n=7, d=20, t=t, offset=5.0)
+    w = rng.uniform(0.1, 2.0, size=7) if weighted else None
+    weight_sum, x_mean, y_mean, factor = few_rows_factor(X, y, w, centered)
+    stats = ClientStatistics(7, weight_sum, x_mean, y_mean, factor=factor, centered=centered,
+                             single_target=t is None)
+    assert factor.shape == (6 if centered else 7, 20 + (t or 1))
+    np.testing.assert_array_equal(factor, np.triu(factor))
+    expected = ClientStatistics.from_data(X, y, w, centered=centered)
+    assert stats.weight_sum == pytest.approx(expected.weight_sum, rel=1e-15)
+    for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
+        np.testing.assert_allclose(getattr(stats, name), getattr(expected, name),
+                                   rtol=1e-10, atol=1e-10 * np.abs(expected.gram).max())
+    fields, arrays = stats.to_payload()  # and the message is read back as sent
+    back = ClientStatistics.from_payload(fields, arrays, client="a", n_features=20,
+                                         n_targets=t or 1)
+    np.testing.assert_array_equal(back.factor, factor)
+
+
 def test_leader_dropout_reelects_and_loses_nothing():
     X, y, rng = stream(n=300, d=6)
     model = IncrementalFederatedRidge(alpha=0.2, leader_dropout=0.5, random_state=3)
@@ -470,30 +512,157 @@ def _frame_of(reply, **changes):
     return frame
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"arrays": {"factor": np.full((2, 6), np.inf)}}, "NaN or infinity"),
-    ({"arrays": {"factor": np.ones((6, 6))}}, "fewer rows"),
-    ({"arrays": {"moment": np.full((6, 1), 1e6)}}, "Cauchy-Schwarz"),
-    ({"fields": {"n_samples": 0}}, "n_samples"),
-    ({"fields": {"weight_sum": -1.0}}, "weight_sum"),
-    ({"fields": {"centered": False}}, "centered"),
-    ({"arrays": {"x_mean": np.zeros(5)}}, "shape"),
-])
-def test_hostile_factor_messages_are_rejected(change, match):
-    """Well-formed bytes that lie: rejected naming the site, nothing applied."""
-    from sklearn_fed import InvalidClientMessage
+def _round_with_hostile_reply(X, y, change, **server_params):
+    """Replies of sites "a" and "b" (every other row each), "b"'s changed after encoding."""
     from sklearn_fed.protocol import encode
 
-    X, y, _ = stream(n=9, d=6)
     estimator = IncrementalFederatedRidge()
-    server = estimator.make_server()
+    server = estimator.make_server(**server_params)
     sites = {s: estimator.make_client(site=s) for s in ("a", "b")}
     tasks = server.next_tasks(["a", "b"])
     replies = {s: sites[s].respond(tasks[s], X[i::2], y[i::2]) for i, s in enumerate("ab")}
     replies["b"] = encode(_frame_of(replies["b"], **change))
-    with pytest.raises(InvalidClientMessage, match=match) as error:
+    return estimator, server, replies
+
+
+def test_replies_are_client_statistics():
+    """One statistics message: a site's reply is ClientStatistics' payload, in factor
+    form with few rows (R of its centered rows [x, y]), else in Gram form."""
+    from sklearn_fed.protocol import decode
+    from sklearn_fed.statistics import ClientStatistics
+
+    X, y, _ = stream(n=40, d=6)
+    estimator = IncrementalFederatedRidge()
+    server = estimator.make_server()
+    site = estimator.make_client(site="a")
+    for rows, form in ((slice(0, 4), "factor"), (slice(4, 40), "gram")):
+        reply = site.respond(server.next_tasks(["a"])["a"], X[rows], y[rows])
+        frame = decode(reply)
+        assert frame.kind == "ridge.incremental/reply"
+        stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client="a")
+        assert stats.form == form
+        if form == "factor":  # n - 1 rows of [x, y]: the direction of the mean is dropped
+            assert stats.factor.shape == (3, 7)
+        expected = ClientStatistics.from_data(X[rows], y[rows])
+        np.testing.assert_allclose(stats.x_mean, expected.x_mean, rtol=1e-12)
+        np.testing.assert_allclose(stats.gram, expected.gram, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(stats.moment, expected.moment, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(stats.target_ss, expected.target_ss, rtol=1e-10)
+        server.receive({"a": reply})
+    assert rel_err(estimator, Ridge().fit(X, y)) <= RTOL
+
+
+# (change, match): what a hostile site "b" does to its factor-form reply (4 rows,
+# d = 6: R has 3 rows of 7 columns, 18 packed values), and the validator's words.
+FACTOR_CHANGES = [
+    ({"arrays": {"factor": np.full(18, np.inf)}}, "factor contains NaN or infinity"),
+    ({"arrays": {"factor": np.full(18, np.nan)}}, "factor contains NaN or infinity"),
+    ({"arrays": {"factor": np.full(18, 1e101)}}, "factor has entries beyond 1e\\+100"),
+    ({"arrays": {"factor": np.ones(17)}}, "factor has shape \\(17,\\), expected \\(18,\\)"),
+    ({"arrays": {"factor": np.ones((3, 7))}}, "factor has shape"),
+    ({"fields": {"factor_rows": 8}}, "factor_rows must be an integer in \\[0, 7\\]"),
+    ({"arrays": {"factor": np.ones(18, dtype=np.float32)}}, "float64"),
+    ({"arrays": {"x_mean": np.full(6, np.nan)}}, "x_mean contains NaN"),
+    ({"arrays": {"y_mean": np.full(1, 1e80)}}, "y_mean has entries beyond 1e\\+75"),
+    ({"arrays": {"x_mean": np.zeros(5)}}, "shape"),
+    ({"arrays": {"x_mean": np.zeros(7)}}, "shape"),
+    ({"arrays": {"moment": np.zeros((6, 1))}}, "statistics arrays must be"),
+    ({"fields": {"n_samples": 0}}, "n_samples"),
+    ({"fields": {"n_samples": 1}}, "one centered row but non-zero second moments"),
+    ({"fields": {"weight_sum": -1.0}}, "weight_sum"),
+    ({"fields": {"weight_sum": 1e80}}, "weight_sum"),
+    ({"fields": {"weight_sum": 0.0}}, "zero weight sum but non-zero second moments"),
+    ({"fields": {"centered": False}}, "centered"),
+    ({"fields": {"single_target": "yes"}}, "booleans"),
+    ({"fields": {"extra": 1}}, "statistics fields must be"),
+]
+
+
+@pytest.mark.parametrize("change, match", FACTOR_CHANGES)
+def test_hostile_factor_replies_are_refused_naming_the_site(change, match):
+    """Well-formed bytes that lie: refused by ClientStatistics' validator naming the
+    site, nothing applied."""
+    from sklearn_fed import InvalidClientMessage
+
+    X, y, _ = stream(n=9, d=6)
+    estimator, server, replies = _round_with_hostile_reply(X, y, change)
+    with pytest.raises(InvalidClientMessage, match="client 'b': .*" + match) as error:
         server.receive(replies)
     assert error.value.client == "b" and not hasattr(estimator, "n_rounds_")
+
+
+def _not_psd(gram):
+    bad = gram.copy()
+    bad[0, 1] = bad[1, 0] = 0.999 * np.sqrt(bad[0, 0] * bad[1, 1])
+    bad[0, 2] = bad[2, 0] = 0.999 * np.sqrt(bad[0, 0] * bad[2, 2])
+    bad[1, 2] = bad[2, 1] = -0.999 * np.sqrt(bad[1, 1] * bad[2, 2])
+    return bad
+
+
+def _asymmetric(gram):
+    bad = gram.copy()
+    bad[0, 1] += 0.5 * np.sqrt(bad[0, 0] * bad[1, 1])
+    return bad
+
+
+# The same for a Gram-form reply (15 rows, d = 3): the checks of a full Gram.
+GRAM_CHANGES = [
+    ({"gram": _asymmetric}, "gram is not symmetric"),
+    ({"gram": _not_psd}, "gram is not positive semi-definite"),
+    ({"gram": lambda gram: gram - 2 * np.diag(np.diag(gram))}, "gram has a negative diagonal"),
+    ({"gram": lambda gram: np.full_like(gram, np.inf)}, "gram contains NaN or infinity"),
+    ({"gram": lambda gram: gram[:2, :2]}, "gram has shape \\(2, 2\\), expected \\(3, 3\\)"),
+    ({"moment": lambda moment: moment + 1e6}, "Cauchy-Schwarz"),
+    ({"moment": lambda moment: moment[:, :0]}, "moment has shape"),
+    ({"target_ss": lambda target_ss: -target_ss - 1}, "target_ss is negative"),
+    ({"target_ss": lambda target_ss: np.full_like(target_ss, np.nan)}, "target_ss contains NaN"),
+]
+
+
+@pytest.mark.parametrize("change, match", GRAM_CHANGES)
+def test_hostile_gram_replies_are_refused_naming_the_site(change, match):
+    from sklearn_fed import InvalidClientMessage
+    from sklearn_fed.protocol import decode
+
+    X, y, _ = stream(n=30, d=3)
+    estimator = IncrementalFederatedRidge()
+    reply = estimator.make_client(site="b").respond(
+        estimator.make_server().next_tasks(["b"])["b"], X[1::2], y[1::2])
+    arrays = decode(reply).arrays
+    assert "gram" in arrays  # 15 rows of 3 features: the Gram form
+    arrays = {name: np.ascontiguousarray(how(arrays[name])) for name, how in change.items()}
+    estimator, server, replies = _round_with_hostile_reply(X, y, {"arrays": arrays})
+    with pytest.raises(InvalidClientMessage, match="client 'b': .*" + match) as error, \
+            np.errstate(invalid="ignore"):
+        server.receive(replies)
+    assert error.value.client == "b" and not hasattr(estimator, "n_rounds_")
+
+
+def test_hostile_reply_in_a_later_round_leaves_the_model_as_it_was():
+    from sklearn_fed import InvalidClientMessage
+    from sklearn_fed.protocol import encode
+
+    X, y, _ = stream(n=60, d=8)
+    estimator = IncrementalFederatedRidge(random_state=0)
+    server = estimator.make_server()
+    sites = {s: estimator.make_client(site=s) for s in ("a", "b")}
+
+    def round_of(rows, change=None):
+        tasks = server.next_tasks(["a", "b"])
+        replies = {s: sites[s].respond(tasks[s], X[rows][i::2], y[rows][i::2])
+                   for i, s in enumerate("ab")}
+        if change is not None:
+            replies["b"] = encode(_frame_of(replies["b"], **change))
+        server.receive(replies)
+
+    round_of(slice(0, 40))
+    before = pickle.dumps(estimator)
+    with pytest.raises(InvalidClientMessage, match="client 'b'"):
+        round_of(slice(40, 46), {"arrays": {"factor": np.full(14, np.nan)}})
+    assert pickle.dumps(estimator) == before
+    round_of(slice(40, 60))
+    assert estimator.n_rounds_ == 2
+    assert rel_err(estimator, Ridge().fit(X, y)) <= RTOL
 
 
 def test_reading_the_model_or_not_gives_the_same_answer():
@@ -549,14 +718,13 @@ def test_gossip_leader_is_uniform_and_cheap_for_many_nodes():
 def test_merge_backstop_names_the_site_when_statistics_overflow():
     """Past the per-message caps (e.g. 2**40 capped messages), the merge itself refuses."""
     from sklearn_fed import InvalidClientMessage
-    from sklearn_fed.linear_model._incremental import _Model, _SiteReply
+    from sklearn_fed.linear_model._incremental_model import _Contribution, _Model
+    from sklearn_fed.statistics import ClientStatistics
 
-    def reply(site, scale):
-        fields = {"n_samples": 2, "weight_sum": 2.0, "single_target": True}
-        arrays = {"x_mean": np.full(3, scale), "y_mean": np.zeros(1),
-                  "factor": np.full((1, 3), 1e154), "moment": np.zeros((3, 1)),
-                  "target_ss": np.zeros(1)}
-        return _SiteReply(site, fields, arrays)
+    def reply(site, scale):  # (not validated: the backstop is what is tested)
+        stats = ClientStatistics(2, 2.0, np.full(3, scale), np.zeros(1),
+                                 factor=np.full((1, 4), 1e154))
+        return _Contribution(site, stats)
 
     with pytest.raises(InvalidClientMessage, match="client 'big'.*overflows"), np.errstate(
         over="ignore"
@@ -585,8 +753,8 @@ def test_copies_that_go_on_separately_keep_their_own_nodes():
     assert twin.n_samples_seen_ == model.n_samples_seen_ == 40
 
 
-def test_factor_checks_name_each_failing_site_among_many():
-    """The round's checks run on all replies at once; each bad site is still named."""
+def test_each_failing_site_is_named_among_many():
+    """Every reply is validated; with on_invalid="drop" each bad site is named and left out."""
     X, y, _ = stream(n=40, d=6)
     estimator = IncrementalFederatedRidge()
     server = estimator.make_server(on_invalid="drop")
@@ -596,6 +764,7 @@ def test_factor_checks_name_each_failing_site_among_many():
     replies = {s: sites[s].respond(tasks[s], X[i::4], y[i::4]) for i, s in enumerate(labels)}
     from sklearn_fed.protocol import encode
 
+    # 10 rows of 6 features: Gram form
     replies["b"] = encode(_frame_of(replies["b"], arrays={"moment": np.full((6, 1), 1e6)}))
     replies["d"] = encode(_frame_of(replies["d"], arrays={"x_mean": np.full(6, np.nan)}))
     server.receive(replies)
@@ -606,7 +775,7 @@ def test_factor_checks_name_each_failing_site_among_many():
 
 def test_round_draws_are_philox_of_the_seed_and_round():
     # The generator of each round is reused, but its stream is a fresh Philox's.
-    from sklearn_fed.linear_model._incremental import _philox
+    from sklearn_fed.linear_model._incremental_election import _philox
 
     for key, counter in [(0, 0), (12345, 7), (2**64 - 1, 2**40), (2**70, 3)]:
         fresh = np.random.Generator(np.random.Philox(key=key, counter=counter))
@@ -619,15 +788,16 @@ def test_round_draws_are_philox_of_the_seed_and_round():
 def test_solve_runs_on_one_blas_thread_and_restores_the_count():
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from sklearn_fed.linear_model import _incremental
+    from sklearn_fed.linear_model import _incremental_model, _incremental_roles
 
     def blas_threads():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
     seen = {"_refactor": [], "_site_statistics": []}
+    modules = {"_refactor": _incremental_model, "_site_statistics": _incremental_roles}
 
     def spy(name):
-        function = getattr(_incremental, name)
+        function = getattr(modules[name], name)
 
         def spied(*args):
             seen[name].append(blas_threads())
@@ -637,7 +807,7 @@ def test_solve_runs_on_one_blas_thread_and_restores_the_count():
     X, y, _ = stream(n=700, d=300)
     with threadpool_limits(2, user_api="blas"), pytest.MonkeyPatch.context() as patch:
         for name in seen:
-            patch.setattr(_incremental, name, spy(name))
+            patch.setattr(modules[name], name, spy(name))
         model = IncrementalFederatedRidge().partial_fit(X, y, clients=np.arange(700) % 3)
         coef = model.coef_  # the solve: one thread
         assert seen["_site_statistics"] == [[2] * len(blas_threads())] * 3  # 700 rows > d
