@@ -277,7 +277,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
             return X, y
         return super()._validate_X_y(X, y, reset=reset)
 
-    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False):
+    def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
         """One round of the protocol in process (``fit`` starts a new stream).
 
         The simulated sites keep their roles between calls, as sites keep the

@@ -84,6 +84,17 @@ class Tolerance:
 #: intended. Never add one to make an unexplained difference pass.
 TOLERANCES = {}
 
+_INCREMENTAL_MESSAGE = (
+    "IncrementalFederatedRidge's replies became ClientStatistics (issue 26, one message per "
+    "concept): a site with few rows sends the factor R of its centered rows with the targets "
+    "inside it, read by the one validator, so its uplink bytes fall 4-24% and its model "
+    "moves by round-off (the moment and the targets' sums of squares now come from R)")
+TOLERANCES.update({
+    case.id: {"rtol": 1e-5 if "/f32/" in case.id else 1e-12, "bytes_rtol": 0.25,
+              "digests": False, "reason": _INCREMENTAL_MESSAGE}
+    for case in record.cases("IncrementalFederatedRidge")
+})
+
 _BLAS = ("products of the rows by OpenBLAS, whose bits depend on the kernel it picks for "
          "the CPU (OPENBLAS_CORETYPE Haswell, SkylakeX and Sandybridge differ)")
 #: Groups (all their cases) or fnmatch patterns of case ids -> why their bits depend on the
