@@ -79,7 +79,10 @@ class FederatedEstimatorMixin(FederatedMixin):
         ``reset`` is True unless ``partial_fit`` continues a fitted model (then
         ``n_features_in_`` and ``feature_names_in_`` are checked, not set).
         """
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must define _validate_fit_data: the input validation of "
+            "its scikit-learn counterpart's fit (a required hook of the fit template)."
+        )
 
     def _client_rows(self, clients, X, y, *, reset):
         """``(labels, rows)``: each client's rows of the validated ``X``; by ``clients`` by default.
