@@ -13,7 +13,7 @@ from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils import assert_all_finite
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import group_rows_by_client, known_labels, take_clients
+from .._clients import known_labels
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
 from ..base import FederatedEstimatorMixin
 from ..protocol import (
@@ -329,13 +329,6 @@ class BaseFederatedRidge(
         return tags
 
     # ---------------------------------------------------------------- inputs
-    def _validate_rows(self, X, y, sample_weight, clients, *, reset):
-        """``(X, y, sample_weight, labels, rows)`` of a batch (for fits not yet on ``_fit``)."""
-        clients = take_clients(self, X, clients)
-        X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=reset)
-        labels, rows = group_rows_by_client(clients, X.shape[0])
-        return X, y, sample_weight, labels, rows
-
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         X, y = self._validate_X_y(X, y, reset=reset)
         if sp.issparse(X):
@@ -392,20 +385,6 @@ class BaseFederatedRidge(
             raise ValueError(
                 "fit_intercept changed since the first partial_fit; call fit to restart."
             )
-
-    def _validate_more_rows(self, X, y, sample_weight, clients, *, seen):
-        """:meth:`_validate_rows` for a ``partial_fit`` not yet on ``_fit``."""
-        X, y, sample_weight, labels, rows = self._validate_rows(
-            X, y, sample_weight, clients, reset=seen is None
-        )
-        if seen is not None:
-            self._check_seen(y, seen)
-        return X, y, sample_weight, labels, rows
-
-    def _run_protocol(self, X, y, sample_weight, labels, rows, *, warm_start=False):
-        """``fit``/``partial_fit`` of the subclasses not yet on ``_fit``."""
-        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm_start)
-        return self
 
     def _simulate(self, server, client, X, y, sample_weight, labels, rows, names):
         """:func:`run_simulation`, and scikit-learn's error if it failed on a non-finite ``X``.
