@@ -56,7 +56,7 @@ RUN_CONFIG_DEFAULTS = {
 #: Node-config keys a SuperNode may set (``--node-config 'site="a" data-path="..."'``).
 NODE_CONFIG_KEYS = (
     "site", "data-path", "target", "features", "weight-column", "round-column", "key-file",
-    "min-rows", "max-epsilon", "allowed-features", "allowed-kinds",
+    "min-rows", "max-epsilon", "allowed-features", "allowed-kinds", "worker-socket",
 )
 
 _ARRAY_TAG = "ndarray"
