@@ -304,9 +304,10 @@ def run_server(grid, run_config):
     transport = GridTransport(grid, nodes, settings)
     run_rounds(server, transport, sites)
     fitted = server.estimator
+    answered = [plain_label(site) for site in getattr(fitted, "clients_", sites)]
     _log.info("sklearn-fed: fitted %s in %d round(s) over %d site(s) %s: %d bytes sent, %d "
               "received, %.2f s", type(fitted).__name__, server.round,
-              len(getattr(fitted, "clients_", sites)), sorted_labels(nodes),
+              len(answered), answered,
               transport.sent, transport.received, time.monotonic() - transport.start)
     if settings.model_path:
         save_model(fitted, settings.model_path)

@@ -39,6 +39,7 @@ from ._persist import load_model
 __all__ = ["LocalFederation", "run_local_federation"]
 
 CONNECTION = "sklearn-fed-local"
+_LOG_GRACE = 5.0  # seconds the CLI may take to stream a finished run's last log lines
 _SITE_ARRAYS = {"X", "y", "sample_weight", "rounds"}  # what a site given as a dict may hold
 _APP_PYPROJECT = {
     "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
@@ -229,6 +230,7 @@ class LocalFederation:
         self._workers = {}
         self._outsiders = []
         self._sockets = None
+        self.last_run_seconds = None  # of the last run: from `flwr run` to its result
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else None
         self._superlink = None
@@ -626,7 +628,12 @@ class LocalFederation:
                     f"the Flower run of {what} took longer than {timeout:g} s and was "
                     "stopped.", log_name))
             time.sleep(0.05)
-        _end_all([process], grace=0)  # the CLI only streams the finished run's log
+        self.last_run_seconds = time.monotonic() - (deadline - timeout)
+        try:  # the CLI streams the run's last log lines (the server's summary), then exits
+            process.wait(timeout=_LOG_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+        _end_all([process], grace=0)
         if not result.exists():
             raise RuntimeError(self._explain(
                 f"the Flower run of {what} failed (no model was saved).", log_name))

@@ -227,7 +227,7 @@ def test_example_app_lists_every_run_config_key_and_ships_no_secrets():
     app = project["tool"]["flwr"]["app"]
     assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)
     assert app["components"] == {"serverapp": "sklearn_fed.flower.app:serverapp",
-                                 "clientapp": "sklearn_fed.flower.app:clientapp"}
+                                 "clientapp": "sklearn_fed_site:clientapp"}
     estimator_from_config(app["config"])  # the example's estimator and parameters are valid
     files = {name: b"" for name in ("README.md", "prepare_sites.py", "sites/server-keys.json",
                                     "sites/north.key", "sites/north.csv", "model.skops")}
@@ -588,6 +588,7 @@ def test_worker_wire_refuses_malformed_frames():
                 receive(right)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_server_logs_a_line_per_round_and_a_summary(tmp_path, task_identity, caplog):
     import logging
 
@@ -738,3 +739,46 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
     np.testing.assert_allclose(fitted.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fitted.intercept_, reference.intercept_, rtol=1e-10)
     assert fitted.clients_.tolist() == ["a", "b"]
+
+
+@pytest.mark.slow
+def test_outsiders_and_a_wrong_site_key_are_refused_and_the_run_completes(tmp_path):
+    """As deployed (TLS, enrolled node keys, HMAC site keys): a SuperNode whose key was never
+    enrolled, one that trusts another CA, and a site holding the wrong HMAC key are each
+    refused with a message saying why; the run completes on the other sites."""
+    import tomllib
+
+    from sklearn_fed.flower._credentials import make_tls_files
+
+    sites = _site_rows()
+    with LocalFederation(sites) as federation:
+        assert federation.tls and federation.node_auth and federation.workers
+        key_file = Path(tomllib.loads(federation._node_configs["c"].read_text())["key-file"])
+        key_file.write_text("0" * 64)  # c's node holds another key than the server's for c
+        outsiders = {
+            "not-enrolled": federation.start_outsider("not-enrolled", "a"),
+            "wrong-certificate": federation.start_outsider(
+                "wrong-certificate", "b", enroll=True, ca=make_tls_files(tmp_path)["ca"]),
+        }
+        fitted = federation.fit(FederatedRidge(alpha=1.0), run_config={"min-nodes": 2})
+        deadline = time.monotonic() + 120  # the outsiders give up after 3 tries
+        while any(p.poll() is None for p in federation._outsiders):
+            assert time.monotonic() < deadline, "an outsider is still trying"
+            time.sleep(0.5)
+        logs = {name: path.read_text(errors="replace") for name, path in outsiders.items()}
+        run_log = (federation.logs / "run-1.log").read_text(errors="replace")
+        superlink_log = (federation.logs / "superlink.log").read_text(errors="replace")
+    assert fitted.clients_.tolist() == ["a", "b"]
+    for a, b in zip(_model_state(fitted), _model_state(
+            _in_process(FederatedRidge(alpha=1.0), {s: sites[s] for s in ("a", "b")})),
+            strict=True):
+        np.testing.assert_array_equal(a, b)
+    # the wrong site key: the server's log names the site and why
+    assert re.search(r"site 'c' is dropout from round 1 on: .*authentication failed", run_log)
+    assert "fitted FederatedRidge in 1 round(s) over 2 site(s) ['a', 'b']" in run_log
+    # TLS: the node that trusts another CA says so and gives up
+    assert "CERTIFICATE_VERIFY_FAILED" in logs["wrong-certificate"]
+    # node enrollment: the SuperLink refuses to activate a key it does not know
+    assert "Failed to activate SuperNode" in logs["not-enrolled"]
+    print(superlink_log[-3000:])
+    assert "No SuperNode found with the given public key" in superlink_log
