@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines flower-demo clean venv fuzz property accuracy
+.PHONY: demo test docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines flower-demo flower-many clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -31,6 +31,11 @@ test: $(STAMP)
 # 127.0.0.1, one `flwr run`, then the saved model checked against the in-process fit
 flower-demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/flower/run_demo.sh
+
+# 20 SuperNodes (and their site workers) on this machine: two runs equal to the in-process
+# fits, and the peak memory of each site's processes (slow: not in `make test`)
+flower-many: $(STAMP)
+	$(PY) benchmarks/bench_flower_many.py --sites 20
 
 docs: $(STAMP)
 	$(MAKE) -C docs html SPHINXBUILD=$(abspath $(VENV))/bin/sphinx-build

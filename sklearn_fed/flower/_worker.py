@@ -26,6 +26,7 @@ import os
 import socketserver
 import sys
 import threading
+import time
 import traceback
 from collections import OrderedDict
 from pathlib import Path
@@ -95,8 +96,11 @@ class SiteWorker:
             kept = make_site_client(node_config, run_config, saved)
         # on error the role is not put back: its next task starts from context.state,
         # which the failed task did not change
+        started = time.monotonic()
         reply = respond(blobs.get("task"), *kept)
         self._runs[run] = kept
+        _log.info("sklearn-fed: run %s: answered a %d-byte task with %d bytes in %.3f s",
+                  run[0], len(blobs["task"]), len(reply), time.monotonic() - started)
         while len(self._runs) > self.max_runs:
             self._runs.popitem(last=False)
         state = {f"state:{name}": data for name, data in kept_state(kept[2]).items()}
