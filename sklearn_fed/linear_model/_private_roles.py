@@ -299,8 +299,8 @@ class PrivateServer(Server):
         ):
             fail(f"a {self.estimator.noise} release must be one {np.dtype(dtype).name} vector "
                  f"{name!r} of length {p}.")
-        if local and np.any(np.abs(vector) > max_abs_encoded(len(self._open))):
-            fail(f"its sums exceed the fixed-point range of {len(self._open)} sites.")
+        if local and np.any(np.abs(vector) > max_abs_encoded(len(self.open_sites))):
+            fail(f"its sums exceed the fixed-point range of {len(self.open_sites)} sites.")
         return frame.fields["single_target"], n_targets, vector
 
     def cross_check(self, replies):
