@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ..base import set_federation_attributes
 from ..privacy import PrivacyLedger
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
 from ..privacy._noise import release_generator, rounded_gaussian
@@ -372,9 +373,6 @@ class PrivateServer(Server):
         estimator.sensitivity_ = plan.sensitivity
         estimator.noise_std_ = plan.noise_std
         estimator.n_releases_ = len(privacy)
-        estimator.communication_ = ledger
-        estimator.clients_ = labels
-        estimator.n_clients_ = len(labels)
-        estimator._set_schema(schema, d)
+        set_federation_attributes(estimator, schema, ledger, labels, n_features=d)
         estimator._set_coef(summary, coef, self.round_dtype.type)
         self._done = True
