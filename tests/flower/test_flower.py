@@ -504,7 +504,7 @@ WORKER_CASES = [
     PrivateFederatedRidge(epsilon=2.0, feature_bound=80.0, target_bound=10.0,
                           noise="distributed", random_state=0),  # a round's X25519 key kept
     IncrementalFederatedRidge(alpha=1.0, min_samples=100, random_state=0),  # rows held back
-    FederatedLogisticRegression(max_iter=5),
+    FederatedLogisticRegression(max_iter=2),  # three rounds: classes, two Newton steps
     FedAvgRegressor(n_rounds=3, batch_size=7, client_fraction=0.7, random_state=0),
 ]
 
@@ -539,7 +539,7 @@ def test_site_worker_refusals_and_failures_leave_the_run_as_it_was(tmp_path, tas
     from sklearn_fed.flower._worker import serve
 
     sites = _site_rows()
-    estimator = FederatedLogisticRegression(max_iter=3)
+    estimator = FederatedLogisticRegression(max_iter=2)
     with _site_worker() as (socket_path, worker):
         configs = _node_configs(tmp_path, sites, KEYS, b={"min-rows": 500})  # b refuses
         for config in configs:
@@ -594,7 +594,7 @@ def test_server_logs_a_line_per_round_and_a_summary(tmp_path, task_identity, cap
 
     sites = _site_rows()
     caplog.set_level(logging.INFO, logger="sklearn_fed.flower")
-    estimator = FederatedLogisticRegression(max_iter=4, tol=0.0)
+    estimator = FederatedLogisticRegression(max_iter=2, tol=0.0)
     config = _run_config(estimator, tmp_path, KEYS)
     fitted = run_server(FakeGrid(_node_configs(tmp_path, sites, KEYS), config), config)
     lines = re.findall(r"round (\d+): 3 of 3 site\(s\) answered, (\d+) bytes sent, (\d+) "
