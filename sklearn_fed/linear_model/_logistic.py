@@ -136,7 +136,15 @@ def site_newton_terms(X, index, weight, coef, center, fit_intercept, n_classes):
         probability = softmax(eta, axis=1)
         residual = probability.copy()
         residual[np.arange(n), index] -= 1.0
-        others = probability.sum(axis=1, keepdims=True) - probability
+        # 1 - p_j as the sum of the other classes' probabilities (prefix plus
+        # suffix sums), not as sum - p_j: when p_j is close to 1 the
+        # difference is 0 or round-off, and the diagonal block would lose
+        # what the off-diagonal blocks keep (Cauchy-Schwarz would fail).
+        before = np.zeros_like(probability)
+        before[:, 1:] = np.cumsum(probability[:, :-1], axis=1)
+        after = np.zeros_like(probability)
+        after[:, :-1] = np.cumsum(probability[:, :0:-1], axis=1)[:, ::-1]
+        others = before + after
     gradient = np.zeros((k, p))
     gradient[:, :d] = (residual * weight[:, None]).T @ Xc
     if fit_intercept:
