@@ -626,6 +626,13 @@ class FederatedLogisticRegression(
       ``(d + 1)(d + 2) / 2`` values for two classes), and the server takes
       a Newton step on the sum, halved while the loss does not drop enough.
 
+    Every Newton reply is checked against its site's own earlier messages
+    (caps from its first message, the convexity bracket of its loss), the
+    summed Hessian by one Cholesky per round, and the server's own step
+    (finite, decreasing the checked objective); see the security page's
+    "Newton safeguards". A refused site is named (``on_invalid="raise"``) or
+    left out of the rest of the fit (``"drop"``, with a warning naming it).
+
     Newton's method converges quadratically: the fit reaches
     ``LogisticRegression(C=C)``'s pooled solution to about 1e-8, typically
     in 6 to 9 rounds on standardized features. With
@@ -637,7 +644,9 @@ class FederatedLogisticRegression(
     Parameters
     ----------
     C : float, default=1.0
-        Inverse of the L2 penalty strength, as in LogisticRegression.
+        Inverse of the L2 penalty strength, as in LogisticRegression;
+        ``np.inf`` fits without a penalty (a singular system then gets the
+        minimum-norm Newton step).
     fit_intercept : bool, default=True
     class_weight : dict or "balanced", default=None
     tol : float, default=1e-4
@@ -645,9 +654,13 @@ class FederatedLogisticRegression(
         change) larger than ``tol``. That last step is taken: Newton's
         method converges quadratically, so it leaves an error of about
         ``tol ** 2`` (1e-8 by default), with no round spent to check it.
+        Also stop, at the current point, once the gradient and the Newton
+        decrement per unit weight are below ``tol ** 2`` (the loss is flat
+        although steps need not shrink: separable rows, a tiny penalty).
     max_iter : int, default=50
         Newton iterations at most; reaching it gives a
-        :class:`~sklearn.exceptions.ConvergenceWarning`.
+        :class:`~sklearn.exceptions.ConvergenceWarning`. ``0``: no update
+        (zero coefficients and intercepts, after the classes round).
 
     Attributes
     ----------

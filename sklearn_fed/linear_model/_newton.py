@@ -202,9 +202,9 @@ def check_reply_terms(loss, weight_sum, gradient, hessian, bounds, n_outputs, *,
     Examples
     --------
     >>> bounds = SiteBounds(4.0, np.array([4.0, 4.0]))
-    >>> check_reply_terms(1.0, 4.0, np.array([1e308, 0.0]), np.eye(2), bounds, 1,
-    ...                   residual_bound=1.0, curvature_bound=0.25)
-    'a gradient entry exceeds its cap sqrt(W Q_j) (4) from the site's first message.'
+    >>> print(check_reply_terms(1.0, 4.0, np.array([1e308, 0.0]), np.eye(2), bounds, 1,
+    ...                         residual_bound=1.0, curvature_bound=0.25))
+    a gradient entry exceeds its cap sqrt(W Q_j) (4) from the site's first message.
     """
     scale = 1.0 + ROUND_OFF
     if not abs(weight_sum - bounds.weight_sum) <= ROUND_OFF * abs(bounds.weight_sum):

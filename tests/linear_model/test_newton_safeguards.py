@@ -281,3 +281,32 @@ def test_sparsify_and_densify():
     np.testing.assert_array_equal(fed.predict(X), (X @ dense.T + fed.intercept_ > 0).ravel())
     assert fed.densify() is fed
     np.testing.assert_array_equal(fed.coef_, dense)
+
+
+def test_balanced_weights_take_their_bounds_from_the_reply_at_the_origin():
+    """With class_weight="balanced" Newton starts in round 2, at the origin: there a
+    site's loss must be W log 2 and its Hessian gives its caps."""
+    X, y, sites = _data()
+    model = FederatedLogisticRegression(class_weight="balanced")
+
+    def inflate(fields, arrays):
+        fields["loss"] = 1e300
+
+    with pytest.raises(InvalidClientMessage, match="client 'evil'.*origin must be"):
+        _run(_newton_tamper("evil", inflate), estimator=model)
+    with pytest.warns(UserWarning, match="inconsistent.*\\['evil'\\]"):
+        server = _run(_newton_tamper("evil", inflate), on_invalid="drop",
+                      estimator=FederatedLogisticRegression(class_weight="balanced"))
+    assert list(server.dropped_) == ["evil"]
+    # the class weights are the federation's (every site's counts in round 1)
+    weights = dict(zip(server.classes_.tolist(), server.class_weight_))
+    rows = sites != "evil"
+    reference = LogisticRegression(class_weight=weights, solver="newton-cholesky",
+                                   tol=1e-14).fit(X[rows], y[rows])
+    np.testing.assert_allclose(server.estimator.coef_, reference.coef_, atol=1e-8)
+
+    def huge(fields, arrays):
+        arrays["gradient"][0] = 1e308
+
+    with pytest.raises(InvalidClientMessage, match="client 'evil'.*gradient entry exceeds"):
+        _run(_newton_tamper("evil", huge), estimator=model)
