@@ -300,6 +300,7 @@ class LogisticServer(ClassesServerMixin, Server):
         self._last = {}  # site -> (point, loss, gradient) of its last message
         self._excluded = {}  # site -> why: its Newton message was refused
         self._aggregate_psd = None  # (members, verdict) of cross_check's factorization
+        self._refused_now = {}  # site -> error, of the round being checked
         # Without "balanced" weights, each site can weight its rows in the
         # classes round already, and its statistics give the first Newton step.
         self._first_step = not isinstance(estimator.class_weight, str)
@@ -467,14 +468,16 @@ class LogisticServer(ClassesServerMixin, Server):
             self._aggregate_psd = (frozenset(labels), True)
             return {}
         culprits = non_psd_sites({site: replies[site][3] for site in labels})
-        self._aggregate_psd = (frozenset(set(labels) - set(culprits)), not culprits)
+        # Without the culprits (dropped), every Hessian left passed alone, so their
+        # sum is positive semi-definite; with none, the failure is unexplained.
+        self._aggregate_psd = (frozenset(set(labels) - set(culprits)), bool(culprits))
         return {site: InvalidClientMessage(
             f"client {site!r}: its Hessian is not positive semi-definite.", site)
             for site in culprits}
 
     def _apply_classified(self, replies, ledger):
         labels = sorted_labels(replies)
-        for site, reason in getattr(self, "_refused_now", {}).items():
+        for site, reason in self._refused_now.items():
             self._excluded[site] = str(reason)
         self._refused_now = {}
         for site in labels:
