@@ -84,7 +84,7 @@ def pytest_terminal_summary(terminalreporter):
             continue
         # xdist's controller never imports the test modules: load this one by path.
         path = Path(__file__).with_name("linear_model") / f"{module}.py"
-        spec = importlib.util.spec_from_file_location(f"_{module}_summary", path)
+        spec = importlib.util.spec_from_file_location(module, path)  # summarize() reads it
         suite = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(suite)
 
