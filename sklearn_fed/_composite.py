@@ -16,17 +16,17 @@ import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.utils.validation import _num_samples
 
-from ._clients import group_rows_by_client, take_clients
 from ._compat import _check_sample_weight
-from .protocol import FeatureSchema, InvalidClientMessage, nest, run_simulation, unnest
+from .base import FederatedEstimatorMixin
+from .protocol import FeatureSchema, InvalidClientMessage, nest, unnest
 
 __all__ = [
+    "FederatedCompositeMixin",
     "answer_part",
     "check_federated",
     "load_fitted",
     "parse_parts",
     "prefixed",
-    "simulate_composite",
     "site_table",
     "site_targets",
     "take_prefixed",
@@ -57,26 +57,26 @@ def site_table(X):
     return array
 
 
-def simulate_composite(estimator, X, y, sample_weight, clients, **server_kwargs):
-    """``fit`` of a composite: its protocol run in process, one simulated site per label.
+class FederatedCompositeMixin(FederatedEstimatorMixin):
+    """The fit template (:class:`~sklearn_fed.base.FederatedEstimatorMixin`) for composites.
 
-    The server is made as a user would make it: told the feature names when
-    ``X`` is a table with named columns.
+    A composite validates no values itself (its steps do, at the sites): its
+    rows are the table as its first step will read it, and its server is told
+    the table's column names, as a user would tell a deployed server.
     """
-    clients = take_clients(estimator, X, clients)
-    X, y = site_table(X), site_targets(y)
-    n_samples = _num_samples(X)
-    if sample_weight is not None:
-        sample_weight = _check_sample_weight(
-            sample_weight, np.empty((n_samples, 0)), dtype=np.float64)
-    labels, rows = group_rows_by_client(clients, n_samples)
-    columns = getattr(X, "columns", None)
-    names = None
-    if columns is not None and all(isinstance(c, str) for c in columns):
-        names = [str(c) for c in columns]
-    server = estimator.make_server(feature_names=names, **server_kwargs)
-    return run_simulation(server, estimator.make_client(), X, y, sample_weight, labels, rows,
-                          names)
+
+    def _validate_fit_data(self, X, y, sample_weight, *, reset):
+        X, y = site_table(X), site_targets(y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, np.empty((_num_samples(X), 0)), dtype=np.float64)
+        return X, y, sample_weight
+
+    def _server_feature_names(self, X):
+        columns = getattr(X, "columns", None)
+        if columns is not None and all(isinstance(c, str) for c in columns):
+            return [str(c) for c in columns]
+        return None
 
 
 def check_federated(estimator, name, *, transformer):

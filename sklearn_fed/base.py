@@ -107,7 +107,7 @@ class FederatedEstimatorMixin(FederatedMixin):
         estimators whose run depends on them beyond the grouping (a splitter's
         groups). Returns ``(server, client)``.
         """
-        names = self._fitted_feature_names()
+        names = self._server_feature_names(X)
         server = self.make_server(feature_names=names, warm_start=warm_start, **server_kwargs)
         client = self._simulated_client(warm_start=warm_start)
         self._simulate(server, client, X, y, sample_weight, labels, rows, names)
@@ -120,6 +120,14 @@ class FederatedEstimatorMixin(FederatedMixin):
     def _simulate(self, server, client, X, y, sample_weight, labels, rows, names):
         """:func:`~sklearn_fed.protocol.run_simulation` of the two roles (a family may wrap it)."""
         run_simulation(server, client, X, y, sample_weight, labels, rows, names)
+
+    def _server_feature_names(self, X):
+        """The feature names the server is told: those ``fit`` just validated, by default.
+
+        A composite (pipeline, column transformer) validates no columns itself:
+        it reads them from the table ``X`` as its sites will see it.
+        """
+        return self._fitted_feature_names()
 
     def _fitted_feature_names(self):
         names = getattr(self, "feature_names_in_", None)

@@ -20,17 +20,16 @@ from sklearn.utils._set_output import _get_output_config
 from ._clients import known_labels
 from ._compat import _fit_context
 from ._composite import (
+    FederatedCompositeMixin,
     answer_part,
     check_federated,
     load_fitted,
     parse_parts,
     prefixed,
-    simulate_composite,
     take_prefixed,
 )
 from .pipeline import PipelineClient
 from .protocol import (
-    FederatedMixin,
     InvalidClientMessage,
     Server,
     atomic,
@@ -252,7 +251,7 @@ class ColumnTransformerServer(Server):
         self._sparse_input = self._sparse_input or any(r[1] for r in replies.values())
 
 
-class FederatedColumnTransformer(FederatedMixin, ColumnTransformer):
+class FederatedColumnTransformer(FederatedCompositeMixin, ColumnTransformer):
     """A :class:`~sklearn.compose.ColumnTransformer` of federated transformers.
 
     Each transformer is fitted by its own protocol on its columns of every
@@ -329,7 +328,7 @@ feature_names_in_
         scratch._validate_transformers()
         for name, _, columns in scratch.transformers:
             if callable(columns):
-                raise ValueError(
+                raise ValueError(  # noqa: TRY004 (a value of the right type, unusable here)
                     f"transformer {name!r} selects its columns with a callable; a federated "
                     "server has no rows to call it on: give the column names or positions."
                 )
@@ -408,8 +407,7 @@ feature_names_in_
         """
         if params:
             raise TypeError(f"FederatedColumnTransformer.fit takes no {sorted(params)}.")
-        simulate_composite(self, X, y, None, clients)
-        return self
+        return self._fit(X, y, None, clients)
 
     def fit_transform(self, X, y=None, clients=None, **params):
         """Fit (see :meth:`fit`), then transform ``X``.
@@ -434,7 +432,7 @@ feature_names_in_
     def _fitted_parts(self):
         """``{part index: (name, fitted transformer, columns)}`` of the federated parts."""
         layout = self._layout(self.n_features_in_, getattr(self, "feature_names_in_", None))
-        fitted = dict((name, trans) for name, trans, _ in self.transformers_)
+        fitted = {name: trans for name, trans, _ in self.transformers_}
         return {index: (name, fitted[name], columns)
                 for index, (name, template, columns) in layout.parts.items()
                 if not isinstance(template, str)}

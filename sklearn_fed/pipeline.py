@@ -22,19 +22,18 @@ from sklearn.utils.validation import _num_samples
 from ._clients import known_labels
 from ._compat import _check_sample_weight, _fit_context
 from ._composite import (
+    FederatedCompositeMixin,
     answer_part,
     check_federated,
     load_fitted,
     parse_parts,
     prefixed,
-    simulate_composite,
     site_table,
     site_targets,
     take_prefixed,
 )
 from .protocol import (
     Client,
-    FederatedMixin,
     InvalidClientMessage,
     Server,
     atomic,
@@ -227,7 +226,7 @@ class PipelineServer(Server):
         estimator.n_clients_ = len(estimator.clients_)
 
 
-class FederatedPipeline(FederatedMixin, Pipeline):
+class FederatedPipeline(FederatedCompositeMixin, Pipeline):
     """A :class:`~sklearn.pipeline.Pipeline` of federated steps, fitted as one protocol.
 
     Every step must be federated (an sklearn_fed estimator, a
@@ -358,8 +357,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         self : FederatedPipeline
         """
         weights, weighted, clients = self._routed(params, clients)
-        simulate_composite(self, X, y, weights, clients, weighted_steps=weighted)
-        return self
+        return self._fit(X, y, weights, clients, weighted_steps=weighted)
 
     @available_if(Pipeline._can_fit_transform)
     def fit_transform(self, X, y=None, clients=None, **params):
