@@ -22,8 +22,11 @@ from ._compat import _fit_context
 from ._composite import (
     FederatedCompositeMixin,
     answer_part,
+    broadcast_state,
     check_federated,
+    exact_part,
     load_fitted,
+    make_part_server,
     parse_parts,
     prefixed,
     take_prefixed,
@@ -138,8 +141,8 @@ class ColumnTransformerServer(Server):
                 continue
             names = None if self.schema.feature_names is None else [
                 self.schema.feature_names[c] for c in columns]
-            self.parts[index] = clone(template).make_server(
-                on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes,
+            self.parts[index] = make_part_server(
+                clone(template), on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes,
                 feature_names=names, n_features=len(columns),
             )
 
@@ -195,7 +198,7 @@ class ColumnTransformerServer(Server):
         arrays, parts = {}, []
         for index, fitted in self._fitted().items():
             parts.append({"part": index, "columns": list(self.layout.parts[index][2]),
-                          "task": prefixed(fitted._broadcast_state(), f"p{index}.", arrays)})
+                          "task": prefixed(broadcast_state(fitted), f"p{index}.", arrays)})
         for index, (_, template, columns) in self.layout.parts.items():
             if isinstance(template, str):
                 parts.append({"part": index, "columns": list(columns), "task": {}})
@@ -307,8 +310,7 @@ feature_names_in_
     def _exact_federation(self):
         """Exact (any split of the rows gives the pooled model) when every part is."""
         parts = [trans for _, trans, _ in self.transformers] + [self.remainder]
-        return all(getattr(part, "_exact_federation", False)
-                   for part in parts if not isinstance(part, str))
+        return all(exact_part(part) for part in parts if not isinstance(part, str))
 
     class _Layout:
         """Resolved columns: ``parts`` are ``(name, template, column indices)`` to fit."""
@@ -422,7 +424,7 @@ feature_names_in_
     def _broadcast_state(self):
         arrays, parts = {}, {}
         for index, (name, template, _) in self._fitted_parts().items():
-            parts[str(index)] = prefixed(template._broadcast_state(), f"p{index}.", arrays)
+            parts[str(index)] = prefixed(broadcast_state(template), f"p{index}.", arrays)
         fields = {"n_features_in_": int(self.n_features_in_), "parts": parts,
                   "sparse_output": bool(self.sparse_output_),
                   "feature_names_in_": None if not hasattr(self, "feature_names_in_") else [

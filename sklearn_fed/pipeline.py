@@ -24,8 +24,11 @@ from ._compat import _check_sample_weight, _fit_context
 from ._composite import (
     FederatedCompositeMixin,
     answer_part,
+    broadcast_state,
     check_federated,
+    exact_part,
     load_fitted,
+    make_part_server,
     parse_parts,
     prefixed,
     site_table,
@@ -175,8 +178,8 @@ class PipelineServer(Server):
             fitted = [p for p in self.parts[: self._index] if not _skipped(p)]
             schema = output_schema(fitted[-1]) if fitted else {
                 "feature_names": self.schema.feature_names, "n_features": self.schema.n_features}
-        self._part = self.parts[self._index].make_server(
-            on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes, **schema
+        self._part = make_part_server(
+            self.parts[self._index], on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes, **schema
         )
         return True
 
@@ -184,7 +187,7 @@ class PipelineServer(Server):
         fitted = self._part.estimator
         self.parts[self._index] = fitted
         if self._index < len(self.parts) - 1:
-            self._broadcasts.append(fitted._broadcast_state())
+            self._broadcasts.append(broadcast_state(fitted))
         self._part = None
 
     def _wrap(self, frame):
@@ -285,8 +288,7 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
     @property
     def _exact_federation(self):
         """Exact (any split of the rows gives the pooled model) when every step is."""
-        return all(getattr(step, "_exact_federation", False)
-                   for _, step in self.steps if not _skipped(step))
+        return all(exact_part(step) for _, step in self.steps if not _skipped(step))
 
     def make_server(self, *, weighted_steps=(), **kwargs):
         """The server role of the pipeline's protocol; it fits this pipeline.
@@ -374,7 +376,7 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
         arrays, steps = {}, []
         for j, (_, step) in enumerate(self.steps):
             steps.append(None if _skipped(step) else prefixed(
-                step._broadcast_state(), f"s{j}.", arrays))
+                broadcast_state(step), f"s{j}.", arrays))
         return {"steps": steps}, arrays
 
     def _load_broadcast_state(self, fields, arrays):
