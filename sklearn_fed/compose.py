@@ -8,6 +8,8 @@ the output has (ColumnTransformer's ``sparse_threshold`` decides on the
 pooled density).
 """
 
+import time
+
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -16,6 +18,7 @@ from sklearn.compose import ColumnTransformer
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import _safe_indexing
 from sklearn.utils._set_output import _get_output_config
+from sklearn.utils._user_interface import _message_with_time
 
 from ._clients import known_labels
 from ._compat import _fit_context
@@ -119,9 +122,11 @@ class ColumnTransformerServer(Server):
     """
 
     protocol = "compose.column_transformer"
+    reports_rounds = False  # it prints its transformers, as ColumnTransformer does
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        self._started = time.perf_counter()
         self.parts = {}
         self._active = {}
         self._sparse_input = False
@@ -162,6 +167,7 @@ class ColumnTransformerServer(Server):
             self._stage = "counting"
             return self._density_tasks(sites)
         if self._stage == "counted" or self._stage == "done":
+            self._report()
             self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output(),
                                           self)
             self._stage = "committed"
@@ -169,6 +175,16 @@ class ColumnTransformerServer(Server):
 
     def _fitted(self):
         return {index: part.estimator for index, part in self.parts.items()}
+
+    def _report(self):
+        """ColumnTransformer's line per transformer (all fitted in the same rounds)."""
+        if not self.estimator.verbose:
+            return
+        elapsed = time.perf_counter() - self._started
+        names = [name for name, _, _ in (self.layout.parts[i] for i in sorted(self.layout.parts))]
+        for i, name in enumerate(names, start=1):
+            print(_message_with_time("ColumnTransformer", f"({i} of {len(names)}) Processing "
+                                     f"{name}", elapsed), flush=True)
 
     def _needs_density(self):
         if not self.estimator.sparse_threshold:

@@ -11,12 +11,15 @@ steps takes ``k`` rounds (a classifier adds its rounds); a
 transformers in the same rounds.
 """
 
+import time
+
 import numpy as np
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing
 from sklearn.utils._available_if import available_if
 from sklearn.utils._set_output import _get_output_config
+from sklearn.utils._user_interface import _message_with_time
 from sklearn.utils.validation import _num_samples
 
 from ._clients import known_labels
@@ -134,6 +137,7 @@ class PipelineServer(Server):
     """
 
     protocol = "pipeline"
+    reports_rounds = False  # it prints its steps, as Pipeline does
 
     def __init__(self, estimator, *, weighted_steps=(), **kwargs):
         super().__init__(estimator, **kwargs)
@@ -178,6 +182,7 @@ class PipelineServer(Server):
             fitted = [p for p in self.parts[: self._index] if not _skipped(p)]
             schema = output_schema(fitted[-1]) if fitted else {
                 "feature_names": self.schema.feature_names, "n_features": self.schema.n_features}
+        self._step_started = time.perf_counter()
         self._part = make_part_server(
             self.parts[self._index], on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes, **schema
         )
@@ -185,6 +190,10 @@ class PipelineServer(Server):
 
     def _finish_step(self):
         fitted = self._part.estimator
+        if self.estimator.verbose:  # Pipeline's own line for the step just fitted
+            print(_message_with_time(
+                "Pipeline", self.estimator._log_message(self._index),
+                time.perf_counter() - self._step_started), flush=True)
         self.parts[self._index] = fitted
         if self._index < len(self.parts) - 1:
             self._broadcasts.append(broadcast_state(fitted))

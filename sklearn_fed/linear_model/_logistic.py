@@ -472,6 +472,8 @@ class FederatedLogisticRegression(
     max_iter : int, default=50
         Newton iterations at most; reaching it gives a
         :class:`~sklearn.exceptions.ConvergenceWarning`.
+    verbose : int, default=0
+        Print one line per round (sites answered, bytes each way, seconds).
 
     Attributes
     ----------
@@ -511,17 +513,20 @@ class FederatedLogisticRegression(
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "verbose": ["verbose"],
     }
     _server_role = LogisticServer
     _client_role = LogisticClient
     _exact_federation = True
 
-    def __init__(self, C=1.0, *, fit_intercept=True, class_weight=None, tol=1e-4, max_iter=50):
+    def __init__(self, C=1.0, *, fit_intercept=True, class_weight=None, tol=1e-4, max_iter=50,
+                 verbose=0):
         self.C = C
         self.fit_intercept = fit_intercept
         self.class_weight = class_weight
         self.tol = tol
         self.max_iter = max_iter
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -354,6 +354,9 @@ class Server(ABC):
     """
 
     protocol = None
+    #: Whether :func:`~sklearn_fed.protocol.run_rounds` prints a line per round when the
+    #: estimator's ``verbose`` is set (a composite prints its steps instead).
+    reports_rounds = True
 
     def __init__(
         self, estimator, *, keys=None, on_invalid="raise", feature_names=None, n_features=None,
