@@ -16,13 +16,53 @@ An estimator declares its roles (``_server_role``, ``_client_role``) and its
 parameters; its public ``fit`` keeps its own docstring and is one line.
 """
 
+import numpy as np
 from sklearn.utils.validation import _num_samples
 
 from ._clients import group_rows_by_client, take_clients
-from .protocol import FederatedMixin, run_simulation
+from .protocol import FederatedMixin, InvalidClientMessage, run_simulation
+from .protocol._schema import nan_advice
 from .utils._collections import is_dask_collection
 
 __all__ = ["FederatedEstimatorMixin"]
+
+
+def _nan_sites(X, clients):
+    """`` The missing values are at site(s) [...].`` for a table whose rows hold NaN."""
+    try:
+        missing = np.asarray(pd_isna(X)).reshape(_num_samples(X), -1).any(axis=1)
+    except (TypeError, ValueError):  # rows whose values cannot be read as missing or not
+        return ""
+    if not missing.any():
+        return ""
+    if clients is None:
+        return " The missing values are at the only site (no clients were given)."
+    labels = np.asarray(clients, dtype=object)[missing]
+    sites = sorted({label.item() if isinstance(label, np.generic) else label
+                    for label in labels}, key=str)
+    return f" The missing values are at site(s) {sites[:10]}{' ...' if len(sites) > 10 else ''}."
+
+
+def _with_nan_advice(exc, sites):
+    """``exc`` again, with the sites holding NaN and the imputer's advice appended."""
+    text = f"{exc}{sites}{nan_advice(exc)}"
+    if isinstance(exc, InvalidClientMessage):
+        return InvalidClientMessage(text, exc.client)
+    return ValueError(text)
+
+
+def pd_isna(X):
+    """Missing entries of an array or a DataFrame (pandas' own test when it is one)."""
+    if hasattr(X, "isna"):
+        return X.isna()
+    if hasattr(X, "tocsr"):  # sparse: only the stored values can be missing
+        csr = X.tocsr()
+        rows = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
+        out = np.zeros(csr.shape[0], dtype=bool)
+        out[rows[np.isnan(csr.data)]] = True
+        return out
+    array = np.asarray(X)
+    return np.isnan(array) if array.dtype.kind in "fc" else np.zeros(array.shape, dtype=bool)
 
 
 class FederatedEstimatorMixin(FederatedMixin):
@@ -51,12 +91,21 @@ class FederatedEstimatorMixin(FederatedMixin):
         warm = partial and self._fitted_state() is not None
         self._check_before_rows(partial=partial)
         clients = take_clients(self, X, clients)
-        X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
-        labels, rows = self._client_rows(clients, X, y, reset=not warm)
-        if warm:
-            self._check_more_rows(X, y)
-        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm, clients=clients,
-                        **server_kwargs)
+        raw = X
+        try:
+            X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
+            labels, rows = self._client_rows(clients, X, y, reset=not warm)
+            if warm:
+                self._check_more_rows(X, y)
+            self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm,
+                            clients=clients, **server_kwargs)
+        except ValueError as exc:
+            # a direct fit names the sites that hold missing values, and what to do
+            sites = "" if "NaN" not in str(exc) or "FederatedSimpleImputer" in str(
+                exc) else _nan_sites(raw, clients)
+            if not sites:
+                raise
+            raise _with_nan_advice(exc, sites) from exc
         return self
 
     #: How ``fit`` takes Dask collections (:mod:`sklearn_fed.dask`): ``"partitions"``

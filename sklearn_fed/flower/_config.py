@@ -61,7 +61,7 @@ RUN_CONFIG_DEFAULTS = {
 #: Node-config keys a SuperNode may set (``--node-config 'site="a" data-path="..."'``).
 NODE_CONFIG_KEYS = (
     "site", "data-path", "target", "features", "weight-column", "round-column", "key-file",
-    "min-rows", "max-epsilon", "allowed-features", "allowed-kinds",
+    "min-rows", "max-epsilon", "allowed-features", "allowed-kinds", "columns-in-order",
 )
 
 _ARRAY_TAG = "ndarray"
@@ -295,6 +295,15 @@ def _number(config, key, default, kind, minimum):
     return value
 
 
+def _flag(config, key):
+    value = config.get(key, False)
+    if value in ("true", "false"):  # as a shell or a TOML file may write it
+        value = value == "true"
+    if type(value) is not bool:
+        raise ValueError(f"{key} must be true or false; got {value!r}.")
+    return value
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """The server app's run-config settings (see :data:`RUN_CONFIG_DEFAULTS`).
@@ -402,6 +411,7 @@ class NodeSettings:
                                                                  float, 0.0),
             allowed_features=listed("allowed-features"),
             allowed_kinds=listed("allowed-kinds"),
+            columns_in_order=_flag(config, "columns-in-order"),
         )
         return cls(
             site=site,
