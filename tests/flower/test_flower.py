@@ -9,6 +9,7 @@ estimators: each Flower message starts a ClientApp process).
 import functools
 import io
 import json
+import logging
 import re
 import shutil
 import time
@@ -499,13 +500,29 @@ def test_tampered_reply_is_rejected_naming_the_site(tmp_path, task_identity):
     assert dropped.clients_.tolist() == ["a", "c"]
 
 
-def test_a_node_without_the_sites_key_is_refused(tmp_path, task_identity):
+def test_a_node_without_the_sites_key_is_refused(tmp_path, task_identity, caplog):
     sites = _site_rows()
     configs = _node_configs(tmp_path, sites, KEYS)
     (tmp_path / "c.key").write_text("an-impostor-key-that-is-long-enough")
     config = _run_config(FederatedRidge(), tmp_path, KEYS)
-    fitted = run_server(FakeGrid(configs, config), config)  # c cannot read its task: dropout
+    with caplog.at_level(logging.WARNING, logger="sklearn_fed.flower"):
+        fitted = run_server(FakeGrid(configs, config), config)  # c cannot read its task
     assert fitted.clients_.tolist() == ["a", "b"]
+    # said where it can be fixed: at the site, naming the key file to compare
+    said = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert any("site 'c' cannot read the server's task: the task does not verify under site "
+               "'c''s key" in text and f"(this node's key-file: {tmp_path / 'c.key'})" in text
+               for text in said), said
+
+
+def test_node_config_says_whether_unnamed_columns_are_in_order():
+    node = {"site": "a", "data-path": "a.npz"}
+    assert not NodeSettings.from_node_config(node).policy.columns_in_order
+    for value in (True, "true"):
+        settings = NodeSettings.from_node_config({**node, "columns-in-order": value})
+        assert settings.policy.columns_in_order
+    with pytest.raises(ValueError, match="columns-in-order must be true or false; got 'yes'"):
+        NodeSettings.from_node_config({**node, "columns-in-order": "yes"})
 
 
 @pytest.mark.filterwarnings("ignore:FederatedLogisticRegression did not converge")
