@@ -243,8 +243,10 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
 
     Every step must be federated (an sklearn_fed estimator, a
     :class:`~sklearn_fed.compose.FederatedColumnTransformer`, another
-    FederatedPipeline, or ``"passthrough"``): no step is ever fitted on
-    pooled rows. ``fit(X, y, clients=...)`` runs the protocol of
+    FederatedPipeline, or ``"passthrough"``) or data-free (a transformer whose
+    fit reads no rows: ``PolynomialFeatures``, ``RangeScaler``, ... see the
+    User Guide; every site fits it alike and the server checks a digest of
+    each site's fit): no step is ever fitted on pooled rows. ``fit(X, y, clients=...)`` runs the protocol of
     :mod:`sklearn_fed.pipeline` in process: one step at a time, the server
     broadcasts the fitted steps before it, and each site transforms its own
     rows and answers the step's task. The result equals the same pipeline
@@ -262,7 +264,8 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
         As in :class:`~sklearn.pipeline.Pipeline`.
     transform_input, memory, verbose
         Pipeline's; ``memory`` is not used (steps are fitted on copies,
-        then committed together).
+        then committed together); ``verbose`` prints Pipeline's line as
+        each step is fitted.
 
     Attributes
     ----------
