@@ -19,12 +19,59 @@ parameters; its public ``fit`` keeps its own docstring and is one line.
 import numpy as np
 from sklearn.utils.validation import _num_samples
 
-from ._clients import group_rows_by_client, take_clients
+from ._clients import group_rows_by_client, known_labels, take_clients
 from .protocol import FederatedMixin, InvalidClientMessage, run_simulation
 from .protocol._schema import nan_advice
 from .utils._collections import is_dask_collection
 
-__all__ = ["FederatedEstimatorMixin"]
+__all__ = ["FederatedEstimatorMixin", "set_federation_attributes"]
+
+
+def set_federation_attributes(estimator, schema, ledger, clients, *, previous_clients=(),
+                              n_features=None):
+    """Set the attributes every fitted protocol estimator has, from its server's last round.
+
+    A server's :meth:`~sklearn_fed.protocol.Server.apply` calls it when it
+    commits a model: ``communication_`` (the ledger), ``clients_`` and
+    ``n_clients_`` (every site so far, in order of first appearance),
+    ``n_features_in_`` and ``feature_names_in_`` (from the server's schema,
+    never from a reply: ``feature_names_in_`` is removed when the schema has
+    no names, as scikit-learn does).
+
+    Parameters
+    ----------
+    estimator : estimator
+        The estimator being fitted.
+    schema : FeatureSchema
+        The server's schema (:attr:`~sklearn_fed.protocol.Server.schema`).
+    ledger : CommunicationLedger
+        The round's ledger, as :meth:`~sklearn_fed.protocol.Server.apply` receives it.
+    clients : iterable of hashable
+        The sites of this fit (e.g. the round's replies, a mapping keyed by site).
+    previous_clients : sequence of hashable, default=()
+        The sites of earlier calls (``partial_fit``, warm starts), listed first.
+    n_features : int, default=None
+        ``n_features_in_`` where the schema has none (statistics given
+        directly, as in ``fit_statistics``); by default the schema's.
+
+    Examples
+    --------
+    >>> from sklearn.linear_model import LinearRegression
+    >>> from sklearn_fed.protocol import CommunicationLedger, FeatureSchema
+    >>> model = LinearRegression()
+    >>> set_federation_attributes(model, FeatureSchema(feature_names=["a", "b"]),
+    ...                           CommunicationLedger(), {"site-1": None, "site-2": None})
+    >>> model.clients_.tolist(), model.n_clients_, model.n_features_in_
+    (['site-1', 'site-2'], 2, 2)
+    """
+    estimator.communication_ = ledger
+    estimator.clients_ = known_labels(list(previous_clients), clients)
+    estimator.n_clients_ = len(estimator.clients_)
+    estimator.n_features_in_ = schema.n_features if n_features is None else n_features
+    if schema.feature_names is not None:
+        estimator.feature_names_in_ = np.asarray(schema.feature_names, dtype=object)
+    else:
+        estimator.__dict__.pop("feature_names_in_", None)
 
 
 def _nan_sites(X, clients):

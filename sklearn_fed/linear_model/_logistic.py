@@ -19,7 +19,6 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model._base import LinearClassifierMixin
 
-from .._clients import known_labels
 from .._compat import (
     Interval,
     StrOptions,
@@ -28,7 +27,7 @@ from .._compat import (
     _unique,
     check_is_fitted,
 )
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import (
     InvalidClientMessage,
     Server,
@@ -573,14 +572,7 @@ class FederatedLogisticRegression(
         self.coef_ = weights.astype(dtype)
         self.intercept_ = intercept.astype(dtype)
         self.n_iter_ = np.array([server._iterations], dtype=np.int32)
-        self.communication_ = ledger
-        self.clients_ = known_labels([], replies)
-        self.n_clients_ = len(self.clients_)
-        self.n_features_in_ = server.schema.n_features
-        if server.schema.feature_names is not None:
-            self.feature_names_in_ = np.asarray(server.schema.feature_names, dtype=object)
-        else:
-            self.__dict__.pop("feature_names_in_", None)
+        set_federation_attributes(self, server.schema, ledger, replies)
 
     def predict_proba(self, X):
         """Class probabilities: the sigmoid (two classes) or softmax of the decision values.

@@ -488,9 +488,33 @@ class Server(ABC):
             site: self.task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
         }
         if frames:
-            self._open = dict(zip(label_keys(frames), frames))  # label key -> site
-            self._task_bytes = {site: frame.nbytes for site, frame in frames.items()}
+            self.open_planned_round(
+                dict(zip(label_keys(frames), frames)),
+                {site: frame.nbytes for site, frame in frames.items()},
+            )
         return frames
+
+    @property
+    def open_sites(self):
+        """The sites sent a task in the open round (a read-only view), or None between rounds."""
+        return None if self._open is None else self._open.values()
+
+    def open_planned_round(self, sites, task_bytes):
+        """Open a round whose tasks the caller planned (:meth:`next_plan`) and sent itself.
+
+        :meth:`open_round` calls it; a transport that delivers one task to
+        many sites at once (the simulation's pooled rounds) calls it directly.
+
+        Parameters
+        ----------
+        sites : mapping
+            ``{label key: site}`` of the sites that were sent a task
+            (:func:`~sklearn_fed.protocol.label_key`); a lazy mapping is fine.
+        task_bytes : dict
+            ``{site: bytes}``: each task's size, for the ledger.
+        """
+        self._open = sites
+        self._task_bytes = task_bytes
 
     def next_plan(self, sites):
         """``plan`` of the next round, ``{}`` (and finished) when there is none."""
