@@ -56,12 +56,15 @@ Which of scikit-learn's test_logistic.py tests apply, and what stands in for wha
    [solver-specific]         the adapter was asked for what one solver adds
                              to the objective or reports: liblinear (it
                              penalizes the intercept, intercept_scaling, one-
-                             vs-rest, dual=True); warm_start (the lbfgs/sag/
-                             saga/newton restart); the callbacks API (lbfgs
-                             only); array API dispatch; or the test is one of
+                             vs-rest, dual=True); the callbacks API (lbfgs
+                             only); array API dispatch; sag/saga's refusal of
+                             64-bit sparse indices; or the test is one of
                              SOLVER_SPECIFIC_TESTS below, each with its reason;
    [l1 penalty]              penalty 'l1' or 'elasticnet', or l1_ratio > 0:
                              FederatedLogisticRegression is L2 only;
+   [no warm_start]           warm_start=True: FederatedLogisticRegression has
+                             no warm start yet (a gap of the estimator, not of
+                             a solver: its Newton rounds always start at 0);
    [no subject fitted]       the test ran but built no adapter.
   Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
   Everything else must pass (or xfail where scikit-learn marks it so)."""
@@ -69,6 +72,7 @@ Which of scikit-learn's test_logistic.py tests apply, and what stands in for wha
 NOT_APPLICABLE = "[not LogisticRegression]"
 SOLVER_SPECIFIC = "[solver-specific]"
 L1 = "[l1 penalty]"
+NO_WARM_START = "[no warm_start]"
 NO_SUBJECT = "[no subject fitted]"
 
 #: Tests (or parametrizations, by a predicate on their parameters) whose
@@ -185,7 +189,7 @@ class LogisticRegressionAdapter(FederatedLogisticRegression):
         if penalty in ("l1", "elasticnet"):
             _refuse(f"{L1} penalty={self.penalty!r}, l1_ratio={self.l1_ratio!r}")
         if self.warm_start:
-            _refuse(f"{SOLVER_SPECIFIC} warm_start")
+            _refuse(f"{NO_WARM_START} warm_start=True")
         if self.solver in ("sag", "saga") and sp.issparse(X) and X.indices.dtype != np.int32:
             _refuse(f"{SOLVER_SPECIFIC} sag and saga refuse 64-bit sparse indices")
         return FederatedLogisticRegression(C=C, fit_intercept=self.fit_intercept,
