@@ -670,6 +670,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         "n_rounds": [Interval(Integral, 1, None, closed="left")],
         "client_fraction": [Interval(Real, 0, 1, closed="right")],
         "random_state": ["random_state"],
+        "verbose": ["verbose"],
     }
 
     _protocol = None
@@ -694,6 +695,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         n_rounds=100,
         client_fraction=1.0,
         random_state=None,
+        verbose=0,
     ):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
@@ -703,6 +705,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         self.n_rounds = n_rounds
         self.client_fraction = client_fraction
         self.random_state = random_state
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

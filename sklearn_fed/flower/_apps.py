@@ -122,7 +122,13 @@ def respond(task, node, estimator, client):
         # round is read from the authenticated task, not from Flower's metadata
         in_round = decode(task, key=client.key, client="server").round
     X, y, sample_weight = node.read_data(in_round)
-    return client.respond(task, X, y, sample_weight)
+    try:
+        return client.respond(task, X, y, sample_weight)
+    except InvalidClientMessage as exc:
+        if "cannot read the server's task" not in str(exc) or not node.key_file:
+            raise
+        raise InvalidClientMessage(f"{exc} (this node's key-file: {node.key_file})",
+                                   "server") from exc
 
 
 def answer_task(message, context):
