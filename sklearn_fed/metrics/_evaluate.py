@@ -7,6 +7,7 @@ pooled over all sites' rows and per site.
 """
 
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, is_classifier
@@ -217,11 +218,14 @@ class EvaluatorServer(Server):
         pooled = scores_from(merge_stats(replies[s] for s in sites), self.metrics, self.spec,
                              params)
         per_site = {}
-        for site in sites:
-            try:
-                per_site[site] = scores_from(replies[site], self.metrics, self.spec, params)
-            except ValueError:  # undefined at that site alone (one class only): NaN
-                per_site[site] = {name: float("nan") for name in self.metrics}
+        with warnings.catch_warnings():
+            # one site's rows alone often lack a class: its scores say so (NaN, 0), quietly
+            warnings.simplefilter("ignore")
+            for site in sites:
+                try:
+                    per_site[site] = scores_from(replies[site], self.metrics, self.spec, params)
+                except ValueError:  # undefined at that site alone (one class only): NaN
+                    per_site[site] = {name: float("nan") for name in self.metrics}
         estimator.scores_ = pooled
         estimator.site_scores_ = per_site
         estimator.n_samples_ = sum(replies[s].n_rows for s in sites)

@@ -220,12 +220,12 @@ class SiteStats:
                 fail(f"array {name!r} has shape {value.shape}, expected {expected[name]}.")
             if name in rank and (value.ndim != 1 or len(value) > n_rows):
                 fail(f"array {name!r} must be a vector of at most n_rows values.")
+            if name.endswith("counts") and value.dtype.kind not in "iu":
+                fail(f"array {name!r} must hold integers.")
             value = np.array(value, dtype=np.int64 if name.endswith("counts") else np.float64)
             if not np.isfinite(value).all() or (name not in ("y_mean", "scores") and (
                     value < 0).any()):
                 fail(f"array {name!r} holds negative or non-finite values.")
-            if name.endswith("counts") and value.dtype.kind != "i":
-                fail(f"array {name!r} must hold integers.")
             checked[name] = value
         if "rank" in kinds:
             m = len(checked["scores"])
@@ -327,8 +327,8 @@ def scores_from(stats, metrics, spec, params):
         if kind == "reg":
             value = _regression(stats, base, params["multioutput"])
         elif kind == "cm":
-            y_true, y_pred, w = _label_table(stats, classes)
-            sample_weight = w if stats.weighted else np.asarray(w)
+            # counts as weights give scikit-learn's unweighted result exactly (integer sums)
+            y_true, y_pred, sample_weight = _label_table(stats, classes)
             if base == "accuracy":
                 value = accuracy_score(y_true, y_pred, sample_weight=sample_weight)
             elif base == "balanced_accuracy":
@@ -340,11 +340,14 @@ def scores_from(stats, metrics, spec, params):
                 value = matrix[np.ix_(present, present)]
             else:
                 pos_label = classes[spec["pos_index"]]
+                if isinstance(pos_label, np.generic):
+                    pos_label = pos_label.item()
+                # scikit-learn reads pos_label only for average="binary" (and warns otherwise)
                 p, r, f, _ = precision_recall_fscore_support(
                     y_true, y_pred, sample_weight=sample_weight, average=average,
-                    pos_label=pos_label.item() if isinstance(pos_label, np.generic)
-                    else pos_label, zero_division=params["zero_division"],
-                    beta=params["beta"] if base == "f1" else 1.0)
+                    zero_division=params["zero_division"],
+                    beta=params["beta"] if base == "f1" else 1.0,
+                    **({"pos_label": pos_label} if average == "binary" else {}))
                 value = {"precision": p, "recall": r, "f1": f}[base]
         elif kind == "proba":
             key = "log_loss_sum" if base == "log_loss" else "brier_sum"
