@@ -103,7 +103,8 @@ class SearchClient(Client):
                                                        else folds == k)
             Xk, yk = (X, y) if which == "all" else (_safe_indexing(X, keep), y[keep])
             wk = None if sample_weight is None else sample_weight[keep]
-            params = search._refit_params() if refit else candidates[i]
+            # the refit's candidate is named by its index in this site's own list
+            params = candidates[_int_field(part, "best", len(candidates)) if refit else i]
             estimator = self._estimators.get(i)
             if estimator is None or refit:
                 estimator = self._estimators[i] = clone(search.estimator).set_params(**params)
@@ -220,6 +221,8 @@ class SearchServer(Server):
             for j, ((i, k, rows), frame) in enumerate(parts):
                 fields.append({"candidate": i, "fold": k, "rows": rows,
                                "task": nest(frame, f"p{j}.", arrays)})
+                if i == len(self.candidates):
+                    fields[-1]["best"] = self._results["best_index_"]
             plans[site] = ({"parts": fields}, arrays)
         return plans
 
@@ -322,7 +325,6 @@ class SearchServer(Server):
         if self.estimator.refit:
             self.phase = "refit"
             best = self._results["best_index_"]
-            self.estimator._best_params = self.candidates[best]
             self.refit_server = self._inner_server(self.candidates[best])
         else:
             self.phase = "done"
@@ -363,13 +365,6 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
     def _metrics(self):
         """The metrics each fold is scored with; the first ranks the candidates."""
         return [self.scoring or default_metric(self.estimator)]
-
-    def _refit_params(self):
-        params = getattr(self, "_best_params", None)
-        if params is None:  # a site: the server names the candidate it refits
-            raise InvalidClientMessage("server: a refit before any candidate was scored.",
-                                       "server")
-        return params
 
     def _results(self, candidates, n_splits, scores):
         """``cv_results_`` and the best candidate, as scikit-learn's searches compute them."""
@@ -431,7 +426,6 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
         names = None
         if columns is not None and all(isinstance(c, str) for c in columns):
             names = [str(c) for c in columns]
-        self.__dict__.pop("_best_params", None)
         server = self.make_server(feature_names=names)
         run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
         return self

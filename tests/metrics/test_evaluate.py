@@ -6,7 +6,11 @@ import pytest
 from sklearn import metrics as M
 from sklearn.datasets import load_breast_cancer, load_iris
 
-from sklearn_fed import FederatedLogisticRegression, FederatedRidge, InvalidClientMessage
+from sklearn_fed import (
+    FederatedLogisticRegression,
+    FederatedRidge,
+    InvalidClientMessage,
+)
 from sklearn_fed.metrics import FederatedEvaluator, federated_score
 from sklearn_fed.protocol import decode, encode, simulate_through_bytes
 
