@@ -12,6 +12,7 @@ SuperNode: where its rows are, its label, its key and its policy. It never
 leaves the node.
 """
 
+import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ RUN_CONFIG_DEFAULTS = {
     "max-rounds": 0,
     "feature-names": "",
     "node-sites": "",
+    "evaluate-model": "",
 }
 
 #: Node-config keys a SuperNode may set (``--node-config 'site="a" data-path="..."'``).
@@ -60,6 +62,9 @@ NODE_CONFIG_KEYS = (
 )
 
 _ARRAY_TAG = "ndarray"
+# an estimator inside the parameters (a search's or an evaluator's): its class and
+# parameters, never its fitted state, e.g. {"sklearn-fed": "FederatedRidge", "params": {}}
+_ESTIMATOR_TAG = "sklearn-fed"
 
 
 # ------------------------------------------------------------------ estimators
@@ -75,6 +80,13 @@ def _registry_class(name):
     return cls
 
 
+def _required_parameters(cls):
+    """Whether ``cls()`` needs arguments (a search needs its estimator and grid)."""
+    return any(p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD
+               for name, p in inspect.signature(cls.__init__).parameters.items()
+               if name != "self")
+
+
 def _encode_value(value, where):
     if isinstance(value, np.generic):
         value = value.item()
@@ -84,6 +96,10 @@ def _encode_value(value, where):
         if not math.isfinite(value):
             raise TypeError(f"{where} is {value!r}; a run config carries finite numbers only.")
         return value
+    if isinstance(value, FederatedMixin):
+        nested = estimator_to_config(value)
+        return {_ESTIMATOR_TAG: nested["estimator"],
+                "params": json.loads(nested["estimator-params"])}
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"{where} is an array of dtype {value.dtype}; only numbers travel.")
@@ -91,8 +107,8 @@ def _encode_value(value, where):
     if isinstance(value, (list, tuple)):
         return [_encode_value(item, where) for item in value]
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        if set(value) == {_ARRAY_TAG, "dtype"}:
-            raise TypeError(f"{where} is a dict with the reserved keys of an encoded array.")
+        if set(value) == {_ARRAY_TAG, "dtype"} or _ESTIMATOR_TAG in value:
+            raise TypeError(f"{where} is a dict with the reserved keys of an encoded value.")
         return {key: _encode_value(item, where) for key, item in value.items()}
     raise TypeError(
         f"{where} is a {type(value).__name__}, which a run config cannot carry (JSON "
@@ -102,6 +118,12 @@ def _encode_value(value, where):
 
 def _decode_value(value):
     if isinstance(value, dict):
+        if _ESTIMATOR_TAG in value:
+            if set(value) != {_ESTIMATOR_TAG, "params"}:
+                raise ValueError(f"a nested estimator is {{{_ESTIMATOR_TAG!r}: name, 'params': "
+                                 "{...}}; got keys " + str(sorted(value)))
+            return estimator_from_config({"estimator": value[_ESTIMATOR_TAG],
+                                          "estimator-params": json.dumps(value["params"])})
         if set(value) == {_ARRAY_TAG, "dtype"}:
             return np.asarray(value[_ARRAY_TAG], dtype=np.dtype(value["dtype"]))
         return {key: _decode_value(item) for key, item in value.items()}
@@ -146,8 +168,11 @@ def estimator_to_config(estimator):
     name = type(estimator).__name__
     if _registry_class(name) is not type(estimator):
         raise ValueError(f"{name} is not sklearn-fed's own {name}; a run config names classes.")
-    # a new instance's parameters are the defaults (also those a skorch net takes as kwargs)
-    defaults = type(estimator)().get_params(deep=False)
+    # the signature's defaults (a meta-estimator's required estimator has none: always written)
+    defaults = {
+        key: p.default for key, p in inspect.signature(type(estimator).__init__).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    } if _required_parameters(type(estimator)) else type(estimator)().get_params(deep=False)
     params = {}
     for key, value in estimator.get_params(deep=False).items():
         # skorch lists every attribute not ending in "_", private ones too: not parameters
@@ -255,6 +280,7 @@ class ServerSettings:
     max_rounds: int
     feature_names: tuple
     node_sites: dict
+    evaluate_model: str = ""
 
     @classmethod
     def from_run_config(cls, config):
@@ -283,6 +309,7 @@ class ServerSettings:
             max_rounds=_number(config, "max-rounds", 0, int, 0),
             feature_names=names,
             node_sites={int(key): label for key, label in node_sites.items()},
+            evaluate_model=str(config.get("evaluate-model", "")),
         )
 
     def server_kwargs(self):

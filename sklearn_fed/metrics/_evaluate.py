@@ -8,10 +8,12 @@ pooled over all sites' rows and per site.
 
 import numbers
 import warnings
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, is_classifier
 from sklearn.utils import _safe_indexing
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .._clients import group_rows_by_client, take_clients
@@ -318,6 +320,16 @@ class FederatedEvaluator(FederatedMixin, BaseEstimator):
 
     _server_role = EvaluatorServer
     _client_role = EvaluatorClient
+    _parameter_constraints: ClassVar[dict] = {
+        "estimator": [HasMethods(["predict"]), None],
+        "metrics": [str, list, tuple, None],
+        "average": [StrOptions({"binary", "micro", "macro", "weighted", "samples"}), None],
+        "pos_label": "no_validation",
+        "multioutput": [StrOptions({"uniform_average", "raw_values"})],
+        "zero_division": [StrOptions({"warn"}), numbers.Real],
+        "beta": [Interval(numbers.Real, 0, None, closed="left")],
+        "score_decimals": [Interval(numbers.Integral, 0, 15, closed="both"), None],
+    }
 
     def __init__(self, estimator=None, *, metrics=None, average="binary", pos_label=None,
                  multioutput="uniform_average", zero_division="warn", beta=1.0,
@@ -366,6 +378,7 @@ class FederatedEvaluator(FederatedMixin, BaseEstimator):
         self : FederatedEvaluator
             With ``scores_`` and ``site_scores_``.
         """
+        self._validate_params()
         run_evaluation(self, X, y, sample_weight, clients)
         return self
 

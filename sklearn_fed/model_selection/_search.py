@@ -14,12 +14,14 @@ fitted on every row, in the same run.
 
 import numbers
 import time
+from typing import ClassVar
 
 import numpy as np
 from scipy.stats import rankdata
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.utils import _safe_indexing
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
 from .._clients import group_rows_by_client, take_clients
@@ -45,7 +47,7 @@ from ..protocol import (
     sorted_labels,
     unnest,
 )
-from ._split import LeaveSitesOut, check_site_cv
+from ._split import LeaveSitesOut, SiteKFold, check_site_cv
 
 __all__ = ["FederatedGridSearchCV", "FederatedRandomizedSearchCV"]
 
@@ -355,6 +357,13 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
 
     _server_role = SearchServer
     _client_role = SearchClient
+    _parameter_constraints: ClassVar[dict] = {
+        "estimator": [HasMethods(["make_server", "make_client"])],
+        "scoring": [str, list, tuple, None],
+        "refit": ["boolean"],
+        "cv": [Interval(numbers.Integral, 2, None, closed="left"), StrOptions({"sites"}),
+               SiteKFold, LeaveSitesOut],
+    }
 
     def __init__(self, estimator, *, scoring=None, refit=True, cv=5):
         self.estimator = estimator
@@ -413,6 +422,7 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
         -------
         self
         """
+        self._validate_params()
         n_samples = _num_samples(X)
         clients = np.zeros(n_samples, dtype=int) if clients is None else take_clients(
             self, X, clients)
@@ -530,6 +540,9 @@ class FederatedGridSearchCV(_FederatedSearchCV):
     True
     """
 
+    _parameter_constraints: ClassVar[dict] = {**_FederatedSearchCV._parameter_constraints,
+                              "param_grid": [dict, list]}
+
     def __init__(self, estimator, param_grid, *, scoring=None, refit=True, cv=5):
         super().__init__(estimator, scoring=scoring, refit=refit, cv=cv)
         self.param_grid = param_grid
@@ -568,6 +581,13 @@ class FederatedRandomizedSearchCV(_FederatedSearchCV):
     >>> len(search.fit(X, y, clients=sites).cv_results_["params"])
     4
     """
+
+    _parameter_constraints: ClassVar[dict] = {
+        **_FederatedSearchCV._parameter_constraints,
+        "param_distributions": [dict, list],
+        "n_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "random_state": [Interval(numbers.Integral, 0, None, closed="left"), None],
+    }
 
     def __init__(self, estimator, param_distributions, *, n_iter=10, scoring=None, refit=True,
                  cv=5, random_state=None):
