@@ -17,6 +17,7 @@ from .decomposition import FederatedPCA
 from .impute import FederatedSimpleImputer
 from .linear_model import (
     FederatedLogisticRegression,
+    FederatedLogisticRegressionCV,
     FederatedRidge,
     FederatedRidgeClassifier,
     FederatedRidgeClassifierCV,
@@ -67,6 +68,7 @@ __all__ = [
     "FederatedEvaluator",
     "FederatedGridSearchCV",
     "FederatedLogisticRegression",
+    "FederatedLogisticRegressionCV",
     "FederatedMinMaxScaler",
     "FederatedOneHotEncoder",
     "FederatedPCA",

@@ -109,7 +109,7 @@ class SearchClient(Client):
             params = candidates[_int_field(part, "best", len(candidates)) if refit else i]
             estimator = self._estimators.get(i)
             if estimator is None or refit:
-                estimator = self._estimators[i] = clone(search.estimator).set_params(**params)
+                estimator = self._estimators[i] = clone(search._base_estimator()).set_params(**params)
             if part.get("evaluate") is True:
                 fields, part_arrays = answer_evaluation(
                     estimator, part.get("task", {}), task.arrays, Xk, yk, wk, task.site,
@@ -166,7 +166,7 @@ class SearchServer(Server):
 
     # ----------------------------------------------------------- planning
     def _inner_server(self, params):
-        base = clone(self.estimator.estimator).set_params(**params)
+        base = clone(self.estimator._base_estimator()).set_params(**params)
         return base.make_server(on_invalid=self.on_invalid,
                                 max_message_bytes=self.max_message_bytes,
                                 feature_names=self.schema.feature_names,
@@ -338,7 +338,6 @@ class SearchServer(Server):
             setattr(estimator, name, value)
         if self.refit_server is not None:
             estimator.best_estimator_ = self.refit_server.estimator
-            estimator.refit_time_ = 0.0
         estimator.n_splits_ = self.n_splits
         estimator._test_scores = self.test_scores
         estimator.scorer_ = self.scoring
@@ -349,6 +348,7 @@ class SearchServer(Server):
             estimator.n_features_in_ = self.schema.n_features
         if self.schema.feature_names is not None:
             estimator.feature_names_in_ = np.asarray(self.schema.feature_names, dtype=object)
+        estimator._finish(self.fitted)
         self.phase = "done"
 
 
@@ -373,7 +373,14 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
 
     def _metrics(self):
         """The metrics each fold is scored with; the first ranks the candidates."""
-        return [self.scoring or default_metric(self.estimator)]
+        return [self.scoring or default_metric(self._base_estimator())]
+
+    def _base_estimator(self):
+        """The estimator whose protocol fits each candidate (``estimator`` here)."""
+        return self.estimator
+
+    def _finish(self, fitted):
+        """After the search: ``fitted`` is ``{(candidate, fold): model}``; nothing by default."""
 
     def _results(self, candidates, n_splits, scores):
         """``cv_results_`` and the best candidate, as scikit-learn's searches compute them."""
@@ -467,8 +474,9 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.estimator_type = "classifier" if is_classifier(self.estimator) else (
-            "regressor" if getattr(self.estimator, "_estimator_type", None) == "regressor"
+        base = self._base_estimator()
+        tags.estimator_type = "classifier" if is_classifier(base) else (
+            "regressor" if getattr(base, "_estimator_type", None) == "regressor"
             else tags.estimator_type)
         return tags
 

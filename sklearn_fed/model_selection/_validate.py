@@ -17,7 +17,7 @@ class _CrossValidation(FederatedGridSearchCV):
         super().__init__(estimator, {}, scoring=scoring, refit=False, cv=cv)
 
     def _metrics(self):
-        scoring = self.scoring or default_metric(self.estimator)
+        scoring = self.scoring or default_metric(self._base_estimator())
         return [scoring] if isinstance(scoring, str) else list(scoring)
 
 
