@@ -28,10 +28,10 @@ __all__ = [
     "FederatedRidgeClassifier",
     "FederatedRidgeClassifierCV",
     "IncrementalFederatedRidge",
-    "fesc_weights",
     "PrivateFederatedRidge",
     "ProjectedFederatedRidge",
     "RobustAggregation",
+    "fesc_weights",
     "solve_ridge",
     "solve_ridge_factor",
 ]

@@ -320,6 +320,8 @@ class FederatedEvaluator(FederatedMixin, BaseEstimator):
 
     _server_role = EvaluatorServer
     _client_role = EvaluatorClient
+    #: On Flower the server reads the fitted model from the run config's ``evaluate-model``.
+    _evaluates_fitted_model = True
     _parameter_constraints: ClassVar[dict] = {
         "estimator": [HasMethods(["predict"]), None],
         "metrics": [str, list, tuple, None],
