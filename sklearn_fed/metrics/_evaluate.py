@@ -311,7 +311,7 @@ class FederatedEvaluator(FederatedMixin, BaseEstimator):
     >>> model = FederatedLogisticRegression().fit(X, y, clients=sites)
     >>> ev = FederatedEvaluator(model, metrics=["accuracy", "roc_auc"]).fit(X, y, clients=sites)
     >>> round(ev.scores_["roc_auc"], 4)
-    0.9954
+    0.9974
     >>> ev.scores_["roc_auc"] == roc_auc_score(y, model.decision_function(X))
     True
     >>> sorted(ev.site_scores_)

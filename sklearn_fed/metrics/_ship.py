@@ -60,7 +60,7 @@ def model_state(estimator):
     >>> model = FederatedRidge().fit(np.eye(3), [1.0, 2.0, 3.0])
     >>> fields, arrays = model_state(model)
     >>> sorted(fields["attributes"])
-    ['coef_', 'intercept_', 'n_features_in_', 'n_iter_', 'solver_']
+    ['coef_', 'intercept_', 'n_features_in_', 'solver_']
     >>> site = load_model_state(FederatedRidge(), fields, arrays)
     >>> bool((site.predict(np.eye(3)) == model.predict(np.eye(3))).all())
     True
