@@ -131,17 +131,15 @@ def site_rows(X, y, sample_weight, schema, site):
     return X, y, sample_weight, names
 
 
-def answer_evaluation(template, fields, arrays, X, y, sample_weight, site, *, prefix=""):
+def answer_evaluation(template, fields, arrays, X, y, sample_weight, site):
     """``(fields, arrays)`` of a site's sums for an evaluation task (also nested in a search)."""
     if type(fields.get("model_class")) is not str or fields["model_class"] != type(
             template).__name__:
         _server_error(f"the task evaluates a {fields.get('model_class')!r}; this site runs "
                       f"{type(template).__name__}.")
-    spec_arrays = {k[len(prefix) + 2:]: v for k, v in arrays.items()
-                   if k.startswith(prefix + "c.")}
+    spec_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("c.")}
     spec = read_spec(fields.get("spec"), spec_arrays, _server_error)
-    model_arrays = {k[len(prefix) + 2:]: v for k, v in arrays.items()
-                    if k.startswith(prefix + "m.")}
+    model_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("m.")}
     try:
         model = load_model_state(template, fields.get("model"), model_arrays)
     except AttributeError as exc:
@@ -153,12 +151,12 @@ def answer_evaluation(template, fields, arrays, X, y, sample_weight, site, *, pr
         raise ValueError(f"site {site!r}: cannot evaluate the model on its rows: {exc}") from exc
 
 
-def evaluation_task(model, metrics, pos_label, score_decimals, prefix=""):
-    """``(fields, arrays)`` of an evaluation task for ``model`` (arrays under ``prefix``)."""
+def evaluation_task(model, metrics, pos_label, score_decimals):
+    """``(fields, arrays)`` of an evaluation task for ``model``."""
     spec, spec_arrays = evaluation_spec(model, metrics, pos_label, score_decimals)
     fields, state_arrays = model_state(model)
-    arrays = {f"{prefix}c.{k}": v for k, v in spec_arrays.items()}
-    arrays.update({f"{prefix}m.{k}": v for k, v in state_arrays.items()})
+    arrays = {f"c.{k}": v for k, v in spec_arrays.items()}
+    arrays.update({f"m.{k}": v for k, v in state_arrays.items()})
     return {"model_class": type(model).__name__, "model": fields, "spec": spec}, arrays
 
 

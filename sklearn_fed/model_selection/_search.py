@@ -66,6 +66,19 @@ def _int_field(fields, name, upper):
     return value
 
 
+def _split_parts(arrays, n_parts):
+    """``[{name: array}]`` of each part ``j`` (arrays named ``"p<j>.<name>"``), in one pass."""
+    by_part = [{} for _ in range(n_parts)]
+    for name, value in arrays.items():
+        head, dot, rest = name.partition(".")
+        j = head[1:]
+        if not (dot and head[:1] == "p" and j.isdigit() and int(j) < n_parts
+                and str(int(j)) == j):
+            _server_error(f"array {name!r} belongs to no part of the message.")
+        by_part[int(j)][rest] = value
+    return by_part
+
+
 class SearchClient(Client):
     """A site of a search: answers each ``(candidate, fold)`` part from that fold's rows."""
 
@@ -74,8 +87,9 @@ class SearchClient(Client):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
-        self._parts = {}  # (site, candidate, fold, rows, schema) -> (role, validated rows)
         self._estimators = {}  # candidate -> its unfitted estimator
+        self._clients = {}  # candidate -> its client role (roles keep no state)
+        self._checked = {}  # (site, fold, rows, role class, schema) -> (rows, validated)
 
     def check_rows(self, X, y, sample_weight, schema, site):
         return site_rows(X, y, sample_weight, schema, site)
@@ -90,6 +104,8 @@ class SearchClient(Client):
         if not (isinstance(parts, list) and 0 < len(parts) <= 2**16):
             _server_error("malformed search task (parts).")
         folds = None if isinstance(cv, LeaveSitesOut) else cv.site_folds(_num_samples(X))
+        by_part = _split_parts(task.arrays, len(parts))
+        fold_rows = {}  # (fold, which) -> that fold's rows, taken once for every candidate
         out, arrays = [], {}
         for j, part in enumerate(parts):
             if not isinstance(part, dict):
@@ -101,43 +117,46 @@ class SearchClient(Client):
             if which not in ("train", "test", "all") or (
                     (folds is None or refit) != (which == "all")):
                 _server_error("the task's rows do not follow this site's folds.")
-            keep = slice(None) if which == "all" else (folds != k if which == "train"
-                                                       else folds == k)
-            Xk, yk = (X, y) if which == "all" else (_safe_indexing(X, keep), y[keep])
-            wk = None if sample_weight is None else sample_weight[keep]
+            if (k, which) not in fold_rows:
+                keep = slice(None) if which == "all" else (
+                    folds != k if which == "train" else folds == k)
+                fold_rows[(k, which)] = (X, y, sample_weight) if which == "all" else (
+                    _safe_indexing(X, keep), y[keep],
+                    None if sample_weight is None else sample_weight[keep])
+            Xk, yk, wk = fold_rows[(k, which)]
             # the refit's candidate is named by its index in this site's own list
-            params = candidates[_int_field(part, "best", len(candidates)) if refit else i]
-            estimator = self._estimators.get(i)
-            if estimator is None or refit:
-                estimator = self._estimators[i] = clone(search._base_estimator()).set_params(**params)
+            index = _int_field(part, "best", len(candidates)) if refit else i
+            estimator = self._estimators.get(index)
+            if estimator is None:
+                estimator = clone(search._base_estimator()).set_params(**candidates[index])
+                self._estimators[index] = estimator
             if part.get("evaluate") is True:
                 fields, part_arrays = answer_evaluation(
-                    estimator, part.get("task", {}), task.arrays, Xk, yk, wk, task.site,
-                    prefix=f"p{j}.")
+                    estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site)
                 for name, value in part_arrays.items():
                     arrays[f"p{j}.{name}"] = value
                 out.append({"candidate": i, "fold": k, "reply": fields})
                 continue
-            inner = unnest(part.get("task"), task.arrays, f"p{j}.", site=task.site,
-                           fail=_server_error)
-            # The part's role and its validated rows are kept for the part's next rounds:
-            # the same rows and task schema give the same checks (a role keeps no state).
-            key = (label_key(task.site), i, k, id(X), repr(inner.schema))
-            cached = self._parts.get(key)
-            if cached is None:
-                client = estimator.make_client(policy=self.policy)
-                client.check_task(inner)
-                try:
-                    schema = FeatureSchema.from_json(inner.schema)
-                except ValueError as exc:
-                    raise InvalidClientMessage(f"server: {exc}", "server") from exc
-                cached = (client, *client.check_rows(Xk, yk, wk, schema, task.site))
-                self._parts[key] = cached
-            client, Xc, yc, wc, names = cached
+            inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=_server_error)
+            client = self._clients.get(index)
+            if client is None:
+                client = self._clients[index] = estimator.make_client(policy=self.policy)
             client.check_task(inner)
+            try:
+                schema = FeatureSchema.from_json(inner.schema)
+            except ValueError as exc:
+                raise InvalidClientMessage(f"server: {exc}", "server") from exc
+            # A fold's rows validated by a role of this class against this schema are kept
+            # for every candidate and round: validation reads the role's class and the
+            # task's schema, not hyperparameters (the rows are held, so they are these rows)
+            key = (label_key(task.site), k, which, type(client), repr(inner.schema))
+            held, checked = self._checked.get(key, (None, None))
+            if held is not Xk:
+                checked = client.check_rows(Xk, yk, wk, schema, task.site)
+                self._checked[key] = (Xk, checked)
+            Xc, yc, wc, names = checked
             if self.policy is not None:
-                self.policy.check_task(client.protocol, inner, FeatureSchema.from_json(
-                    inner.schema), Xc.shape[0], task.site)
+                self.policy.check_task(client.protocol, inner, schema, Xc.shape[0], task.site)
             reply = client.reply(inner, Xc, yc, wc, None, names)
             out.append({"candidate": i, "fold": k, "reply": nest(reply, f"p{j}.", arrays)})
         return {"parts": out}, arrays
@@ -257,23 +276,22 @@ class SearchServer(Server):
         if set(frame.fields) != {"parts"} or not isinstance(parts, list) or len(parts) != len(
                 sent):
             fail("the reply does not answer every part of its task.")
+        try:
+            by_part = _split_parts(frame.arrays, len(sent))
+        except InvalidClientMessage:
+            fail("the reply has arrays that belong to no part.")
         parsed = {}
         for j, (part, key) in enumerate(zip(parts, sent)):
             if not (isinstance(part, dict) and set(part) == {"candidate", "fold", "reply"}
                     and (part["candidate"], part["fold"]) == key):
                 fail(f"part {j} of the reply does not answer part {j} of the task.")
-            arrays = {n[len(f"p{j}."):]: v for n, v in frame.arrays.items()
-                      if n.startswith(f"p{j}.")}
+            arrays = by_part[j]
             if self._planned == "score":
                 if not isinstance(part["reply"], dict):
                     fail("malformed scores.")
                 parsed[key] = SiteStats.read(part["reply"], arrays, self._eval[key], fail)
             else:
-                parsed[key] = unnest(part["reply"], frame.arrays, f"p{j}.", site=site,
-                                     fail=fail)
-        prefixes = {f"p{j}." for j in range(len(sent))}
-        if any(name[: name.find(".") + 1] not in prefixes for name in frame.arrays):
-            fail("the reply has arrays that belong to no part.")
+                parsed[key] = unnest(part["reply"], arrays, "", site=site, fail=fail)
         return parsed
 
     def _sent_parts(self, site):
