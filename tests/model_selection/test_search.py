@@ -142,3 +142,44 @@ def test_bad_cv_and_small_sites_are_refused():
     with pytest.raises(ValueError, match="n_splits"):
         FederatedGridSearchCV(FederatedRidge(), {"alpha": [1.0]}, cv=300).fit(
             X, y, clients=sites)
+
+
+def test_a_pipeline_on_dataframes_is_searched_and_evaluated():
+    from sklearn_fed import FederatedEvaluator, FederatedStandardScaler
+    from sklearn_fed.pipeline import make_federated_pipeline
+
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    sites = np.arange(len(y)) % 4
+    pipe = make_federated_pipeline(FederatedStandardScaler(), FederatedLogisticRegression())
+    grid = {"federatedlogisticregression__C": [0.1, 1.0]}
+    search = FederatedGridSearchCV(pipe, grid, cv=3).fit(X, y, clients=sites)
+    pooled = GridSearchCV(pipe, grid, cv=PredefinedSplit(SiteKFold(3).pooled_test_fold(sites)))
+    pooled.fit(X, y, federatedlogisticregression__clients=sites,
+               federatedstandardscaler__clients=sites)
+    np.testing.assert_allclose(search.cv_results_["mean_test_score"],
+                               pooled.cv_results_["mean_test_score"], rtol=1e-12)
+    assert list(search.feature_names_in_) == list(X.columns)
+    model = search.best_estimator_
+    scores = FederatedEvaluator(model, metrics=["accuracy", "roc_auc"]).fit(
+        X, y, clients=sites).scores_
+    assert scores["accuracy"] == model.score(X, y)
+
+
+def test_a_reply_with_parts_of_another_task_is_refused_naming_the_site():
+    from sklearn_fed import InvalidClientMessage
+    from sklearn_fed.protocol import decode, encode
+
+    X, y, sites = _regression()
+    search = FederatedGridSearchCV(FederatedRidge(), {"alpha": [0.1, 1.0]}, cv=2)
+    server, client = search.make_server(), search.make_client()
+    tasks = server.next_tasks(list(range(4)))
+    replies = {s: client.respond(t, X[sites == s], y[sites == s]) for s, t in tasks.items()}
+    for tamper in (lambda f: f.fields["parts"].reverse(),  # answers in another order
+                   lambda f: f.fields["parts"].pop(),  # one part unanswered
+                   lambda f: f.arrays.__setitem__("p9.x", np.zeros(1))):  # a stray array
+        frame = decode(replies[2])
+        tamper(frame)
+        with pytest.raises(InvalidClientMessage, match="client 2"):
+            server.receive({**replies, 2: encode(frame)})
+    server.receive(replies)  # the honest round is still open, and applies
+    assert server.round == 1
