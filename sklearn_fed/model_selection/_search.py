@@ -169,6 +169,12 @@ class SearchServer(Server):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        base = estimator._base_estimator()
+        if getattr(base, "_protocol_rounds_in_fit", None):
+            raise ValueError(
+                f"{type(base).__name__} is a streaming protocol (its sites keep rows between "
+                "rounds): a search refits each candidate from each fold's rows, which it "
+                "cannot do; search a one-shot estimator such as FederatedRidge.")
         self.candidates = estimator._candidates()
         self.cv = check_site_cv(estimator.cv)
         self.metrics = estimator._metrics()

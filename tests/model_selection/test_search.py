@@ -139,6 +139,11 @@ def test_bad_cv_and_small_sites_are_refused():
     with pytest.raises(ValueError, match="cv. parameter"):
         FederatedGridSearchCV(FederatedRidge(), {"alpha": [1.0]}, cv=PredefinedSplit(
             [0, 1])).fit(X, y, clients=sites)
+    from sklearn_fed import IncrementalFederatedRidge
+
+    with pytest.raises(ValueError, match="streaming protocol"):
+        FederatedGridSearchCV(IncrementalFederatedRidge(), {"alpha": [1.0]}).fit(
+            X, y, clients=sites)
     with pytest.raises(ValueError, match="n_splits"):
         FederatedGridSearchCV(FederatedRidge(), {"alpha": [1.0]}, cv=300).fit(
             X, y, clients=sites)
