@@ -23,6 +23,7 @@ import sklearn_fed
 
 from ..datasets import load_site_data
 from ..protocol import FederatedMixin, SitePolicy, plain_label
+from ._trust import check_depth
 
 __all__ = [
     "NODE_CONFIG_KEYS",
@@ -60,6 +61,18 @@ NODE_CONFIG_KEYS = (
 )
 
 _ARRAY_TAG = "ndarray"
+#: The dtypes a run config's array may have (what ``dtype.str`` writes for them): a dtype
+#: string is never parsed by numpy as given, so "(1099511627776,)f8" (8 TB per element) is
+#: refused before anything is allocated.
+CONFIG_ARRAY_DTYPES = frozenset(
+    np.dtype(name).str for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float32", "float64",
+    )
+)
+#: Most values in a run config's array, and deepest nesting of ``estimator-params``.
+MAX_CONFIG_ARRAY_SIZE = 1_000_000
+MAX_CONFIG_DEPTH = 32
 
 
 # ------------------------------------------------------------------ estimators
@@ -100,13 +113,40 @@ def _encode_value(value, where):
     )
 
 
-def _decode_value(value):
+def _decode_array(value, where):
+    dtype = value["dtype"]
+    if not (isinstance(dtype, str) and dtype in CONFIG_ARRAY_DTYPES):
+        raise ValueError(f"{where}: an array's dtype is {str(dtype)[:60]!r}; a run config's "
+                         f"arrays have one of {sorted(CONFIG_ARRAY_DTYPES)}.")
+    items, size, stack = value[_ARRAY_TAG], 0, [value[_ARRAY_TAG]]
+    while stack:  # count the values before numpy allocates anything
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        size += 1
+        if size > MAX_CONFIG_ARRAY_SIZE:
+            raise ValueError(f"{where}: an array of more than {MAX_CONFIG_ARRAY_SIZE} values.")
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            if not (isinstance(item, bool) and dtype == "|b1"):
+                raise ValueError(f"{where}: an array holds {str(item)[:40]!r}, not a number.")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            array = np.array(items, dtype=np.dtype(dtype))
+    except (ValueError, TypeError, OverflowError, FloatingPointError) as exc:
+        raise ValueError(f"{where}: an array that is not {np.dtype(dtype)} ({exc}).") from None
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ValueError(f"{where}: an array with values beyond {np.dtype(dtype)}.")
+    return array
+
+
+def _decode_value(value, where="run config 'estimator-params'"):
     if isinstance(value, dict):
         if set(value) == {_ARRAY_TAG, "dtype"}:
-            return np.asarray(value[_ARRAY_TAG], dtype=np.dtype(value["dtype"]))
-        return {key: _decode_value(item) for key, item in value.items()}
+            return _decode_array(value, where)
+        return {key: _decode_value(item, where) for key, item in value.items()}
     if isinstance(value, list):
-        return [_decode_value(item) for item in value]
+        return [_decode_value(item, where) for item in value]
     return value
 
 
@@ -183,10 +223,11 @@ def estimator_from_config(run_config):
     text = run_config.get("estimator-params", RUN_CONFIG_DEFAULTS["estimator-params"]) or "{}"
     try:
         params = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"run config 'estimator-params' is not valid JSON: {exc}") from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"run config 'estimator-params' is not valid JSON: {exc}") from None
     if not isinstance(params, dict):
-        raise ValueError("run config 'estimator-params' must be a JSON object.")
+        raise ValueError("run config 'estimator-params' must be a JSON object.")  # noqa: TRY004
+    check_depth(params, "run config 'estimator-params'", limit=MAX_CONFIG_DEPTH)
     try:
         estimator = cls(**_decode_value(params))
     except TypeError as exc:
