@@ -33,7 +33,6 @@ _WEIGHTS_ABOVE_ONE = (
 )
 
 
-_FRESH_NOISE = "each fit is a new release with fresh noise, so two fits differ"
 
 
 def _expected_failures(estimator):
@@ -45,7 +44,6 @@ def _expected_failures(estimator):
                  "check_sample_weight_equivalence_on_sparse_data"],
                 _WEIGHTS_ABOVE_ONE,
             ),
-            **dict.fromkeys(["check_fit_idempotent", "check_supervised_y_2d"], _FRESH_NOISE),
         }
     return {}
 

@@ -62,20 +62,8 @@ def _data(n=300, d=4, t=None, seed=0, scale=0.6):
     return X, y, clients
 
 
-# Both checks fit one estimator twice and want the same model. Each fit is a
-# new private release, and a release never reuses the noise of an earlier one
-# (otherwise subtracting two releases would cancel it), so they cannot pass.
-NOISE_IS_NEVER_REUSED = "each fit is a new release with fresh noise, so two fits differ"
-EXPECTED_FAILED_CHECKS = {
-    "check_fit_idempotent": NOISE_IS_NEVER_REUSED,
-    "check_supervised_y_2d": NOISE_IS_NEVER_REUSED,
-}
-
-
 @pytest.mark.filterwarnings("ignore::sklearn_fed.privacy.ClippingWarning")
-@parametrize_with_checks(
-    [PrivateFederatedRidge()], expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS
-)
+@parametrize_with_checks([PrivateFederatedRidge()])  # no expected failures (issue 27)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
