@@ -80,7 +80,7 @@ def _registry_class(name):
     """The protocol estimator class exported by :mod:`sklearn_fed` under ``name``."""
     cls = getattr(sklearn_fed, name, None) if name in sklearn_fed.__all__ else None
     if not (isinstance(cls, type) and issubclass(cls, FederatedMixin)):
-        raise ValueError(
+        raise ValueError(  # noqa: TRY004 - a wrong name in a config, not a wrong type
             f"estimator {name!r} is not one of sklearn-fed's protocol estimators; the run "
             "config names a class exported by sklearn_fed that has make_server(), e.g. "
             "'FederatedRidge'."
@@ -127,9 +127,9 @@ def _decode_array(value, where):
         size += 1
         if size > MAX_CONFIG_ARRAY_SIZE:
             raise ValueError(f"{where}: an array of more than {MAX_CONFIG_ARRAY_SIZE} values.")
-        if isinstance(item, bool) or not isinstance(item, (int, float)):
-            if not (isinstance(item, bool) and dtype == "|b1"):
-                raise ValueError(f"{where}: an array holds {str(item)[:40]!r}, not a number.")
+        number = isinstance(item, (int, float)) and not isinstance(item, bool)
+        if not (number or (isinstance(item, bool) and dtype == "|b1")):
+            raise ValueError(f"{where}: an array holds {str(item)[:40]!r}, not a number.")
     try:
         with np.errstate(over="raise", invalid="raise"):
             array = np.array(items, dtype=np.dtype(dtype))
@@ -157,7 +157,7 @@ def _is_default(value, default):
         return False
     try:
         return type(value) is type(default) and bool(value == default)
-    except Exception:  # a value whose == is not a plain bool is simply sent
+    except Exception:  # noqa: BLE001 - a value whose == is not a plain bool is simply sent
         return False
 
 
@@ -218,7 +218,7 @@ def estimator_from_config(run_config):
     """
     name = run_config.get("estimator", RUN_CONFIG_DEFAULTS["estimator"])
     if not isinstance(name, str):
-        raise ValueError(f"run config 'estimator' must be a class name, got {name!r}.")
+        raise ValueError(f"run config 'estimator' must be a class name, got {name!r}.")  # noqa: TRY004
     cls = _registry_class(name)
     text = run_config.get("estimator-params", RUN_CONFIG_DEFAULTS["estimator-params"]) or "{}"
     try:

@@ -120,8 +120,8 @@ def _writable(value):
         data = sio.dumps(value)
         _audited(data, "value")
         return True
-    except Exception:  # skops cannot write it at all (a torch object, a lock, ...) or
-        return False  # writes a type that would be refused on load
+    except Exception:  # noqa: BLE001 - skops cannot write it (a torch object, a lock, ...)
+        return False  # or writes a type that would be refused on load
 
 
 def _network_payload(estimator):
@@ -143,7 +143,8 @@ def _network_from_payload(payload):
     if not (isinstance(payload.get(_NETWORK), str) and isinstance(payload.get("params"), str)
             and isinstance(payload.get("attributes"), dict)
             and isinstance(payload.get("module"), dict)):
-        raise ValueError("a torch network's entries are missing or of another type.")
+        # ValueError: load_model reports every malformed file as one, naming it
+        raise ValueError("a torch network's entries are missing or of another type.")  # noqa: TRY004
 
     estimator = estimator_from_config(
         {"estimator": payload[_NETWORK], "estimator-params": payload["params"]})
@@ -226,6 +227,6 @@ def load_model(path, *, max_bytes=None):
             return _network_from_payload(loaded)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
-    except Exception as exc:  # a forged schema skops cannot rebuild: say which file
+    except Exception as exc:  # noqa: BLE001 - a forged schema skops cannot rebuild: name the file
         raise ValueError(f"{where}: cannot be rebuilt ({type(exc).__name__}: {exc}).") from None
     return loaded

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_EXPANSION",
     "MODEL_TYPES",
+    "SKOPS_LOADERS",
     "STATE_TYPES",
     "check_archive",
     "check_depth",
@@ -180,7 +181,7 @@ def check_archive(data, where, *, max_bytes=None):
     >>> check_archive(buffer.getvalue(), "example.npz", max_bytes=16)
     Traceback (most recent call last):
     ...
-    ValueError: example.npz: decompresses to ... bytes, more than the cap of 16 ...
+    ValueError: example.npz: ... bytes, more than the cap of 16 bytes (raise max_bytes if you trust it).
     """
     cap = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     if len(data) > cap:
@@ -240,11 +241,11 @@ def check_depth(tree, where, limit=MAX_DEPTH):
 
     Examples
     --------
-    >>> check_depth([[1, {"a": [2]}]], "x", limit=4)
-    >>> check_depth([[[[[1]]]]], "x", limit=4)
+    >>> check_depth([[1, {"a": [2]}]], "x", limit=5)
+    >>> check_depth([[[[[1]]]]], "x", limit=5)
     Traceback (most recent call last):
     ...
-    ValueError: x: nested deeper than 4 levels.
+    ValueError: x: nested deeper than 5 levels.
     """
     stack = [(tree, 1)]
     while stack:

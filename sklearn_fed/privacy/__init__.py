@@ -2,7 +2,11 @@
 
 from ._accounting import PrivacyLedger, composed_noise_multiplier
 from ._bounds import ClippingWarning, RangeScaler
-from ._calibration import analytic_gaussian_std, classic_gaussian_std, gaussian_noise_std
+from ._calibration import (
+    analytic_gaussian_std,
+    classic_gaussian_std,
+    gaussian_noise_std,
+)
 from ._noise import noise_generator
 from ._secure_aggregation import MaskingKey, SecureAggregator
 
