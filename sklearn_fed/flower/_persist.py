@@ -28,6 +28,7 @@ from pathlib import Path
 from ._config import estimator_from_config, estimator_to_config
 from ._trust import (
     DEFAULT_MAX_BYTES,
+    MODEL_FUNCTIONS,
     MODEL_TYPES,
     SKOPS_LOADERS,
     check_archive,
@@ -89,7 +90,12 @@ def _schema_types(schema, where):
         if "__loader__" not in node:
             continue
         name = f"{node.get('__module__')}.{node.get('__class__')}"
-        if node["__loader__"] in SKOPS_LOADERS and name in MODEL_TYPES:
+        if node["__loader__"] == "FunctionNode":
+            if name in MODEL_FUNCTIONS:
+                names.add(name)
+            else:
+                refused.add(name[:200])
+        elif node["__loader__"] in SKOPS_LOADERS and name in MODEL_TYPES:
             names.add(name)
         else:
             refused.add(name[:200])

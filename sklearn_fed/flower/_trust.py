@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "MAX_DEPTH",
     "MAX_EXPANSION",
+    "MODEL_FUNCTIONS",
     "MODEL_TYPES",
     "SKOPS_LOADERS",
     "STATE_TYPES",
@@ -101,9 +102,26 @@ _OTHERS = (
     "numpy.ndarray", "numpy.dtype",
     # the baselines' generator: skops sets its state, no code from the file runs
     "numpy.random.mtrand.RandomState",
-    # what ColumnTransformer fits for remainder="passthrough" (func=None)
+    # the data-free steps a federated pipeline fits at every site (_composite.DATA_FREE;
+    # FunctionTransformer is also what ColumnTransformer fits for remainder="passthrough")
+    "sklearn_fed.privacy._bounds.RangeScaler",
     "sklearn.preprocessing._function_transformer.FunctionTransformer",
+    "sklearn.preprocessing._polynomial.PolynomialFeatures",
+    "sklearn.preprocessing._polynomial.SplineTransformer",
+    "sklearn.random_projection.GaussianRandomProjection",
+    "sklearn.random_projection.SparseRandomProjection",
+    "sklearn.kernel_approximation.RBFSampler",
+    "sklearn.preprocessing._data.Normalizer",
+    "sklearn.preprocessing._data.Binarizer",
+    # what those hold: SparseRandomProjection's components, SplineTransformer's splines
+    "scipy.sparse._csr.csr_matrix",
+    "scipy.interpolate._bsplines.BSpline",
 )
+#: Functions a model file may name (skops imports them and calls nothing): the array
+#: namespace scipy's BSpline keeps (SplineTransformer's splines).
+MODEL_FUNCTIONS = frozenset({
+    "scipy._lib.array_api_compat.numpy._aliases.asarray",
+})
 
 #: Every type a model file written by ``save_model`` may hold (``module.qualname``).
 MODEL_TYPES = frozenset(_OUR_ESTIMATORS + _OUR_PARTS + _NUMPY_SCALARS + _OTHERS)
@@ -116,10 +134,11 @@ STATE_TYPES = frozenset({
     "sklearn_fed.statistics._moments.ColumnMoments",
 })
 
-#: skops loaders that rebuild data only (no callable from the file is ever called)
+#: skops loaders that rebuild data only (no callable from the file is ever called);
+#: "FunctionNode" is accepted for the names of :data:`MODEL_FUNCTIONS` only
 SKOPS_LOADERS = frozenset({
     "DictNode", "DTypeNode", "JsonNode", "ListNode", "NdArrayNode", "ObjectNode",
-    "RandomStateNode", "SetNode", "SliceNode", "TupleNode", "TypeNode",
+    "RandomStateNode", "SetNode", "SliceNode", "SparseMatrixNode", "TupleNode", "TypeNode",
 })
 
 
@@ -155,7 +174,7 @@ def _plain_dtype(dtype):
             and 0 < dtype.itemsize <= _MAX_ITEMSIZE)
 
 
-def check_archive(data, where, *, max_bytes=None):
+def check_archive(data, where, *, max_bytes=None, nested=False):
     """Check a zip archive's sizes and array headers before anything is read from it.
 
     Parameters
@@ -166,6 +185,9 @@ def check_archive(data, where, *, max_bytes=None):
         What the archive is (a file name, "node state 'x'"), for the error.
     max_bytes : int, default=None
         Cap on the decompressed size; None means :data:`DEFAULT_MAX_BYTES`.
+    nested : bool, default=False
+        Whether ``data`` is a member of another archive (an ``.npz`` member is
+        checked the same way, one level deep).
 
     Raises
     ------
@@ -205,6 +227,11 @@ def check_archive(data, where, *, max_bytes=None):
         for info in members:
             if info.filename.endswith(".npy"):
                 _check_npy(archive, info, where)
+            elif info.filename.endswith(".npz"):  # a sparse matrix skops wrote with scipy
+                if nested:
+                    raise ValueError(f"{where}: an archive in an archive in an archive.")
+                check_archive(archive.read(info), f"{where}: {info.filename!r}",
+                              max_bytes=cap, nested=True)
 
 
 def _check_npy(archive, info, where):

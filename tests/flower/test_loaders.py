@@ -321,3 +321,14 @@ def test_archive_check_alone():
     check_archive(buffer.getvalue(), "ok.npz")
     with pytest.raises(ValueError, match="ok.npz: .* more than the cap of 10 bytes"):
         check_archive(buffer.getvalue(), "ok.npz", max_bytes=10)
+
+
+def test_an_npz_inside_a_model_file_is_checked_too():
+    # skops writes a sparse matrix (SparseRandomProjection's components) as an .npz member
+    inner = _rewritten(_npz(data=np.zeros(2)), {}, {"indices.npy": FORGED_HEADER})
+    outer = io.BytesIO()
+    with zipfile.ZipFile(outer, "w") as archive:
+        archive.writestr("schema.json", "{}")
+        archive.writestr("123.npz", inner)
+    _refused(lambda: check_archive(outer.getvalue(), "m.skops"), "m.skops: '123.npz'",
+             "truncated or forged")

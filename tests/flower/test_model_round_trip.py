@@ -145,3 +145,33 @@ def test_saved_model_loads_back_the_same(name, tmp_path):
         assert expected.keys() == got.keys() and expected, name
         for method in expected:
             np.testing.assert_array_equal(got[method], expected[method], err_msg=method)
+
+
+def _data_free_step(name):
+    from sklearn_fed._composite import DATA_FREE
+
+    params = {
+        "RangeScaler": {"ranges": [(-3.0, 3.0)] * 3},
+        "GaussianRandomProjection": {"n_components": 2, "random_state": 0},
+        "SparseRandomProjection": {"n_components": 2, "random_state": 0},
+        "RBFSampler": {"n_components": 5, "random_state": 0},
+        "SplineTransformer": {"knots": np.linspace(-3, 3, 5)[:, None].repeat(3, axis=1)},
+    }
+    return DATA_FREE[name](**params.get(name, {}))
+
+
+def _data_free_names():
+    from sklearn_fed._composite import DATA_FREE
+
+    return sorted(DATA_FREE)
+
+
+@pytest.mark.parametrize("name", _data_free_names())
+def test_pipeline_with_a_data_free_step_loads_back_the_same(name, tmp_path):
+    """Every data-free step a federated pipeline may hold is on the load allow-list."""
+    model = make_federated_pipeline(_data_free_step(name), S.FederatedRidge()).fit(
+        X, y, clients=clients)
+    save_model(model, tmp_path / "model.skops")
+    loaded = load_model(tmp_path / "model.skops")
+    assert [type(step) for _, step in loaded.steps] == [type(step) for _, step in model.steps]
+    np.testing.assert_array_equal(loaded.predict(X[:5]), model.predict(X[:5]))
