@@ -131,7 +131,12 @@ def answer_task(message, context):
         client = estimator.make_client(key=key, policy=node.policy, site=node.site)
         saved = context.state.config_records.get(STATE_RECORD, {})
         for name, data in saved.items():
-            setattr(client, name, read_state(data))
+            where = f"node state {STATE_RECORD}[{name!r}]"
+            # only attributes _kept_state writes: never a dunder nor what is rebuilt
+            if not (name.isidentifier() and not name.startswith("__")
+                    and name not in _CONFIGURED):
+                raise ValueError(f"{where}: not an attribute a client role keeps.")
+            setattr(client, name, read_state(data, where))
         in_round = None
         if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
             # a streaming protocol answers each round from that round's new rows; the
