@@ -299,9 +299,6 @@ class LocalFederation:
         root = self.workdir
         for sub in ("data", "nodes", "keys", "homes", "logs", "runs", "app"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        # AF_UNIX paths are short (108 bytes): the workers' sockets go in a short
-        # directory of their own, which mkdtemp makes the user's alone (0700)
-        self._sockets = Path(tempfile.mkdtemp(prefix="sklearn-fed-")) if self.workers else None
         self._tls = make_tls_files(root / "tls") if self.tls else None
         self._node_keys = {
             label: make_node_key(root / "node-keys", f"site-{index}")
@@ -339,6 +336,10 @@ class LocalFederation:
                     if value:
                         config[key] = value if isinstance(value, str) else ",".join(value)
             if self.workers:
+                if self._sockets is None:
+                    # AF_UNIX paths are short (108 bytes): the workers' sockets go in a
+                    # short directory of their own, which mkdtemp makes the user's alone
+                    self._sockets = Path(tempfile.mkdtemp(prefix="sklearn-fed-"))
                 config["worker-socket"] = str(self._sockets / f"{index}.sock")
             if keys:
                 key_path = root / "keys" / f"site-{index}.key"

@@ -709,6 +709,7 @@ def test_local_federation_writes_each_sites_node_config(tmp_path):
              "east": str(tmp_path / "east.npz")}
     federation = LocalFederation(sites, target="y", workdir=tmp_path / "work")
     federation._prepare()
+    shutil.rmtree(federation._sockets)  # start() would start the workers there; close() removes it
     nodes = [tomllib.loads(p.read_text()) for p in federation._node_configs.values()]
     assert [node["site"] for node in nodes] == ["north", 7, "east"]
     assert nodes[2]["data-path"] == str(tmp_path / "east.npz") and nodes[2]["target"] == "y"
