@@ -70,23 +70,35 @@ def sites_on_threads(monkeypatch):
     return run
 
 
-def pytest_terminal_summary(terminalreporter):
-    """After a run that included scikit-learn's Ridge tests, print their rule and counts."""
-    stats = terminalreporter.stats
-    if not any("test_sklearn_ridge_suite" in getattr(report, "nodeid", "")
-               for reports in stats.values() for report in reports):
-        return
-    # xdist's controller never imports the test modules: load this one by path.
-    path = Path(__file__).with_name("linear_model") / "test_sklearn_ridge_suite.py"
-    spec = importlib.util.spec_from_file_location("_ridge_suite_summary", path)
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
-    SKIP_RULE, summarize = suite.SKIP_RULE, suite.summarize
+def _load(path, name):
+    # xdist's controller never imports the test modules: load them by path.
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    terminalreporter.section("scikit-learn's test_ridge.py against the federated adapters")
-    terminalreporter.write_line(SKIP_RULE)
-    counts = summarize(stats)
-    terminalreporter.write_line(f"  {'outcome':<34} {'1 client':>9} {'7 clients':>10}")
-    for outcome in sorted({outcome for outcome, _ in counts}):
-        terminalreporter.write_line(
-            f"  {outcome:<34} {counts[(outcome, '1')]:>9} {counts[(outcome, '7')]:>10}")
+
+def pytest_terminal_summary(terminalreporter):
+    """After a run that included scikit-learn's own tests (tests/_sklearn_suite.py's
+    SUITES), print each suite's rule and counts."""
+    stats = terminalreporter.stats
+    ran = {getattr(report, "nodeid", "").split("::")[0]
+           for reports in stats.values() for report in reports}
+    here = Path(__file__).parent
+    machinery = None
+    for suite in _suites(here):
+        if not any(node.endswith(suite) for node in ran):
+            continue
+        machinery = machinery or _load(here / "_sklearn_suite.py", "_sklearn_suite_summary")
+        module = _load(here / suite, "_summary_" + Path(suite).stem)
+        terminalreporter.section(module.TITLE)
+        terminalreporter.write_line(module.SKIP_RULE)
+        machinery.write_counts(terminalreporter.write_line,
+                               machinery.summarize(stats, Path(suite).stem))
+
+
+def _suites(here):
+    # SUITES without importing the machinery (and scikit-learn's test modules) on every run
+    text = (here / "_sklearn_suite.py").read_text()
+    block = text.split("SUITES = (", 1)[1].split(")", 1)[0]
+    return [line.strip().strip('",') for line in block.splitlines() if line.strip()]
