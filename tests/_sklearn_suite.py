@@ -176,8 +176,8 @@ def _wrap(name, test, module, groups, adapters, veto):
                 return swap[value]
             if type(value) in swap:
                 return swap[type(value)](**value.get_params(deep=False))
-            if isinstance(value, list):
-                return [substitute(v) for v in value]
+            if isinstance(value, (list, tuple)):
+                return type(value)(substitute(v) for v in value)
             return value
 
         params = {k: substitute(v) for k, v in params.items()}
@@ -227,20 +227,52 @@ def global_dtype(request):
     return request.param
 
 
-def install(namespace, module, groups, adapters, *, select=None, veto=None):
+def _may_name(test, module, groups):
+    """Whether ``test`` could name a subject: the rule of ``_wrap``, before parametrization."""
+    known = {cls for group in groups for cls in group}
+    names = _names(test, module)
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        for value in mark.args[1]:
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(item, types.FunctionType):
+                    names |= _names(item, module)
+                names |= {cls.__name__ for cls in _classes_in(item, known)}
+    return bool(names & {cls.__name__ for cls in known})
+
+
+def install(namespace, module, groups, adapters, *, prefilter=False, veto=None):
     """Put ``module``'s tests, wrapped, and its fixtures into ``namespace`` (a suite's globals).
 
-    ``select(name)``: whether a test function is collected at all (for a large
-    file, by name); ``veto(name, names, classes, params)``: may skip a test
-    before it runs, with a bracketed reason.
+    ``prefilter``: collect only the tests that may name a subject (the same
+    rule as at run time, applied before parametrization: for a large file of
+    which few tests apply); returns the names of those left out.
+    ``veto(name, names, classes, params)``: may skip a test before it runs,
+    with a bracketed reason.
     """
     namespace.setdefault("global_random_seed", global_random_seed)
     namespace.setdefault("global_dtype", global_dtype)
+    left_out = []
     for name, value in list(vars(module).items()):
         if isinstance(value, FixtureFunctionDefinition):
             namespace[name] = value
-        elif name.startswith("test_") and callable(value) and (select is None or select(name)):
+        elif name.startswith("test_") and callable(value):
+            if prefilter:
+                value = _listed_marks(value)
+                if not _may_name(value, module, groups):
+                    left_out.append(name)
+                    continue
             namespace[name] = _wrap(name, value, module, groups, adapters, veto)
+    return left_out
+
+
+def _listed_marks(test):
+    """``test`` with its parametrize values as lists, so they can be read twice."""
+    marks = getattr(test, "pytestmark", None)
+    if marks:
+        test.pytestmark = [_listed(mark) for mark in marks]
+    return test
 
 
 # ------------------------------------------------------------ counts

@@ -121,6 +121,44 @@ def test_standard_scaler_partial_fit_and_constant_column():
     assert fed.communication_.rounds == 4
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("form", [np.array, sp.csr_matrix, sp.csc_matrix])
+def test_standard_scaler_constant_column_has_exactly_zero_variance(weighted, form):
+    # sum/n of a constant and the two-pass sum of squares carry round-off
+    # (var_ ~1e-50 before); a column whose weighted values are one value has
+    # that value as its exact mean and exactly 0 as its variance, merged or not.
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.full(101, 0.1), np.full(101, 1e8 + 0.3), rng.normal(size=101)])
+    X[::9, 1] = np.nan  # missing entries do not break the constant
+    if form is not np.array:
+        X = np.nan_to_num(X, nan=1e8 + 0.3)
+    weight = rng.uniform(0.1, 3.0, 101) if weighted else None
+    kw = {"with_mean": form is np.array}
+    for n_sites in (1, 7):
+        fed = FederatedStandardScaler(**kw).fit(form(X), sample_weight=weight,
+                                                clients=np.arange(101) % n_sites)
+        assert fed.var_[0] == 0.0 and fed.var_[1] == 0.0 and fed.var_[2] > 0.5
+        assert fed.scale_[0] == 1.0 and fed.scale_[1] == 1.0
+        if kw["with_mean"]:
+            assert fed.mean_[0] == 0.1 and fed.mean_[1] == 1e8 + 0.3
+        pooled = StandardScaler(**kw).fit(form(X), sample_weight=weight)
+        _assert_same(pooled, fed, ["mean_", "scale_"] if kw["with_mean"] else ["scale_"])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_standard_scaler_sparse_column_without_stored_entries(weighted):
+    # a CSC column with no stored entry made np.bincount return int64 and
+    # `m2 += float` raised UFuncOutputCastingError
+    X = sp.csc_matrix(np.column_stack([np.zeros(12), np.arange(12.0)]))
+    weight = np.linspace(0.5, 2.0, 12) if weighted else None
+    for n_sites in (1, 7):
+        fed = FederatedStandardScaler(with_mean=False).fit(
+            X, sample_weight=weight, clients=np.arange(12) % n_sites)
+        pooled = StandardScaler(with_mean=False).fit(X, sample_weight=weight)
+        _assert_same(pooled, fed, ["n_samples_seen_", "mean_", "var_", "scale_"])
+        assert fed.var_[0] == 0.0
+
+
 def test_standard_scaler_site_refuses_sparse_centering():
     scaler = FederatedStandardScaler()
     server = scaler.make_server()
