@@ -282,6 +282,19 @@ def test_simple_imputer_text_and_sparse():
         np.testing.assert_allclose(fed.statistics_, pooled.statistics_, rtol=1e-12)
 
 
+def test_simple_imputer_most_frequent_text_with_a_site_missing_a_column():
+    # a site whose column has no present value sent an empty numeric array, and
+    # its encoding against the object union raised IndexError in _most_frequent
+    X = np.array([["a", "x"], [np.nan, "y"], ["a", "y"], [np.nan, "z"], ["b", "y"],
+                  [np.nan, "x"]], dtype=object)
+    for n_sites in (2, 7):
+        fed = FederatedSimpleImputer(strategy="most_frequent").fit(
+            X, clients=np.arange(6) % n_sites)
+        pooled = SimpleImputer(strategy="most_frequent").fit(X)
+        np.testing.assert_array_equal(fed.statistics_, pooled.statistics_)
+        np.testing.assert_array_equal(fed.transform(X), pooled.transform(X))
+
+
 def test_simple_imputer_has_no_median():
     with pytest.raises(ValueError, match="strategy"):
         FederatedSimpleImputer(strategy="median").fit(np.ones((3, 2)))
