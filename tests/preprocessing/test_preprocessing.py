@@ -242,6 +242,54 @@ def test_onehot_encoder_given_categories_and_unknown_error():
         FederatedOneHotEncoder(categories=short).fit(frame, clients=_sites(len(frame), 7))
 
 
+def test_onehot_encoder_given_categories_infrequent_with_a_site_lacking_them():
+    # a site none of whose values are among the given categories encoded an
+    # empty array as a float index (IndexError) when counting for infrequent grouping
+    X = np.array([["a"] * 5 + ["e"] * 30], dtype=object).T
+    kw = dict(categories=[["c", "d", "a", "b"]], sparse_output=False,
+              handle_unknown="infrequent_if_exist", max_categories=2)
+    pooled = OneHotEncoder(**kw).fit(X)
+    for n_sites in (1, 7):
+        fed = FederatedOneHotEncoder(**kw).fit(X, clients=np.arange(35) % n_sites)
+        assert repr(fed.infrequent_categories_) == repr(pooled.infrequent_categories_)
+        test = [["a"], ["b"], ["e"]]
+        np.testing.assert_array_equal(fed.transform(test), pooled.transform(test))
+
+
+@pytest.mark.parametrize("given", [None, [[b"b", b"a"]]])
+def test_onehot_encoder_bytes_categories(given):
+    X = np.array([[b"b"], [b"a"], [b"c"], [b"a"]])
+    kw = {} if given is None else {"categories": given, "handle_unknown": "ignore"}
+    pooled = OneHotEncoder(**kw).fit(X)
+    for n_sites in (1, 3):
+        fed = FederatedOneHotEncoder(**kw).fit(X, clients=np.arange(4) % n_sites)
+        assert [c.dtype for c in fed.categories_] == [c.dtype for c in pooled.categories_]
+        np.testing.assert_array_equal(fed.categories_[0], pooled.categories_[0])
+        np.testing.assert_array_equal(fed.transform(X).toarray(), pooled.transform(X).toarray())
+
+
+def test_onehot_encoder_mixed_bytes_and_str_error_is_scikit_learns():
+    X = np.array([["b"], ["a"]], dtype="U")
+    with pytest.raises(ValueError) as pooled:
+        OneHotEncoder(categories=[np.array([b"a", b"b"], dtype=object)]).fit(X)
+    with pytest.raises(ValueError) as fed:
+        FederatedOneHotEncoder(categories=[np.array([b"a", b"b"], dtype=object)]).fit(
+            X, clients=[0, 1])
+    assert str(fed.value) == str(pooled.value)
+
+
+def test_onehot_encoder_sites_of_different_kinds_are_refused():
+    encoder = FederatedOneHotEncoder()
+    server = encoder.make_server()
+    tasks = server.next_tasks(["a", "b"])
+    client = encoder.make_client()
+    replies = {"a": client.respond(tasks["a"], np.array([["x"], ["y"]])),
+               "b": client.respond(tasks["b"], np.array([[b"x"], [b"y"]]))}
+    with pytest.raises(ValueError, match="different kinds: bytes at \\['b'\\]"):
+        server.receive(replies)
+    assert not hasattr(encoder, "categories_")
+
+
 def test_onehot_encoder_messages_are_category_sets():
     frame = _categorical_frame(60)
     sites = np.repeat(["a", "b", "c"], 20)
