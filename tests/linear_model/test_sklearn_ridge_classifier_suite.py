@@ -34,6 +34,7 @@ Which of scikit-learn's test_ridge.py tests apply, and what stands in for what:
            adapter of FederatedRidgeClassifierCV, RidgeClassifier stays
            scikit-learn's. Any other test naming RidgeClassifier tests it.
            Ridge and RidgeCV stay scikit-learn's (references).
+  not collected  tests that cannot name either classifier (the regression ones).
   skipped, in this order, with the reason shown:
    [not applicable]       the test names neither classifier, or one of its
                           parameters is a regressor (Ridge, RidgeCV): those
@@ -108,7 +109,8 @@ def _no_regressor(name, names, classes, params):
         pytest.skip(f"{NOT_APPLICABLE} a parameter is a regressor")
 
 
-install(globals(), sk, [(RidgeClassifierCV, RidgeClassifier)], ADAPTERS, veto=_no_regressor)
+LEFT_OUT = install(globals(), sk, [(RidgeClassifierCV, RidgeClassifier)], ADAPTERS,
+                   prefilter=True, veto=_no_regressor)
 
 
 if __name__ == "__main__":

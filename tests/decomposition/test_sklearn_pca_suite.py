@@ -1,0 +1,60 @@
+"""scikit-learn's own PCA tests, run against FederatedPCA.
+
+The installed scikit-learn's ``sklearn/decomposition/tests/test_pca.py``
+through ``tests/_sklearn_suite.py``: each test that names ``PCA`` runs twice,
+every fit of a subject split among 1 and 7 clients. The adapter has exactly
+PCA's constructor and parameter validation, and no numerics of its own.
+
+Run ``python tests/decomposition/test_sklearn_pca_suite.py`` to print the rule and the
+counts (pytest prints them too, in its summary).
+"""
+
+import sys
+
+import pytest
+from sklearn import get_config
+from sklearn.decomposition import PCA
+
+from sklearn_fed.decomposition import FederatedPCA
+from tests._sklearn_suite import SplitFits, adapter, install
+
+sk = pytest.importorskip(
+    "sklearn.decomposition.tests.test_pca",
+    reason="scikit-learn was installed without its test modules",
+)
+
+TITLE = "scikit-learn's test_pca.py against the federated adapter"
+SKIP_RULE = """\
+Which of scikit-learn's test_pca.py tests apply, and what stands in for what:
+  subject  A test that names PCA (in its code, the module helpers it calls, or
+           its parameters) tests it: PCA becomes the adapter of FederatedPCA.
+           global_dtype runs float64 and float32.
+  not collected  tests that cannot name PCA.
+  skipped, with the reason shown:
+   [PCA-only solver]      svd_solver "arpack" or "randomized" (iterative or
+                          randomized approximations; FederatedPCA computes
+                          the exact decomposition of the merged covariance,
+                          as "covariance_eigh", for "auto", "full" and
+                          "covariance_eigh" alike);
+   [array API]            array API dispatch (sklearn_fed computes with numpy);
+   [no subject fitted]    the test ran but fitted no adapter.
+  Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
+  Everything else must pass (or xfail where scikit-learn marks it so)."""
+
+
+class _Fits(SplitFits):
+    _parameter_constraints = PCA._parameter_constraints
+
+    def refuse(self, X, y, kwargs):
+        if get_config().get("array_api_dispatch"):
+            pytest.skip("[array API] dispatch")
+        if self.svd_solver in ("arpack", "randomized"):
+            pytest.skip(f"[PCA-only solver] svd_solver={self.svd_solver!r}")
+
+
+ADAPTERS = {PCA: adapter(FederatedPCA, PCA, _Fits)}
+LEFT_OUT = install(globals(), sk, [(PCA,)], ADAPTERS, prefilter=True)
+
+if __name__ == "__main__":
+    print(SKIP_RULE)
+    sys.exit(pytest.main([__file__, "-q", "-n", "2", "-p", "no:cacheprovider"]))
