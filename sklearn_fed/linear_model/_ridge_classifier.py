@@ -11,7 +11,12 @@ from .._compat import StrOptions, _check_sample_weight, _fit_context, validate_d
 from ..protocol import InvalidClientMessage, atomic, decode_values
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient, task_field
-from ._classes import ClassesClient, ClassesServerMixin, _server_error, validate_classification
+from ._classes import (
+    ClassesClient,
+    ClassesServerMixin,
+    _server_error,
+    validate_classification,
+)
 from ._federated_ridge import FederatedRidgeServer
 from ._federated_ridge_cv import FederatedRidgeCV
 from ._ridge_cv_client import CVClient
@@ -43,7 +48,15 @@ def indicator_targets(index, n_classes):
 
 def multilabel(y):
     """Whether ``y`` is a 2-D target of several columns (RidgeClassifier's multilabel case)."""
-    return y is not None and np.ndim(y) == 2 and np.shape(y)[1] > 1
+    if y is None:
+        return False
+    shape = getattr(y, "shape", None)
+    if shape is None:  # a list, or an object only convertible with __array__
+        try:
+            shape = np.asarray(y).shape
+        except ValueError:  # ragged: the classification checks say what is wrong
+            return False
+    return len(shape) == 2 and shape[1] > 1
 
 
 def multilabel_targets(y):
@@ -342,7 +355,10 @@ class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, Base
     class weight, and sends the :class:`~sklearn_fed.ClientStatistics` of
     ``(X, Y)``; the server solves ridge once. The result equals
     RidgeClassifier on the pooled rows (binary and multiclass, sample and
-    class weights) to round-off.
+    class weights) to round-off. A multilabel ``y`` (2-D, 0/1 indicators)
+    is encoded as RidgeClassifier encodes it (0 as -1), row by row at each
+    site; ``predict`` then gives an indicator per output. Class weights are
+    not offered with a multilabel ``y``.
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 
