@@ -41,6 +41,7 @@ CLIENT_COUNTS = (1, 7)
 SUITES = (
     "linear_model/test_sklearn_ridge_suite.py",
     "linear_model/test_sklearn_ridge_classifier_suite.py",
+    "linear_model/test_sklearn_logistic_suite.py",
     "preprocessing/test_sklearn_data_suite.py",
     "preprocessing/test_sklearn_encoders_suite.py",
     "impute/test_sklearn_impute_suite.py",

@@ -90,11 +90,14 @@ def pytest_terminal_summary(terminalreporter):
         if not any(node.endswith(suite) for node in ran):
             continue
         machinery = machinery or _load(here / "_sklearn_suite.py", "_sklearn_suite_summary")
-        module = _load(here / suite, "_summary_" + Path(suite).stem)
-        terminalreporter.section(module.TITLE)
+        stem = Path(suite).stem
+        module = _load(here / suite, stem)  # a suite's own summarize() may read its name
+        terminalreporter.section(getattr(
+            module, "TITLE", f"scikit-learn's tests in {stem} against the federated adapters"))
         terminalreporter.write_line(module.SKIP_RULE)
-        machinery.write_counts(terminalreporter.write_line,
-                               machinery.summarize(stats, Path(suite).stem))
+        counts = (module.summarize(stats) if hasattr(module, "summarize")
+                  else machinery.summarize(stats, stem))
+        machinery.write_counts(terminalreporter.write_line, counts)
 
 
 def _suites(here):
