@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-kernels docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines flower-demo clean venv fuzz property accuracy
+.PHONY: demo test test-kernels sklearn-suites docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines flower-demo clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -26,6 +26,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -n 2 --durations=15
+
+# scikit-learn's own test files through the federated adapters, with the few tests
+# whose time goes to scikit-learn's cross-validated references (`make test` skips them)
+sklearn-suites: $(STAMP)
+	SKLEARN_FED_SLOW_SUITES=1 $(PY) -m pytest -n 2 $(wildcard tests/*/test_sklearn_*_suite.py)
 
 # The suite under three OpenBLAS kernels (numpy's and scipy's OpenBLAS honour
 # OPENBLAS_CORETYPE): a test whose answer depends on the kernel fails here. SkylakeX
