@@ -9,6 +9,7 @@ Run ``python tests/decomposition/test_sklearn_pca_suite.py`` to print the rule a
 counts (pytest prints them too, in its summary).
 """
 
+import os
 import sys
 
 import pytest
@@ -46,7 +47,9 @@ Which of scikit-learn's test_pca.py tests apply, and what stands in for what:
    [thinned]              test_pca_sparse runs with density=0.1 and scale=1
                           only: its other 96 parametrizations (densities 0.01
                           and 0.3, scales 10 and 100) take the same code path
-                          on a 1000 x 300 matrix at several seconds each;
+                          on a 1000 x 300 matrix at several seconds each
+                          (`make sklearn-suites`, SKLEARN_FED_SLOW_SUITES=1,
+                          runs them all);
    [array API]            array API dispatch (sklearn_fed computes with numpy);
    [no subject fitted]    the test ran but fitted no adapter.
   Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
@@ -71,8 +74,10 @@ def _solver_name(name, names, classes, params):
     if name in _SOLVER_NAME or (name == "test_pca_validation"
                                 and "svd_solver='full'" in str(params.get("err_msg"))):
         pytest.skip("[solver name] FederatedPCA's one solver is 'covariance_eigh'")
-    if name == "test_pca_sparse" and (params.get("density") != 0.1 or params.get("scale") != 1):
-        pytest.skip("[thinned] test_pca_sparse: density=0.1 and scale=1 only")
+    if name == "test_pca_sparse" and not os.environ.get("SKLEARN_FED_SLOW_SUITES") and (
+            params.get("density") != 0.1 or params.get("scale") != 1):
+        pytest.skip("[thinned] test_pca_sparse: density=0.1 and scale=1 only "
+                    "(all of them: `make sklearn-suites`)")
 
 
 LEFT_OUT = install(globals(), sk, [(PCA,)], ADAPTERS, prefilter=True, veto=_solver_name)
