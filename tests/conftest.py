@@ -70,28 +70,38 @@ def sites_on_threads(monkeypatch):
     return run
 
 
-#: scikit-learn's test files run against adapters: suite module -> the file it runs.
-_SUITES = {"test_sklearn_ridge_suite": "test_ridge.py",
-           "test_sklearn_logistic_suite": "test_logistic.py"}
+def _load(path, name):
+    # xdist's controller never imports the test modules: load them by path.
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_terminal_summary(terminalreporter):
-    """After a run that included scikit-learn's own tests, print each suite's rule and counts."""
+    """After a run that included scikit-learn's own tests (tests/_sklearn_suite.py's
+    SUITES), print each suite's rule and counts."""
     stats = terminalreporter.stats
-    for module, tests in _SUITES.items():
-        if not any(module in getattr(report, "nodeid", "")
-                   for reports in stats.values() for report in reports):
+    ran = {getattr(report, "nodeid", "").split("::")[0]
+           for reports in stats.values() for report in reports}
+    here = Path(__file__).parent
+    machinery = None
+    for suite in _suites(here):
+        if not any(node.endswith(suite) for node in ran):
             continue
-        # xdist's controller never imports the test modules: load this one by path.
-        path = Path(__file__).with_name("linear_model") / f"{module}.py"
-        spec = importlib.util.spec_from_file_location(module, path)  # summarize() reads it
-        suite = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(suite)
+        machinery = machinery or _load(here / "_sklearn_suite.py", "_sklearn_suite_summary")
+        stem = Path(suite).stem
+        module = _load(here / suite, stem)  # a suite's own summarize() may read its name
+        terminalreporter.section(getattr(
+            module, "TITLE", f"scikit-learn's tests in {stem} against the federated adapters"))
+        terminalreporter.write_line(module.SKIP_RULE)
+        counts = (module.summarize(stats) if hasattr(module, "summarize")
+                  else machinery.summarize(stats, stem))
+        machinery.write_counts(terminalreporter.write_line, counts)
 
-        terminalreporter.section(f"scikit-learn's {tests} against the federated adapters")
-        terminalreporter.write_line(suite.SKIP_RULE)
-        counts = suite.summarize(stats)
-        terminalreporter.write_line(f"  {'outcome':<34} {'1 client':>9} {'7 clients':>10}")
-        for outcome in sorted({outcome for outcome, _ in counts}):
-            terminalreporter.write_line(
-                f"  {outcome:<34} {counts[(outcome, '1')]:>9} {counts[(outcome, '7')]:>10}")
+
+def _suites(here):
+    # SUITES without importing the machinery (and scikit-learn's test modules) on every run
+    text = (here / "_sklearn_suite.py").read_text()
+    block = text.split("SUITES = (", 1)[1].split(")", 1)[0]
+    return [line.strip().strip('",') for line in block.splitlines() if line.strip()]

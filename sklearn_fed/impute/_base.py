@@ -234,6 +234,10 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         """The most frequent value of the merged counts; ties: the smallest, as SimpleImputer."""
         if empty:
             return 0 if self.keep_empty_features else np.nan
+        # a site without a present value in this column sends an empty array (of
+        # a numeric dtype, even for object columns): nothing to count, and its
+        # empty encoding would be a float index
+        parts = [(values, counts) for values, counts in parts if values.size]
         values = np.concatenate([v for v, _ in parts])
         union = _unique(values)
         total = np.zeros(union.shape[0], dtype=np.int64)

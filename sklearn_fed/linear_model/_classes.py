@@ -191,7 +191,8 @@ class ClassesServerMixin:
         if set(frame.arrays) != expected:
             fail("unexpected arrays in a classes reply.")
         try:
-            distinct = 0 < classes.size <= n and _unique(classes).size == classes.size
+            distinct = (0 < classes.size <= n * self._labels_per_row(frame)
+                        and _unique(classes).size == classes.size)
         except TypeError:
             distinct = False
         if not distinct:
@@ -206,6 +207,10 @@ class ClassesServerMixin:
                 and np.all(counts <= 1e75)):
             fail("class weight sums must be finite and non-negative, one per class.")
         return classes, counts, self._read_classes_extra(site, frame, classes)
+
+    def _labels_per_row(self, frame):
+        """Hook: how many labels a row of a classes reply may carry; one by default."""
+        return 1
 
     def _read_classes_extra(self, site, frame, classes):
         """Hook: parse what ``_classes_extra`` added to a classes reply; nothing by default."""

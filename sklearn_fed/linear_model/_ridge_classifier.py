@@ -1,15 +1,22 @@
 """FederatedRidgeClassifier and FederatedRidgeClassifierCV: ridge on {-1, 1} class indicators."""
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.metrics import check_scoring
+from sklearn.utils.multiclass import type_of_target
 
-from .._compat import StrOptions, _fit_context
-from ..protocol import InvalidClientMessage, atomic
+from .._compat import StrOptions, _check_sample_weight, _fit_context, validate_data
+from ..protocol import InvalidClientMessage, atomic, decode_values
 from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, StatisticsClient
-from ._classes import ClassesClient, ClassesServerMixin, validate_classification
+from ._base import BaseFederatedRidge, StatisticsClient, task_field
+from ._classes import (
+    ClassesClient,
+    ClassesServerMixin,
+    _server_error,
+    validate_classification,
+)
 from ._federated_ridge import FederatedRidgeServer
 from ._federated_ridge_cv import FederatedRidgeCV
 from ._ridge_cv_client import CVClient
@@ -39,7 +46,90 @@ def indicator_targets(index, n_classes):
     return Y[:, 1:] if n_classes == 2 else Y
 
 
-class RidgeClassifierClient(ClassesClient, StatisticsClient):
+def multilabel(y):
+    """Whether ``y`` is a 2-D target of several columns (RidgeClassifier's multilabel case)."""
+    if y is None:
+        return False
+    shape = getattr(y, "shape", None)
+    if shape is None:  # a list, or an object only convertible with __array__
+        try:
+            shape = np.asarray(y).shape
+        except ValueError:  # ragged: the classification checks say what is wrong
+            return False
+    return len(shape) == 2 and shape[1] > 1
+
+
+def multilabel_targets(y):
+    """RidgeClassifier's targets for a multilabel ``y``: 0 becomes -1, other values stay.
+
+    What ``LabelBinarizer(neg_label=-1, pos_label=1)`` gives for a
+    multilabel-indicator ``y``, row by row: so each site encodes its own
+    rows without knowing the others'.
+
+    Examples
+    --------
+    >>> multilabel_targets(np.array([[0, 1], [1, 1]]))
+    array([[-1.,  1.],
+           [ 1.,  1.]])
+    """
+    y = np.asarray(y, dtype=np.float64)
+    return np.where(y == 0, -1.0, y)
+
+
+def _check_multilabel(y, class_weight):
+    """Refuse, as RidgeClassifier, a 2-D ``y`` that is not multilabel-indicator."""
+    if type_of_target(y) != "multilabel-indicator":
+        raise ValueError("Multioutput target data is not supported with label binarization")
+    _refuse_class_weight(class_weight)
+
+
+def _refuse_class_weight(class_weight):
+    """A multilabel ``y`` takes no class weights here (a documented limitation)."""
+    if class_weight is not None:
+        raise ValueError(
+            "class_weight is not supported with a multilabel y by the federated ridge "
+            "classifiers (scikit-learn's per-output class weights are not offered)."
+        )
+
+
+class _MultilabelSite:
+    """A ridge classifier's site: a multilabel ``y`` is encoded row by row.
+
+    The classes round carries the distinct values of ``y`` (as for one
+    label per row) and ``n_outputs`` (its columns, 0 for a 1-D ``y``); later
+    steps encode a multilabel ``y`` with :func:`multilabel_targets`.
+    """
+
+    def check_rows(self, X, y, sample_weight, schema, site):
+        if not multilabel(y):
+            return super().check_rows(X, y, sample_weight, schema, site)
+        X, y, sample_weight, names = super(ClassesClient, self).check_rows(
+            X, y, sample_weight, schema, site)
+        try:
+            _check_multilabel(y, self.estimator.class_weight)
+        except ValueError as exc:
+            raise ValueError(f"site {site!r}: {exc}") from exc
+        return X, y, sample_weight, names
+
+    def _classes_extra(self, task, X, y, sample_weight):
+        return {"n_outputs": int(y.shape[1]) if y.ndim == 2 else 0}, {}
+
+    def _compute_labels(self, task, X, y, sample_weight, rows):
+        if y.ndim != 2 or task_field(task, "step", str) == "classes":
+            return ClassesClient.compute(self, task, X, y, sample_weight, rows)
+        if rows is not None:
+            X, y = X[rows], y[rows]
+            sample_weight = None if sample_weight is None else sample_weight[rows]
+        classes = decode_values(task.fields.get("classes"), task.arrays, _server_error)
+        if not np.array_equal(classes, np.arange(y.shape[1])):
+            _server_error(f"a multilabel task must name the {y.shape[1]} outputs 0, 1, ...")
+        return self._compute_targets(task, X, multilabel_targets(y), sample_weight)
+
+    def _compute_encoded(self, task, X, index, weight, classes):
+        return self._compute_targets(task, X, indicator_targets(index, classes.shape[0]), weight)
+
+
+class RidgeClassifierClient(_MultilabelSite, ClassesClient, StatisticsClient):
     """A site of :class:`FederatedRidgeClassifier`: its classes, then statistics of ``(X, Y)``."""
 
     protocol = "ridge.classifier"
@@ -47,12 +137,14 @@ class RidgeClassifierClient(ClassesClient, StatisticsClient):
     def replies_are_independent(self, tasks):
         return True  # a site's classes, then the statistics of its own rows: nothing shared
 
-    def _compute_encoded(self, task, X, index, weight, classes):
-        Y = indicator_targets(index, classes.shape[0])
+    def compute(self, task, X, y, sample_weight, rows):
+        return self._compute_labels(task, X, y, sample_weight, rows)
+
+    def _compute_targets(self, task, X, Y, weight):
         return StatisticsClient.compute(self, task, X, Y, weight, None)
 
 
-class RidgeClassifierCVClient(ClassesClient, CVClient):
+class RidgeClassifierCVClient(_MultilabelSite, ClassesClient, CVClient):
     """A site of :class:`FederatedRidgeClassifierCV`: classes, then FederatedRidgeCV's steps."""
 
     protocol = "ridge.classifier_cv"
@@ -60,10 +152,9 @@ class RidgeClassifierCVClient(ClassesClient, CVClient):
     def compute(self, task, X, y, sample_weight, rows):
         # The classes step selects the site's rows first: its folds go with them.
         site = self.for_rows(task, X.shape[0], rows)
-        return ClassesClient.compute(site, task, X, y, sample_weight, rows)
+        return site._compute_labels(task, X, y, sample_weight, rows)
 
-    def _compute_encoded(self, task, X, index, weight, classes):
-        Y = indicator_targets(index, classes.shape[0])
+    def _compute_targets(self, task, X, Y, weight):
         return CVClient.compute(self, task, X, Y, weight, None)
 
 
@@ -77,10 +168,43 @@ class _ClassifierRounds(ClassesServerMixin):
     the model, in RidgeClassifier's layout.
     """
 
+    n_outputs_ = 0  # columns of a multilabel y (0: one label per row)
+
     def _regression(self):
         return super(ClassesServerMixin, self)
 
+    def _classes_extra_keys(self):
+        return frozenset({"n_outputs"}), frozenset()
+
+    def _labels_per_row(self, frame):
+        outputs = frame.fields.get("n_outputs")
+        return outputs if type(outputs) is int and 1 < outputs < 2**20 else 1
+
+    def _read_classes_extra(self, site, frame, classes):
+        outputs = frame.fields.get("n_outputs")
+        if not (type(outputs) is int and (outputs == 0 or 1 < outputs < 2**20)):
+            raise InvalidClientMessage(f"client {site!r}: malformed n_outputs.", site)
+        return outputs
+
     def _after_classes(self, replies, ledger):
+        outputs = {}
+        for site in replies:
+            outputs.setdefault(replies[site][2], []).append(site)
+        if len(outputs) > 1:
+            raise ValueError("the sites' labels disagree on their number of columns: " + "; ".join(
+                f"{k or '1-D'} at {sorted(sites, key=repr)}" for k, sites in outputs.items()))
+        n_outputs = next(iter(outputs))
+        if n_outputs:
+            # the values of all sites' y together must make a multilabel-indicator y
+            values = self.classes_
+            if not (values.size <= 2 and values.dtype.kind in "biuf"
+                    and np.all(values == np.round(values))):
+                raise ValueError(
+                    "Multioutput target data is not supported with label binarization")
+            _refuse_class_weight(self.estimator.class_weight)
+            self.classes_ = np.arange(n_outputs)  # LabelBinarizer's classes_ for multilabel y
+            self.class_weight_ = np.ones(n_outputs)
+        self.n_outputs_ = n_outputs
         self.request_round(step="statistics", form=self.form)
 
     def _plan_classified(self, sites):
@@ -109,6 +233,8 @@ class _ClassifierRounds(ClassesServerMixin):
         return self._regression().pools_round({k: v for k, v in fields.items() if k not in own})
 
     def _expected_targets(self, frame):
+        if self.n_outputs_:
+            return self.n_outputs_
         return 1 if self.classes_.shape[0] <= 2 else self.classes_.shape[0]
 
     def _read_classified(self, site, frame):
@@ -128,7 +254,8 @@ class _ClassifierRounds(ClassesServerMixin):
             return  # another round comes (factors, held-out sums, predictions)
         estimator = self.estimator
         estimator.classes_ = self.classes_
-        if estimator.coef_.shape[0] == 1:  # RidgeClassifier's binary layout
+        estimator._multilabel = bool(self.n_outputs_)
+        if estimator.coef_.shape[0] == 1 and not self.n_outputs_:  # RidgeClassifier's binary
             estimator.coef_ = estimator.coef_.ravel()
 
 
@@ -141,11 +268,17 @@ class RidgeClassifierServer(_ClassifierRounds, FederatedRidgeServer):
 class _IdentityClassifier(LinearClassifierMixin, BaseEstimator):
     """Decision values in, the classifier's predictions out (for scorers of held-out rows)."""
 
-    def __init__(self, classes):
+    def __init__(self, classes, multilabel=False):
         self.classes_ = classes
+        self.multilabel = multilabel
 
     def decision_function(self, decision):
         return decision
+
+    def predict(self, decision):
+        if self.multilabel:  # RidgeClassifier's multilabel predict: positive decisions
+            return (decision > 0).astype(int)
+        return super().predict(decision)
 
 
 class RidgeClassifierCVServer(_ClassifierRounds, FederatedRidgeCVServer):
@@ -156,9 +289,12 @@ class RidgeClassifierCVServer(_ClassifierRounds, FederatedRidgeCVServer):
     def _score_rows(self, predictions, targets, weights, per_target):
         """The scorer on held-out decision values against the rows' classes."""
         kwargs = {} if np.all(weights == 1) else {"sample_weight": weights}
-        truth = self.classes_[(targets[:, 0] > 0).astype(int) if targets.shape[1] == 1
-                              else np.argmax(targets, axis=1)]
-        identity = _IdentityClassifier(self.classes_)
+        if self.n_outputs_:
+            truth = (targets > 0).astype(int)
+        else:
+            truth = self.classes_[(targets[:, 0] > 0).astype(int) if targets.shape[1] == 1
+                                  else np.argmax(targets, axis=1)]
+        identity = _IdentityClassifier(self.classes_, multilabel=bool(self.n_outputs_))
         decision = predictions[:, 0, :] if predictions.shape[1] == 1 else predictions
         return np.asarray([
             self._scorer(identity, decision[..., a], truth, **kwargs)
@@ -172,11 +308,37 @@ class _RidgeClassifierTags:
     _dask_rows = None  # their classes round keeps no partition-wise reduction
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
-        return validate_classification(self, X, y, sample_weight, reset=reset)
+        if not multilabel(y):
+            return validate_classification(self, X, y, sample_weight, reset=reset)
+        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc", "coo"],
+                             dtype=[np.float64, np.float32], multi_output=True,
+                             y_numeric=False, reset=reset)
+        _check_multilabel(y, self.class_weight)
+        if sp.issparse(X):
+            X = X.tocsr()  # each site's rows are sliced out of X
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        return X, y, sample_weight
+
+    def predict(self, X):
+        """Predict class labels (multilabel ``y``: each output where its decision is positive).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        """
+        if getattr(self, "_multilabel", False):
+            return (self.decision_function(X) > 0).astype(int)
+        return LinearClassifierMixin.predict(self, X)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_label = False
+        tags.classifier_tags.multi_label = True
         tags.target_tags.multi_output = False
         tags.regressor_tags = None
         return tags
@@ -193,7 +355,10 @@ class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, Base
     class weight, and sends the :class:`~sklearn_fed.ClientStatistics` of
     ``(X, Y)``; the server solves ridge once. The result equals
     RidgeClassifier on the pooled rows (binary and multiclass, sample and
-    class weights) to round-off.
+    class weights) to round-off. A multilabel ``y`` (2-D, 0/1 indicators)
+    is encoded as RidgeClassifier encodes it (0 as -1), row by row at each
+    site; ``predict`` then gives an indicator per output. Class weights are
+    not offered with a multilabel ``y``.
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 
@@ -272,18 +437,6 @@ class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, Base
         """
         return self._fit(X, y, sample_weight, clients)
 
-    def predict(self, X):
-        """Predict class labels (the class of the largest decision value).
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-        """
-        return LinearClassifierMixin.predict(self, X)
 
 
 class FederatedRidgeClassifierCV(_RidgeClassifierTags, LinearClassifierMixin, FederatedRidgeCV):
@@ -397,15 +550,3 @@ n_clients_, communication_
         """
         return self._fit(X, y, sample_weight, clients)
 
-    def predict(self, X):
-        """Predict class labels (the class of the largest decision value).
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-        """
-        return LinearClassifierMixin.predict(self, X)

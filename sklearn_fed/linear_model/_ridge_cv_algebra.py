@@ -158,7 +158,9 @@ def _coef_path(spectrum, alphas):
     """Coefficients (n_features, n_targets, n_alphas) and their intercept rule."""
     eigenvalues, basis, projected = spectrum
     scaled = projected[:, :, None] / (eigenvalues[:, None, None] + alphas)
-    return (basis @ scaled.reshape(scaled.shape[0], -1)).reshape(basis.shape[0], *scaled.shape[1:])
+    # explicit sizes: the spectrum is empty when every column is constant (k = 0)
+    k, t, n_alphas = scaled.shape
+    return (basis @ scaled.reshape(k, t * n_alphas)).reshape(basis.shape[0], t, n_alphas)
 
 
 def _intercepts(stats, coef):
@@ -234,7 +236,8 @@ def _leave_one_out(task, X, y, sample_weight):
 def _through_spectrum(Z, projected, inverse):
     """``sum_k Z[n, k] projected[k, t] inverse[k, a]`` as one matrix product: (n, t, a)."""
     k, t = projected.shape
-    weights = (projected[:, :, None] * inverse[:, None, :]).reshape(k, -1)
+    # explicit sizes: k is 0 when every column is constant (no -1 to infer from size 0)
+    weights = (projected[:, :, None] * inverse[:, None, :]).reshape(k, t * inverse.shape[1])
     return (Z @ weights).reshape(Z.shape[0], t, inverse.shape[1])
 
 

@@ -24,6 +24,26 @@ _FITTED = (
 )
 
 
+def _same_kind(i, categories):
+    """Refuse column ``i`` when the sites' categories are of different kinds.
+
+    Numbers, bytes and text (str or objects) do not mix: numpy would silently turn
+    them into one another on concatenation (``b"a"`` into ``"a"``, ``1.0``
+    into ``b"1.0"``). The sites are named by kind; which one is wrong is not
+    for the server to guess.
+    """
+    kinds = {}
+    for site, values in categories.items():
+        kind = "number" if values.dtype.kind in "iufb" else "bytes" if (
+            values.dtype.kind == "S") else "text or objects"
+        kinds.setdefault(kind, []).append(site)
+    if len(kinds) > 1:
+        raise ValueError(
+            f"column {i}: the sites' categories are of different kinds: "
+            + "; ".join(f"{kind} at {sites}" for kind, sites in sorted(kinds.items()))
+        )
+
+
 class OneHotEncoderClient(TransformerClient):
     """A site of :class:`FederatedOneHotEncoder`: per column its category set (and counts).
 
@@ -92,6 +112,8 @@ class OneHotEncoderServer(OneRoundServer):
         estimator = self.estimator
         labels = sorted_labels(replies)
         n_samples = sum(replies[site][0] for site in labels)
+        for i in range(self.schema.n_features):
+            _same_kind(i, {site: replies[site][1][i][0] for site in labels})
         fitted = estimator._fitted_from(
             n_samples, [[replies[site][1][i] for site in labels]
                         for i in range(self.schema.n_features)]
@@ -184,6 +206,10 @@ max_categories, feature_name_combiner
                 total = np.zeros(categories.shape[0], dtype=np.int64)
                 for site_categories, frequency in parts:
                     known = _check_unknown(site_categories, categories, return_mask=True)[1]
+                    if not known.any():
+                        # given categories, none of them at this site (ignored, as the
+                        # pooled counts ignore them); an empty encoding is a float index
+                        continue
                     index = _encode(site_categories[known], uniques=categories,
                                     check_unknown=False)
                     np.add.at(total, index, frequency[known])
@@ -198,8 +224,16 @@ max_categories, feature_name_combiner
 
     def _given_categories(self, i, seen):
         """User-given categories of column ``i``, checked as OneHotEncoder checks them."""
-        dtype = object if seen.dtype.kind in "OUS" else seen.dtype
+        # as OneHotEncoder: str columns get object categories (no truncation), others
+        # (bytes included) the column's dtype; `seen` (the sites' categories) has it
+        dtype = object if seen.dtype.kind == "U" else seen.dtype
         categories = np.array(self.categories[i], dtype=dtype)
+        if (categories.dtype == object and isinstance(categories[0], bytes)
+                and seen.dtype.kind != "S"):
+            raise ValueError(
+                f"In column {i}, the predefined categories have type 'bytes' which is "
+                f"incompatible with values of type '{type(seen[0]).__name__}'."
+            )
         if any(is_scalar_nan(category) for category in categories[:-1]):
             raise ValueError(
                 "Nan should be the last element in user provided categories, see "

@@ -23,7 +23,9 @@ def encode_values(values, name, arrays):
     """Put a 1-D array of values (categories, class labels) into a message.
 
     Numbers travel as an array named ``name`` (their dtype kept), booleans as
-    ``uint8``, anything else (strings, objects, ``None``, NaN) as a JSON list.
+    ``uint8``, anything else (strings, bytes, objects, ``None``, NaN) as a JSON
+    list, with the array's kind: ``"U"`` (str), ``"S"`` (bytes) or ``"O"``.
+    A bytes value travels as ``{"bytes": hex}``.
 
     Parameters
     ----------
@@ -45,6 +47,8 @@ def encode_values(values, name, arrays):
     ({'text': ['b', 'a'], 'dtype': 'U'}, {})
     >>> encode_values(np.array([2, 5]), "cats", arrays)
     {'array': 'cats'}
+    >>> encode_values(np.array([b"no", b"yes"]), "cats", arrays)
+    {'text': [{'bytes': '6e6f'}, {'bytes': '796573'}], 'dtype': 'S'}
     """
     values = np.asarray(values)
     if values.ndim != 1:
@@ -54,8 +58,7 @@ def encode_values(values, name, arrays):
         return _put_array(values, name, arrays)
     if kind not in "OUS":
         raise TypeError(f"{name}: values of dtype {values.dtype} cannot be sent.")
-    return {"text": [_plain(value, name) for value in values.tolist()],
-            "dtype": "O" if kind == "O" else "U"}
+    return {"text": [_plain(value, name) for value in values.tolist()], "dtype": kind}
 
 
 # Numeric dtypes the wire carries as they are; others travel widened.
@@ -78,7 +81,7 @@ def _plain(value, name):
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, bytes):
-        raise TypeError(f"{name}: bytes values cannot be sent; decode them to str first.")
+        return {"bytes": value.hex()}
     if value is None or isinstance(value, (str, bool, numbers.Integral)):
         return value if not isinstance(value, numbers.Integral) or isinstance(value, bool) \
             else int(value)
@@ -104,14 +107,16 @@ def decode_values(descriptor, arrays, fail):
                 fail("boolean values must be 0 or 1.")
             return values.astype(bool)
         return np.array(values)
-    if set(descriptor) != {"text", "dtype"} or descriptor["dtype"] not in ("O", "U"):
+    if set(descriptor) != {"text", "dtype"} or descriptor["dtype"] not in ("O", "U", "S"):
         fail("malformed values descriptor.")
     items = descriptor["text"]
     if not isinstance(items, list) or len(items) > _MAX_ITEMS:
         fail("values must be a list.")
     plain = []
     for item in items:
-        if isinstance(item, dict):
+        if isinstance(item, dict) and set(item) == {"bytes"}:
+            item = _bytes(item["bytes"], fail)
+        elif isinstance(item, dict):
             if set(item) != {"float"} or item["float"] not in ("nan", "inf", "-inf"):
                 fail(f"malformed value {item!r}.")
             item = float(item["float"])
@@ -122,9 +127,23 @@ def decode_values(descriptor, arrays, fail):
         if not all(isinstance(item, str) for item in plain):
             fail("text values must all be strings.")
         return np.array(plain, dtype=str) if plain else np.array([], dtype="<U1")
+    if descriptor["dtype"] == "S":
+        if not all(isinstance(item, bytes) for item in plain):
+            fail("bytes values must all be bytes.")
+        return np.array(plain, dtype=bytes) if plain else np.array([], dtype="S1")
     values = np.empty(len(plain), dtype=object)
     values[:] = plain
     return values
+
+
+def _bytes(text, fail):
+    """A bytes value from its hex text (as :func:`_plain` sends it)."""
+    if not isinstance(text, str):
+        fail("a bytes value must be hex text.")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        fail("a bytes value must be hex text.")
 
 
 def encode_state(estimator, attributes, prefix=""):

@@ -15,6 +15,23 @@ from ._validation import MAX_MEAN, MAX_SECOND
 __all__ = ["ColumnMoments"]
 
 
+def _constant_columns(low, high):
+    """``(constant, value)``: the columns whose weighted values are all one value, and it.
+
+    ``low`` and ``high`` are each column's smallest and largest value among
+    rows with positive weight (``inf`` and ``-inf`` without any). Where they
+    are equal, the column's exact weighted mean is that value and its exact
+    sum of squared deviations is 0; ``sum / weight`` and the two-pass sum of
+    squares would instead carry round-off (a variance of ~1e-50 where
+    scikit-learn's scalers test for 0). Setting them exactly is what the data
+    say, reveals nothing more than the mean already does, and keeps the
+    pooled result exact: merging two columns of the same value gives a zero
+    ``delta``, so the merged sum of squares stays exactly 0 (Chan et al.).
+    """
+    constant = low == high
+    return constant, np.where(constant, low, 0.0)
+
+
 @dataclass(eq=False)
 class ColumnMoments:
     """Per-column statistics of one client's rows: counts, weights, means, sums of squares.
@@ -122,6 +139,12 @@ class ColumnMoments:
         sums = values.sum(axis=0) if w is None else w @ values
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.where(weights > 0, sums / weights, 0.0)
+        counted = present if w is None else present & (w > 0)[:, None]
+        constant, value = _constant_columns(
+            np.where(counted, values, np.inf).min(axis=0, initial=np.inf),
+            np.where(counted, values, -np.inf).max(axis=0, initial=-np.inf),
+        )
+        mean = np.where(constant, value, mean)
         if order == 1:
             return cls(counts, weights, mean)
         # Two passes, with the correction term of scikit-learn's
@@ -132,7 +155,7 @@ class ColumnMoments:
         squares = deviation.sum(axis=0) if w is None else w @ deviation
         with np.errstate(invalid="ignore", divide="ignore"):
             m2 = np.where(weights > 0, squares - correction**2 / weights, 0.0)
-        return cls(counts, weights, mean, np.maximum(m2, 0.0))
+        return cls(counts, weights, mean, np.where(constant, 0.0, np.maximum(m2, 0.0)))
 
     @classmethod
     def _from_sparse(cls, X, sample_weight, order, missing_values):
@@ -143,7 +166,8 @@ class ColumnMoments:
         missing = _get_mask(X.data, missing_values)
         counts = (n - np.bincount(column[missing], minlength=d)).astype(np.int64)
         kept, kept_w = column[~missing], entry_w[~missing]
-        stored_weight = np.bincount(kept, kept_w, minlength=d)
+        # (bincount of no entries is an int64 array: the float64 casts keep m2 += float)
+        stored_weight = np.bincount(kept, kept_w, minlength=d).astype(np.float64)
         # Implicit zeros are values; their weight is computed only where there are any,
         # so a column stored in full has no round-off from a subtraction.
         implicit = np.diff(X.indptr) < n
@@ -158,11 +182,20 @@ class ColumnMoments:
             mean = np.where(
                 weights > 0, np.bincount(kept, kept_w * values, minlength=d) / weights, 0.0
             )
+        low, high = np.full(d, np.inf), np.full(d, -np.inf)
+        counted = kept_w > 0
+        np.minimum.at(low, kept[counted], values[counted])
+        np.maximum.at(high, kept[counted], values[counted])
+        zeros = implicit_weight > 0  # implicit zeros with weight are values too
+        low[zeros], high[zeros] = np.minimum(low[zeros], 0.0), np.maximum(high[zeros], 0.0)
+        constant, value = _constant_columns(low, high)
+        mean = np.where(constant, value, mean)
         if order == 1:
             return cls(counts, weights, mean)
-        m2 = np.bincount(kept, kept_w * (values - mean[kept]) ** 2, minlength=d)
+        m2 = np.bincount(kept, kept_w * (values - mean[kept]) ** 2, minlength=d).astype(
+            np.float64)
         m2 += implicit_weight * mean**2
-        return cls(counts, weights, mean, m2)
+        return cls(counts, weights, mean, np.where(constant, 0.0, m2))
 
     def merge(self, other):
         """Statistics of the union of both clients' rows (a new object), column by column."""

@@ -221,3 +221,24 @@ def test_classifiers_refuse_unknown_labels_at_the_site():
     tasks = server.next_tasks(["a"])
     with pytest.raises(ValueError, match="site 'a': labels \\[2\\] are not among"):
         site.respond(tasks["a"], X, y)
+
+
+@pytest.mark.parametrize("Federated, Pooled, params", [
+    (FederatedRidgeClassifier, RidgeClassifier, {}),
+    (FederatedRidgeClassifierCV, RidgeClassifierCV, {}),
+    (FederatedRidgeClassifierCV, RidgeClassifierCV, {"cv": 3}),
+])
+def test_ridge_classifiers_multilabel_y(Federated, Pooled, params):
+    # a 2-D multilabel-indicator y was refused ("y should be a 1d array")
+    from sklearn.datasets import make_multilabel_classification
+
+    X, Y = make_multilabel_classification(n_classes=3, random_state=0)
+    pooled = Pooled(**params).fit(X, Y)
+    for n_sites in (1, 7):
+        fed = Federated(**params).fit(X, Y, clients=np.arange(len(X)) % n_sites)
+        np.testing.assert_allclose(fed.coef_, pooled.coef_, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(fed.intercept_, pooled.intercept_, rtol=1e-10)
+        np.testing.assert_array_equal(fed.classes_, pooled.classes_)
+        np.testing.assert_array_equal(fed.predict(X), pooled.predict(X))
+    with pytest.raises(ValueError, match="Multioutput target data is not supported"):
+        Federated(**params).fit(X, np.where(Y == 1, 2, np.arange(3)), clients=np.arange(100) % 7)

@@ -556,3 +556,20 @@ def test_sites_on_parallel_threads_give_the_same_bits(sites_on_threads, cv):
     if cv is None:
         assert_array_equal(one.cv_results_, two.cv_results_)
     assert one.communication_.as_dict() == two.communication_.as_dict()
+
+
+@pytest.mark.parametrize("solver", ["auto", "svd", "cholesky"])
+@pytest.mark.parametrize("n_targets", [1, 2])
+def test_leave_one_out_with_only_constant_columns(solver, n_targets):
+    # two rows, one constant column, an intercept: the centered spectrum is
+    # empty and reshape(0, -1) raised "cannot reshape array of size 0"
+    X = np.array([[3.0], [3.0]])
+    y = np.array([1.0, 2.5]) if n_targets == 1 else np.array([[1.0, 0.0], [2.5, 4.0]])
+    pooled = RidgeCV(store_cv_results=True).fit(X, y, sample_weight=np.array([1.0, 2.0]))
+    for clients in ([0, 0], [0, 1]):
+        fed = FederatedRidgeCV(solver=solver, store_cv_results=True).fit(
+            X, y, sample_weight=np.array([1.0, 2.0]), clients=clients)
+        np.testing.assert_array_equal(fed.coef_, pooled.coef_)
+        np.testing.assert_allclose(fed.intercept_, pooled.intercept_, rtol=1e-14)
+        np.testing.assert_allclose(fed.cv_results_, pooled.cv_results_, rtol=1e-12)
+        assert fed.alpha_ == pooled.alpha_

@@ -121,6 +121,44 @@ def test_standard_scaler_partial_fit_and_constant_column():
     assert fed.communication_.rounds == 4
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("form", [np.array, sp.csr_matrix, sp.csc_matrix])
+def test_standard_scaler_constant_column_has_exactly_zero_variance(weighted, form):
+    # sum/n of a constant and the two-pass sum of squares carry round-off
+    # (var_ ~1e-50 before); a column whose weighted values are one value has
+    # that value as its exact mean and exactly 0 as its variance, merged or not.
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.full(101, 0.1), np.full(101, 1e8 + 0.3), rng.normal(size=101)])
+    X[::9, 1] = np.nan  # missing entries do not break the constant
+    if form is not np.array:
+        X = np.nan_to_num(X, nan=1e8 + 0.3)
+    weight = rng.uniform(0.1, 3.0, 101) if weighted else None
+    kw = {"with_mean": form is np.array}
+    for n_sites in (1, 7):
+        fed = FederatedStandardScaler(**kw).fit(form(X), sample_weight=weight,
+                                                clients=np.arange(101) % n_sites)
+        assert fed.var_[0] == 0.0 and fed.var_[1] == 0.0 and fed.var_[2] > 0.5
+        assert fed.scale_[0] == 1.0 and fed.scale_[1] == 1.0
+        if kw["with_mean"]:
+            assert fed.mean_[0] == 0.1 and fed.mean_[1] == 1e8 + 0.3
+        pooled = StandardScaler(**kw).fit(form(X), sample_weight=weight)
+        _assert_same(pooled, fed, ["mean_", "scale_"] if kw["with_mean"] else ["scale_"])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_standard_scaler_sparse_column_without_stored_entries(weighted):
+    # a CSC column with no stored entry made np.bincount return int64 and
+    # `m2 += float` raised UFuncOutputCastingError
+    X = sp.csc_matrix(np.column_stack([np.zeros(12), np.arange(12.0)]))
+    weight = np.linspace(0.5, 2.0, 12) if weighted else None
+    for n_sites in (1, 7):
+        fed = FederatedStandardScaler(with_mean=False).fit(
+            X, sample_weight=weight, clients=np.arange(12) % n_sites)
+        pooled = StandardScaler(with_mean=False).fit(X, sample_weight=weight)
+        _assert_same(pooled, fed, ["n_samples_seen_", "mean_", "var_", "scale_"])
+        assert fed.var_[0] == 0.0
+
+
 def test_standard_scaler_site_refuses_sparse_centering():
     scaler = FederatedStandardScaler()
     server = scaler.make_server()
@@ -204,6 +242,54 @@ def test_onehot_encoder_given_categories_and_unknown_error():
         FederatedOneHotEncoder(categories=short).fit(frame, clients=_sites(len(frame), 7))
 
 
+def test_onehot_encoder_given_categories_infrequent_with_a_site_lacking_them():
+    # a site none of whose values are among the given categories encoded an
+    # empty array as a float index (IndexError) when counting for infrequent grouping
+    X = np.array([["a"] * 5 + ["e"] * 30], dtype=object).T
+    kw = dict(categories=[["c", "d", "a", "b"]], sparse_output=False,
+              handle_unknown="infrequent_if_exist", max_categories=2)
+    pooled = OneHotEncoder(**kw).fit(X)
+    for n_sites in (1, 7):
+        fed = FederatedOneHotEncoder(**kw).fit(X, clients=np.arange(35) % n_sites)
+        assert repr(fed.infrequent_categories_) == repr(pooled.infrequent_categories_)
+        test = [["a"], ["b"], ["e"]]
+        np.testing.assert_array_equal(fed.transform(test), pooled.transform(test))
+
+
+@pytest.mark.parametrize("given", [None, [[b"b", b"a"]]])
+def test_onehot_encoder_bytes_categories(given):
+    X = np.array([[b"b"], [b"a"], [b"c"], [b"a"]])
+    kw = {} if given is None else {"categories": given, "handle_unknown": "ignore"}
+    pooled = OneHotEncoder(**kw).fit(X)
+    for n_sites in (1, 3):
+        fed = FederatedOneHotEncoder(**kw).fit(X, clients=np.arange(4) % n_sites)
+        assert [c.dtype for c in fed.categories_] == [c.dtype for c in pooled.categories_]
+        np.testing.assert_array_equal(fed.categories_[0], pooled.categories_[0])
+        np.testing.assert_array_equal(fed.transform(X).toarray(), pooled.transform(X).toarray())
+
+
+def test_onehot_encoder_mixed_bytes_and_str_error_is_scikit_learns():
+    X = np.array([["b"], ["a"]], dtype="U")
+    with pytest.raises(ValueError) as pooled:
+        OneHotEncoder(categories=[np.array([b"a", b"b"], dtype=object)]).fit(X)
+    with pytest.raises(ValueError) as fed:
+        FederatedOneHotEncoder(categories=[np.array([b"a", b"b"], dtype=object)]).fit(
+            X, clients=[0, 1])
+    assert str(fed.value) == str(pooled.value)
+
+
+def test_onehot_encoder_sites_of_different_kinds_are_refused():
+    encoder = FederatedOneHotEncoder()
+    server = encoder.make_server()
+    tasks = server.next_tasks(["a", "b"])
+    client = encoder.make_client()
+    replies = {"a": client.respond(tasks["a"], np.array([["x"], ["y"]])),
+               "b": client.respond(tasks["b"], np.array([[b"x"], [b"y"]]))}
+    with pytest.raises(ValueError, match="different kinds: bytes at \\['b'\\]"):
+        server.receive(replies)
+    assert not hasattr(encoder, "categories_")
+
+
 def test_onehot_encoder_messages_are_category_sets():
     frame = _categorical_frame(60)
     sites = np.repeat(["a", "b", "c"], 20)
@@ -242,6 +328,19 @@ def test_simple_imputer_text_and_sparse():
         pooled = SimpleImputer(strategy=strategy).fit(sparse)
         fed = FederatedSimpleImputer(strategy=strategy).fit(sparse, clients=_sites(120, 7))
         np.testing.assert_allclose(fed.statistics_, pooled.statistics_, rtol=1e-12)
+
+
+def test_simple_imputer_most_frequent_text_with_a_site_missing_a_column():
+    # a site whose column has no present value sent an empty numeric array, and
+    # its encoding against the object union raised IndexError in _most_frequent
+    X = np.array([["a", "x"], [np.nan, "y"], ["a", "y"], [np.nan, "z"], ["b", "y"],
+                  [np.nan, "x"]], dtype=object)
+    for n_sites in (2, 7):
+        fed = FederatedSimpleImputer(strategy="most_frequent").fit(
+            X, clients=np.arange(6) % n_sites)
+        pooled = SimpleImputer(strategy="most_frequent").fit(X)
+        np.testing.assert_array_equal(fed.statistics_, pooled.statistics_)
+        np.testing.assert_array_equal(fed.transform(X), pooled.transform(X))
 
 
 def test_simple_imputer_has_no_median():
