@@ -96,6 +96,16 @@ class Client(ABC):
     y_numeric = True
     #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
     accepts_no_rows = False
+    #: For a role that does not need targets: False when its replies never describe any
+    #: (``check_rows`` leaves ``y`` out), None when the caller decides (a composite hands
+    #: ``y`` on to its parts). The server refuses a reply that contradicts it, naming the
+    #: site, without any declaration (see :meth:`describes_targets`).
+    targets_in_reply = None
+
+    @classmethod
+    def describes_targets(cls):
+        """Whether every reply describes targets (True), none does (False), or either (None)."""
+        return True if cls.needs_y else cls.targets_in_reply
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
         self.estimator = estimator
@@ -517,6 +527,18 @@ class Server(ABC):
             fail("its features are not the federation's features (names or order differ).")
         if self.n_targets is not None and schema["n_targets"] != self.n_targets:
             fail(f"has {schema['n_targets']} targets, expected {self.n_targets}.")
+        expects = self.expects_targets()
+        if expects is not None and (schema["n_targets"] is not None) != expects:
+            # known without any declaration: a protocol takes targets or it does not
+            fail("describes targets, but this protocol takes none." if not expects else
+                 "describes no targets, but this protocol needs them.")
+
+    def expects_targets(self):
+        """Whether every reply of this protocol describes targets (see
+        :meth:`Client.describes_targets`); None when its client role cannot tell, and
+        the round's replies must then agree among themselves."""
+        role = getattr(self.estimator, "_client_role", None)
+        return None if role is None else role.describes_targets()
 
     def receive_frames(self, frames, sizes, failures=None):
         if self._open is None:
@@ -589,13 +611,15 @@ class Server(ABC):
         distinct = set(map(id, schemas.values()))
         dtypes = {schema.get("dtype") for schema in (
             [next(iter(schemas.values()))] if len(distinct) == 1 else schemas.values())}
-        schema, dtype = self.schema, self.round_dtype
+        # A refused round leaves every attribute as it was, the hook's own included (a
+        # composite's apply reads its parts' replies and may fail after changing some).
+        restore = self.savepoint()
         self.round_dtype = np.dtype(np.float32 if dtypes == {"float32"} else np.float64)
         self.schema = self._pinned_schema(schemas[next(iter(parsed))])
         try:
             self.apply(parsed, ledger)
         except BaseException:
-            self.schema, self.round_dtype = schema, dtype
+            restore()
             raise
         self._ledger = ledger
         for site, exc in failures.items():
