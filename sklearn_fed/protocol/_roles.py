@@ -40,6 +40,7 @@ the public methods :meth:`Server.open_round`, :meth:`Server.receive_frames`
 
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -544,11 +545,32 @@ class Server(ABC):
         if self._open is None:
             raise RuntimeError("no round is open: call next_tasks() before receive().")
         parsed, failures = self.check_round(frames, failures)
-        if failures and self.on_invalid == "raise":
-            raise next(iter(failures.values()))
-        if not parsed:
-            raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
-        self.commit_round(frames, parsed, sizes, failures)
+        while True:
+            if failures and self.on_invalid == "raise":
+                raise next(iter(failures.values()))
+            if not parsed:
+                raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
+            try:
+                return self.commit_round(frames, parsed, sizes, failures)
+            except InvalidClientMessage as exc:
+                # apply named a site whose reply passed every check alone (its statistics
+                # overflow the merged model): under "drop" it is left out like any invalid
+                # reply, and the round is applied from the others (nothing was applied yet)
+                culprit = label_key(exc.client)
+                if self.on_invalid != "drop" or culprit not in label_keys(parsed):
+                    raise
+                failures[exc.client] = exc
+                parsed = self._without(frames, parsed, culprit, failures)
+
+    def _without(self, frames, parsed, culprit, failures):
+        """The parsed replies of a round but one site's (read and folded again if folded)."""
+        if not isinstance(parsed, FoldedReplies):
+            return {site: reply for site, reply in parsed.items() if label_key(site) != culprit}
+        kept = {site: None for site in parsed if label_key(site) != culprit}
+        refolded = self._fold_round(_Only(frames, kept), failures, self.reply_fold())
+        refolded.frame_bytes.update(
+            {site: n for site, n in parsed.frame_bytes.items() if label_key(site) == culprit})
+        return refolded
 
     def savepoint(self):
         """A ``restore()`` callable that puts this server and its estimator back as they are now.
@@ -790,6 +812,24 @@ class Server(ABC):
         :func:`atomic` restores it. Replace fitted attributes, never mutate
         them in place.
         """
+
+
+class _Only(Mapping):
+    """``frames`` restricted to the sites of ``kept`` (frames still made only when read)."""
+
+    def __init__(self, frames, kept):
+        self._frames, self._kept = frames, kept
+
+    def __getitem__(self, site):
+        if site not in self._kept:
+            raise KeyError(site)
+        return self._frames[site]
+
+    def __iter__(self):
+        return iter(self._kept)
+
+    def __len__(self):
+        return len(self._kept)
 
 
 class FederatedMixin:
