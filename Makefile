@@ -84,5 +84,5 @@ clean:
 # site's replies against every estimator (the suite runs a sample; ~30 minutes on 2 cores).
 fuzz: $(STAMP)
 	$(PY) tests/protocol/fuzz_statistics.py 200000
-	$(PY) -W ignore tests/protocol/test_hostile_sites.py
+	$(PY) -W ignore tests/protocol/hostile_harness.py
 	SKLEARN_FED_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/neural_network/test_codecs.py -k fuzzed
