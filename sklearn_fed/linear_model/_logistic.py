@@ -19,7 +19,6 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model._base import LinearClassifierMixin
 
-from .._clients import known_labels
 from .._compat import (
     Interval,
     StrOptions,
@@ -28,7 +27,7 @@ from .._compat import (
     _unique,
     check_is_fitted,
 )
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import (
     InvalidClientMessage,
     Server,
@@ -472,6 +471,8 @@ class FederatedLogisticRegression(
     max_iter : int, default=50
         Newton iterations at most; reaching it gives a
         :class:`~sklearn.exceptions.ConvergenceWarning`.
+    verbose : int, default=0
+        Print one line per round (sites answered, bytes each way, seconds).
 
     Attributes
     ----------
@@ -511,17 +512,20 @@ class FederatedLogisticRegression(
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "verbose": ["verbose"],
     }
     _server_role = LogisticServer
     _client_role = LogisticClient
     _exact_federation = True
 
-    def __init__(self, C=1.0, *, fit_intercept=True, class_weight=None, tol=1e-4, max_iter=50):
+    def __init__(self, C=1.0, *, fit_intercept=True, class_weight=None, tol=1e-4, max_iter=50,
+                 verbose=0):
         self.C = C
         self.fit_intercept = fit_intercept
         self.class_weight = class_weight
         self.tol = tol
         self.max_iter = max_iter
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -568,14 +572,7 @@ class FederatedLogisticRegression(
         self.coef_ = weights.astype(dtype)
         self.intercept_ = intercept.astype(dtype)
         self.n_iter_ = np.array([server._iterations], dtype=np.int32)
-        self.communication_ = ledger
-        self.clients_ = known_labels([], replies)
-        self.n_clients_ = len(self.clients_)
-        self.n_features_in_ = server.schema.n_features
-        if server.schema.feature_names is not None:
-            self.feature_names_in_ = np.asarray(server.schema.feature_names, dtype=object)
-        else:
-            self.__dict__.pop("feature_names_in_", None)
+        set_federation_attributes(self, server.schema, ledger, replies)
 
     def predict_proba(self, X):
         """Class probabilities: the sigmoid (two classes) or softmax of the decision values.

@@ -23,6 +23,11 @@ class SitePolicy:
         Answer only these protocols (e.g. ``["ridge.statistics"]``).
     check : callable, default=None
         ``check(task_fields) -> None``; raise to refuse (the message is kept).
+    columns_in_order : bool, default=False
+        Answer a task that names its features from rows without column names
+        (an array), taking the columns to be in the task's order. By default
+        such rows are refused: their order cannot be checked, and a wrong
+        order gives a wrong model without any error.
 
     Examples
     --------
@@ -31,9 +36,10 @@ class SitePolicy:
 
     def __init__(
         self, *, min_rows=None, max_epsilon=None, allowed_features=None, allowed_kinds=None,
-        check=None,
+        check=None, columns_in_order=False,
     ):
         self.min_rows = min_rows
+        self.columns_in_order = bool(columns_in_order)
         self.max_epsilon = max_epsilon
         self.allowed_features = None if allowed_features is None else set(allowed_features)
         self.allowed_kinds = None if allowed_kinds is None else set(allowed_kinds)
