@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone, is_classifier
+
 from sklearn_fed import (
     DPFedAvgRegressor,
     FedAvgRegressor,
@@ -45,10 +46,12 @@ from sklearn_fed import (
 )
 from sklearn_fed.compose import FederatedColumnTransformer
 from sklearn_fed.pipeline import make_federated_pipeline
-from sklearn_fed.protocol import decode, encode
+from sklearn_fed.protocol import SitePolicy, decode, encode
 from sklearn_fed.utils.estimator_checks import _model_state
 
 LABELS = (0, 1, 2)
+# the sites' rows are arrays in the declared features' order, as a site states it
+IN_ORDER = SitePolicy(columns_in_order=True)
 MAX_SECONDS = 10.0
 MAX_BYTES = 100 * 2**20
 
@@ -492,7 +495,7 @@ class Federation:
         self.declared = declare
         self.servers = {mode: clone(self.template).make_server(on_invalid=mode, **kwargs)
                         for mode in ("raise", "drop")}
-        self.clients = {mode: {s: server.estimator.make_client() for s in LABELS}
+        self.clients = {mode: {s: server.estimator.make_client(policy=IN_ORDER) for s in LABELS}
                         for mode, server in self.servers.items()}
         self.tasks = {mode: server.next_tasks(list(LABELS))
                       for mode, server in self.servers.items()}

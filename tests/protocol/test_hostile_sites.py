@@ -29,7 +29,20 @@ issue 27 has a named regression test at the end of this file.
 
 import numpy as np
 import pytest
+from hostile_harness import (  # tests/protocol, on sys.path as pytest imports this file
+    CASE_IDS,
+    CASES,
+    IN_ORDER,
+    LABELS,
+    _edit_meta,
+    _put,
+    _site_rows,
+    _with,
+    run_case,
+    snapshot,
+)
 from sklearn.base import clone
+
 from sklearn_fed import (
     FedAvgRegressor,
     FederatedMinMaxScaler,
@@ -43,18 +56,6 @@ from sklearn_fed import (
 )
 from sklearn_fed.compose import FederatedColumnTransformer
 from sklearn_fed.protocol import decode, encode
-
-from hostile_harness import (  # tests/protocol, on sys.path as pytest imports this file
-    CASE_IDS,
-    CASES,
-    LABELS,
-    _edit_meta,
-    _put,
-    _site_rows,
-    _with,
-    run_case,
-    snapshot,
-)
 
 pytestmark = pytest.mark.filterwarnings("ignore:X does not have valid feature names")
 
@@ -78,7 +79,7 @@ def _three_sites(estimator, sites, **server_kwargs):
     """A server, and each site's honest reply to its first task (``{site: bytes}``)."""
     server = estimator.make_server(**server_kwargs)
     tasks = server.next_tasks(list(sites))
-    client = server.estimator.make_client()
+    client = server.estimator.make_client(policy=IN_ORDER)
     return server, {s: client.respond(tasks[s], *sites[s]) for s in sites}
 
 
