@@ -2,8 +2,12 @@
 
 from ._accounting import PrivacyLedger, composed_noise_multiplier
 from ._bounds import ClippingWarning, RangeScaler
-from ._calibration import analytic_gaussian_std, classic_gaussian_std, gaussian_noise_std
-from ._noise import release_generator
+from ._calibration import (
+    analytic_gaussian_std,
+    classic_gaussian_std,
+    gaussian_noise_std,
+)
+from ._noise import noise_generator
 from ._secure_aggregation import MaskingKey, SecureAggregator
 
 # gradient-inversion audit (needs torch): loaded on first access
@@ -30,6 +34,6 @@ __all__ = [
     "gaussian_noise_std",
     "gradient_inversion",
     "inversion_audit",
+    "noise_generator",
     "reconstruction_ssim",
-    "release_generator",
 ]
