@@ -598,6 +598,16 @@ class Server(ABC):
     def receive_frames(self, frames, sizes, failures=None):
         if self._open is None:
             raise RuntimeError("no round is open: call next_tasks() before receive().")
+        # a refused round leaves the server as it was, even what reading it noted (a hook's
+        # check_round or cross_check may keep notes for apply)
+        restore = self.savepoint()
+        try:
+            self._receive_checked(frames, sizes, failures)
+        except BaseException:
+            restore()
+            raise
+
+    def _receive_checked(self, frames, sizes, failures):
         parsed, failures = self.check_round(frames, failures)
         while True:
             if failures and self.on_invalid == "raise":
