@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-kernels docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines flower-demo clean venv fuzz property accuracy
+.PHONY: demo test test-kernels sklearn-suites docs bench bench-floor bench-load bench-incremental bench-baselines bench-dask bench-pipelines flower-demo flower-many clean venv fuzz property accuracy
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -n 2 --durations=15
 
+# scikit-learn's own test files through the federated adapters, with the few tests
+# whose time goes to scikit-learn's cross-validated references (`make test` skips them)
+sklearn-suites: $(STAMP)
+	SKLEARN_FED_SLOW_SUITES=1 $(PY) -m pytest -n 2 $(wildcard tests/*/test_sklearn_*_suite.py)
+
 # The suite under three OpenBLAS kernels (numpy's and scipy's OpenBLAS honour
 # OPENBLAS_CORETYPE): a test whose answer depends on the kernel fails here. SkylakeX
 # needs a CPU with AVX-512 and is skipped, saying so, on one without.
@@ -47,6 +52,11 @@ test-kernels: $(STAMP)
 # 127.0.0.1, one `flwr run`, then the saved model checked against the in-process fit
 flower-demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/flower/run_demo.sh
+
+# 20 SuperNodes (and their site workers) on this machine: two runs equal to the in-process
+# fits, and the peak memory of each site's processes (slow: not in `make test`)
+flower-many: $(STAMP)
+	$(PY) benchmarks/bench_flower_many.py --sites 20
 
 docs: $(STAMP)
 	$(MAKE) -C docs html SPHINXBUILD=$(abspath $(VENV))/bin/sphinx-build

@@ -34,6 +34,8 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import ServerApp
 
+from sklearn_fed_site import RECORD, ROLL_CALL_ACTION, STATE_RECORD, TASK_ACTION
+
 from ..protocol import (
     InvalidClientMessage,
     TaskRefused,
@@ -58,13 +60,6 @@ __all__ = ["make_client_app", "make_server_app", "run_server"]
 
 _log = logging.getLogger("sklearn_fed.flower")
 
-#: Name of the RecordDict entry (a ConfigRecord) that carries our bytes.
-RECORD = "sklearn_fed"
-#: Flower message types: "<category>.<action>"; the ClientApp routes on them.
-ROLL_CALL_ACTION = "sklearn_fed_site"
-TASK_ACTION = "sklearn_fed"
-#: Where a node keeps its client role's state between the messages of one run.
-STATE_RECORD = "sklearn_fed_client"
 _CONFIGURED = frozenset({"estimator", "key", "policy", "site"})  # rebuilt for every message
 
 
@@ -83,8 +78,8 @@ def roll_call(message, context):
     return Message(RecordDict({RECORD: record}), reply_to=message)
 
 
-def _kept_state(client):
-    """The client role's attributes for the next message (see :mod:`._state`).
+def kept_state(client):
+    """The client role's attributes for the next message, as ``{name: bytes}`` (see :mod:`._state`).
 
     What cannot be kept (a torch module a role caches, say) is not: the role
     rebuilds it. State a role needs (rows held back, a round's X25519 key)
@@ -102,7 +97,48 @@ def _kept_state(client):
     if skipped:
         _log.info("sklearn-fed: %s attributes rebuilt on the next message, not kept: %s",
                   type(client).__name__, skipped)
-    return ConfigRecord(kept)
+    return kept
+
+
+def make_site_client(node_config, run_config, saved):
+    """``(node, estimator, client)``: the run's client role at this node, ``saved`` state restored.
+
+    ``saved`` is ``{name: bytes}`` as :func:`kept_state` wrote it.
+    """
+    node = NodeSettings.from_node_config(node_config)
+    estimator = estimator_from_config(run_config)
+    client = estimator.make_client(key=node.read_key(), policy=node.policy, site=node.site)
+    for name, data in saved.items():
+        where = f"node state {STATE_RECORD}[{name!r}]"
+        # only attributes kept_state writes: never a dunder nor what is rebuilt
+        if not (name.isidentifier() and not name.startswith("__") and name not in _CONFIGURED):
+            raise ValueError(f"{where}: not an attribute a client role keeps.")
+        setattr(client, name, read_state(data, where))
+    return node, estimator, client
+
+
+def respond(task, node, estimator, client):
+    """The client role's reply (bytes) to ``task`` from the node's rows.
+
+    With ``round-column``, a streaming protocol (one whose ``fit`` is one of
+    many rounds) gets the rows of the task's round; every other protocol gets
+    all rows.
+    """
+    if not isinstance(task, bytes):
+        raise InvalidClientMessage("server: the message carries no sklearn-fed task.", "server")
+    in_round = None
+    if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
+        # a streaming protocol answers each round from that round's new rows; the
+        # round is read from the authenticated task, not from Flower's metadata
+        in_round = decode(task, key=client.key, client="server").round
+    X, y, sample_weight = node.read_data(in_round)
+    try:
+        return client.respond(task, X, y, sample_weight)
+    except InvalidClientMessage as exc:
+        if "cannot read the server's task" not in str(exc) or not node.key_file:
+            raise
+        raise InvalidClientMessage(f"{exc} (this node's key-file: {node.key_file})",
+                                   "server") from exc
 
 
 def answer_task(message, context):
@@ -111,49 +147,24 @@ def answer_task(message, context):
     Flower starts a new process for every message, so what a client role
     keeps between rounds (rows held back, a round's secret key) is saved in
     the node's ``context.state`` (it never leaves the node) and restored for
-    the next message of the run. With ``round-column``, a streaming protocol
-    (one whose ``fit`` is one of many rounds) gets the rows of the task's
-    round; every other protocol gets all rows.
+    the next message of the run (a site worker, see
+    :mod:`sklearn_fed.flower.worker`, keeps the role in memory instead).
 
     A task the site refuses (its policy), one that is not authentic, or rows
     it cannot use are answered with an error reply that says why; the server
     treats the site as dropout.
     """
     try:
-        node = NodeSettings.from_node_config(context.node_config)
         record = message.content.config_records.get(RECORD)
         task = None if record is None else record.get("task")
-        if not isinstance(task, bytes):
-            raise InvalidClientMessage("server: the message carries no sklearn-fed task.",
-                                       "server")
-        key = node.read_key()
-        estimator = estimator_from_config(context.run_config)
-        client = estimator.make_client(key=key, policy=node.policy, site=node.site)
         saved = context.state.config_records.get(STATE_RECORD, {})
-        for name, data in saved.items():
-            where = f"node state {STATE_RECORD}[{name!r}]"
-            # only attributes _kept_state writes: never a dunder nor what is rebuilt
-            if not (name.isidentifier() and not name.startswith("__")
-                    and name not in _CONFIGURED):
-                raise ValueError(f"{where}: not an attribute a client role keeps.")
-            setattr(client, name, read_state(data, where))
-        in_round = None
-        if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
-            # a streaming protocol answers each round from that round's new rows; the
-            # round is read from the authenticated task, not from Flower's metadata
-            in_round = decode(task, key=key, client="server").round
-        X, y, sample_weight = node.read_data(in_round)
-        try:
-            reply = client.respond(task, X, y, sample_weight)
-        except InvalidClientMessage as exc:
-            if "cannot read the server's task" not in str(exc) or not node.key_file:
-                raise
-            raise InvalidClientMessage(f"{exc} (this node's key-file: {node.key_file})",
-                                       "server") from exc
+        node, estimator, client = make_site_client(context.node_config, context.run_config,
+                                                   dict(saved))
+        reply = respond(task, node, estimator, client)
     except (TaskRefused, InvalidClientMessage, ValueError) as exc:
         _log.warning("sklearn-fed: not answering: %s", exc)
         return _error_reply(message, exc)
-    context.state[STATE_RECORD] = _kept_state(client)
+    context.state[STATE_RECORD] = ConfigRecord(kept_state(client))
     return Message(RecordDict({RECORD: ConfigRecord({"reply": reply})}), reply_to=message)
 
 
@@ -326,9 +337,14 @@ def run_server(grid, run_config):
     nodes = _roll_call(grid, settings)
     sites = sorted_labels(nodes)
     _log.info("sklearn-fed: %s over sites %s", type(estimator).__name__, sites)
-    run_rounds(server, GridTransport(grid, nodes, settings), sites)
+    transport = GridTransport(grid, nodes, settings)
+    run_rounds(server, transport, sites)
     fitted = server.estimator
-    _log.info("sklearn-fed: fitted %s on %d round(s)", type(fitted).__name__, server.round)
+    answered = [plain_label(site) for site in getattr(fitted, "clients_", sites)]
+    _log.info("sklearn-fed: fitted %s in %d round(s) over %d site(s) %s: %d bytes sent, %d "
+              "received, %.2f s", type(fitted).__name__, server.round,
+              len(answered), answered,
+              transport.sent, transport.received, time.monotonic() - transport.start)
     if settings.model_path:
         save_model(fitted, settings.model_path)
         _log.info("sklearn-fed: model saved to %s", settings.model_path)
@@ -344,16 +360,19 @@ class GridTransport(Transport):
 
     def __init__(self, grid, nodes, settings):
         self.grid, self.nodes, self.settings = grid, nodes, settings
+        self.sent = self.received = 0  # bytes of tasks and replies, for the progress log
+        self.start = time.monotonic()
 
     def exchange(self, server, tasks):
+        started = time.monotonic()
         group = f"{server.federation}:{server.round}"
+        encoded = {site: encode(frame, key=server.key_of(site)) for site, frame in tasks.items()}
         outgoing = {
             site: _message(
-                RecordDict({RECORD: ConfigRecord(
-                    {"task": encode(frame, key=server.key_of(site))})}),
+                RecordDict({RECORD: ConfigRecord({"task": task})}),
                 self.nodes[site], f"train.{TASK_ACTION}", self.settings, group,
             )
-            for site, frame in tasks.items()
+            for site, task in encoded.items()
         }
         replies, failed = _exchange(
             self.grid, outgoing, timeout=self.settings.reply_timeout,
@@ -361,16 +380,25 @@ class GridTransport(Transport):
         )
         for site, reason in failed.items():
             _log.warning("sklearn-fed: site %r is dropout from round %d on: %s",
-                         site, server.round, reason)
+                         site, server.round + 1, reason)
         if len(replies) < self.settings.min_nodes:
             raise RuntimeError(
-                f"round {server.round}: {len(replies)} site(s) replied, min-nodes="
+                f"round {server.round + 1}: {len(replies)} site(s) replied, min-nodes="
                 f"{self.settings.min_nodes}; dropped: {failed}."
             )
         data = {}
         for site in sorted_labels(replies):  # as in-process: the order of fitted labels
             record = replies[site].content.config_records.get(RECORD)
             data[site] = None if record is None else record.get("reply")
+        sent = sum(map(len, encoded.values()))
+        received = sum(len(reply) for reply in data.values() if isinstance(reply, bytes))
+        self.sent += sent
+        self.received += received
+        now = time.monotonic()
+        # one line per round: what an operator watches while a long run goes on
+        _log.info("sklearn-fed: round %d: %d of %d site(s) answered, %d bytes sent, %d "
+                  "received, %.2f s (%.1f s in all)", server.round + 1, len(replies), len(tasks),
+                  sent, received, now - started, now - self.start)
         return (*server.decode_replies(data), set(failed))
 
 

@@ -64,6 +64,7 @@ RUN_CONFIG_DEFAULTS = {
 NODE_CONFIG_KEYS = (
     "site", "data-path", "target", "features", "weight-column", "round-column", "key-file",
     "min-rows", "max-epsilon", "allowed-features", "allowed-kinds", "columns-in-order",
+    "worker-socket",
 )
 
 _ARRAY_TAG = "ndarray"

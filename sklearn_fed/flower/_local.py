@@ -1,7 +1,11 @@
 """A real Flower federation on this machine: one SuperLink, one SuperNode per site.
 
-Every process listens on 127.0.0.1 only, on free ports, without TLS
-(``--insecure``: nothing leaves the machine). The SuperLink runs with
+Every process listens on 127.0.0.1 only, on free ports. It is deployed as a
+production federation is (:doc:`/deploying_flower`): the SuperLink serves
+TLS with a certificate signed by a CA made for the federation, only
+SuperNodes whose keys were enrolled (``flwr supernode register``) may join,
+every site has its own HMAC key, and each site's tasks are answered by its
+long-running worker (:mod:`sklearn_fed.flower.worker`). The SuperLink runs with
 ``--disable-runtime-dependency-installation``, so apps use the installed
 sklearn-fed; every process gets this interpreter's ``bin`` on ``PATH`` and
 the directory holding the imported :mod:`sklearn_fed` on ``PYTHONPATH``,
@@ -29,11 +33,13 @@ import tomli_w
 
 from ..datasets import save_site_data
 from ._config import RUN_CONFIG_DEFAULTS, estimator_to_config, site_text
+from ._credentials import make_node_key, make_tls_files
 from ._persist import load_model, save_model
 
 __all__ = ["LocalFederation", "run_local_federation"]
 
 CONNECTION = "sklearn-fed-local"
+_LOG_GRACE = 5.0  # seconds the CLI may take to stream a finished run's last log lines
 _SITE_ARRAYS = {"X", "y", "sample_weight", "rounds"}  # what a site given as a dict may hold
 _APP_PYPROJECT = {
     "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
@@ -48,7 +54,8 @@ _APP_PYPROJECT = {
         "publisher": "sklearn-fed",
         "components": {
             "serverapp": "sklearn_fed.flower.app:serverapp",
-            "clientapp": "sklearn_fed.flower.app:clientapp",
+            # the thin ClientApp: it hands each task to the site's worker
+            "clientapp": "sklearn_fed_site:clientapp",
         },
         "config": RUN_CONFIG_DEFAULTS,
     }}},
@@ -174,6 +181,17 @@ class LocalFederation:
         and the error says where).
     startup_timeout : float, default=120
         Seconds to wait for the SuperLink and all SuperNodes to be online.
+    tls : bool, default=True
+        Serve the SuperLink over TLS, with a CA and a server certificate made
+        for this federation (``workdir/tls``); ``False``: ``--insecure``.
+    node_auth : bool, default=True
+        Only SuperNodes whose keys are enrolled may join: one key pair per
+        site (``workdir/node-keys``), each public key registered with
+        ``flwr supernode register`` before its SuperNode starts.
+    workers : bool, default=True
+        Start one site worker per SuperNode (the sites' tasks are answered
+        there, with the run's client role kept in memory between rounds);
+        ``False``: every message is answered in its own ClientApp process.
 
     Attributes
     ----------
@@ -191,7 +209,7 @@ class LocalFederation:
     """
 
     def __init__(self, sites, *, target=None, features=None, weight=None, keys=True,
-                 workdir=None, startup_timeout=120.0):
+                 workdir=None, startup_timeout=120.0, tls=True, node_auth=True, workers=True):
         self.sites = {  # numpy scalars (e.g. from np.unique) become plain labels
             label.item() if isinstance(label, np.generic) else label: data
             for label, data in dict(sites).items()
@@ -208,6 +226,11 @@ class LocalFederation:
         self.target, self.features, self.weight = target, features, weight
         self.keys = keys
         self.startup_timeout = float(startup_timeout)
+        self.tls, self.node_auth, self.workers = bool(tls), bool(node_auth), bool(workers)
+        self._workers = {}
+        self._outsiders = []
+        self._sockets = None
+        self.last_run_seconds = None  # of the last run: from `flwr run` to its result
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else None
         self._superlink = None
@@ -236,7 +259,13 @@ class LocalFederation:
         try:
             self._prepare()
             self._start_superlink()
+            if self.workers:
+                for index, label in enumerate(self.sites):
+                    self._start_worker(index, label)
+                self._wait_workers()
             for index, label in enumerate(self.sites):
+                if self.node_auth:
+                    self._enroll(self._node_keys[label][1])
                 self._start_supernode(index, label)
             self._wait_online(len(self.sites))
             self._node_sites = self._read_node_ids()
@@ -251,10 +280,13 @@ class LocalFederation:
             return
         self._closed = True
         self._failed = self._failed or failed
-        _end_all([p for p in [*self._supernodes.values(), self._superlink] if p is not None],
+        _end_all([p for p in [*self._supernodes.values(), *self._outsiders,
+                              *self._workers.values(), self._superlink] if p is not None],
                  grace=5.0)
         for handle in getattr(self, "_log_files", []):
             handle.close()
+        if self._sockets is not None:
+            shutil.rmtree(self._sockets, ignore_errors=True)
         if self._own_workdir and not self._failed:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -267,6 +299,11 @@ class LocalFederation:
         root = self.workdir
         for sub in ("data", "nodes", "keys", "homes", "logs", "runs", "app"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        self._tls = make_tls_files(root / "tls") if self.tls else None
+        self._node_keys = {
+            label: make_node_key(root / "node-keys", f"site-{index}")
+            for index, label in enumerate(self.sites)
+        } if self.node_auth else {}
         self._log_files = []
         package_root = str(Path(__import__("sklearn_fed").__file__).resolve().parents[1])
         env = dict(os.environ)
@@ -298,6 +335,12 @@ class LocalFederation:
                                    ("weight-column", self.weight)):
                     if value:
                         config[key] = value if isinstance(value, str) else ",".join(value)
+            if self.workers:
+                if self._sockets is None:
+                    # AF_UNIX paths are short (108 bytes): the workers' sockets go in a
+                    # short directory of their own, which mkdtemp makes the user's alone
+                    self._sockets = Path(tempfile.mkdtemp(prefix="sklearn-fed-"))
+                config["worker-socket"] = str(self._sockets / f"{index}.sock")
             if keys:
                 key_path = root / "keys" / f"site-{index}.key"
                 key_path.write_text(keys[label])
@@ -354,8 +397,13 @@ class LocalFederation:
 
     def _start_superlink(self):
         self._port = _free_port()
+        security = ["--insecure"] if self._tls is None else [
+            "--ssl-ca-certfile", str(self._tls["ca"]), "--ssl-certfile", str(self._tls["cert"]),
+            "--ssl-keyfile", str(self._tls["key"])]
+        if self.node_auth:
+            security.append("--enable-supernode-auth")
         self._superlink = self._popen("superlink", [
-            _tool("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+            _tool("flower-superlink"), *security, "--disable-runtime-dependency-installation",
             "--host", "127.0.0.1", "--port", str(self._port),
         ], "superlink")
         deadline = time.monotonic() + self.startup_timeout
@@ -370,15 +418,78 @@ class LocalFederation:
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(tomli_w.dumps({"superlink": {
             "default": CONNECTION,
-            CONNECTION: {"address": f"127.0.0.1:{self._port}", "insecure": True},
+            CONNECTION: {"address": f"127.0.0.1:{self._port}", "insecure": True}
+            if self._tls is None else {"address": f"127.0.0.1:{self._port}",
+                                       "root-certificates": str(self._tls["ca"])},
         }}))
 
+    def _supernode_command(self, node_config, *, private_key=None, ca=None):
+        security = ["--insecure"] if self._tls is None else [
+            "--root-certificates", str(ca or self._tls["ca"])]
+        if private_key is not None:
+            security += ["--auth-supernode-private-key", str(private_key)]
+        return [
+            _tool("flower-supernode"), *security, "--superlink", f"127.0.0.1:{self._port}",
+            "--host", "127.0.0.1", "--port", str(_free_port()), "--node-config", str(node_config),
+            # a node the SuperLink refuses gives up (and says why) instead of retrying forever
+            "--max-retries", "3", "--max-wait-time", "30",
+        ]
+
     def _start_supernode(self, index, label):
-        self._supernodes[label] = self._popen(f"supernode-{index}", [
-            _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self._port}",
-            "--host", "127.0.0.1", "--port", str(_free_port()),
-            "--node-config", str(self._node_configs[label]),
+        private_key = self._node_keys[label][0] if self.node_auth else None
+        self._supernodes[label] = self._popen(
+            f"supernode-{index}",
+            self._supernode_command(self._node_configs[label], private_key=private_key),
+            f"site-{index}")
+
+    def _enroll(self, public_key):
+        """Register a SuperNode's public key at the SuperLink (``flwr supernode register``)."""
+        result = self._cli("supernode", "register", str(public_key), CONNECTION,
+                           "--format", "json")
+        if result.returncode != 0:
+            raise RuntimeError(self._explain(
+                f"`flwr supernode register {public_key}` failed:\n{result.stdout}"
+                f"{result.stderr}", "superlink"))
+
+    def start_outsider(self, name, site, *, enroll=False, ca=None):
+        """Start a SuperNode that should not get in, for tests of the refusals; returns its log.
+
+        Parameters
+        ----------
+        name : str
+            Its log is ``logs/<name>.log``.
+        site : str or int
+            An existing site whose node config (rows, key) it reuses.
+        enroll : bool, default=False
+            Register its key at the SuperLink first.
+        ca : path-like, default=None
+            The CA certificate it trusts instead of the federation's (a node
+            given the wrong certificate).
+        """
+        private_key, public_key = make_node_key(self.workdir / "node-keys", name)
+        if enroll:
+            self._enroll(public_key)
+        self._outsiders.append(self._popen(name, self._supernode_command(
+            self._node_configs[site], private_key=private_key if self.node_auth else None,
+            ca=ca), name))
+        return self.logs / f"{name}.log"
+
+    def _start_worker(self, index, label):
+        self._workers[label] = self._popen(f"worker-{index}", [
+            sys.executable, "-m", "sklearn_fed.flower.worker",
+            "--socket", str(self._sockets / f"{index}.sock"),
         ], f"site-{index}")
+
+    def _wait_workers(self):
+        deadline = time.monotonic() + self.startup_timeout
+        for index, label in enumerate(self.sites):
+            while not (self._sockets / f"{index}.sock").is_socket():
+                self._check_alive(self._workers[label], f"worker-{index}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(self._explain(
+                        f"the worker of site {label!r} was not ready within "
+                        f"{self.startup_timeout:g} s.", f"worker-{index}"))
+                time.sleep(0.1)
 
     def _cli(self, *args, timeout=60.0):
         env = dict(self._env)
@@ -437,7 +548,7 @@ class LocalFederation:
         The SuperLink still lists the node until its heartbeat expires, so a
         run started next sends it tasks that are never answered: dropout.
         """
-        _end_all([self._supernodes[label]], grace=0)
+        _end_all([self._supernodes[label], *filter(None, [self._workers.get(label)])], grace=0)
         self._dead.add(site_text(label))
 
     def fit(self, estimator, *, timeout=300.0, run_config=None):
@@ -500,32 +611,42 @@ class LocalFederation:
             raise ValueError(
                 f"unknown run-config keys {unknown}; known: {list(RUN_CONFIG_DEFAULTS)}."
             )
+        model = Path(config["model-path"])
+        self._flwr_run(self.workdir / "app", config, model, run_dir, f"run-{number}",
+                       type(estimator).__name__, timeout)
+        return load_model(model)
+
+    def _flwr_run(self, app, config, result, run_dir, log_name, what, timeout):
+        """``flwr run app`` with ``config``; returns when the ServerApp wrote ``result``.
+
+        The ServerApp writes its result (atomically) as its last step: done
+        when it is there, without waiting for the CLI's log stream to wind
+        down; failed when the CLI exits without it.
+        """
         overrides = run_dir / "run-config.toml"
         overrides.write_text(tomli_w.dumps(config))
-        log_name = f"run-{number}"
         process = self._popen(log_name, [
-            _tool("flwr"), "run", str(self.workdir / "app"), CONNECTION,
-            "--run-config", str(overrides), "--stream",
+            _tool("flwr"), "run", str(app), CONNECTION, "--run-config", str(overrides),
+            "--stream",
         ], "cli")
-        # the ServerApp writes the model (atomically) as its last step: done when it is
-        # there, without waiting for the CLI's log stream to wind down; failed when the
-        # CLI exits without it
-        model = Path(config["model-path"])
         deadline = time.monotonic() + timeout
-        while not model.exists() and process.poll() is None:
+        while not result.exists() and process.poll() is None:
             if time.monotonic() > deadline:
                 self._stop_run(log_name)
                 _end_all([process], grace=5.0)
                 raise TimeoutError(self._explain(
-                    f"the Flower run of {type(estimator).__name__} took longer than "
-                    f"{timeout:g} s and was stopped.", log_name))
-            time.sleep(0.1)
-        _end_all([process], grace=0)  # the CLI only streams the finished run's log
-        if not model.exists():
+                    f"the Flower run of {what} took longer than {timeout:g} s and was "
+                    "stopped.", log_name))
+            time.sleep(0.05)
+        self.last_run_seconds = time.monotonic() - (deadline - timeout)
+        try:  # the CLI streams the run's last log lines (the server's summary), then exits
+            process.wait(timeout=_LOG_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+        _end_all([process], grace=0)
+        if not result.exists():
             raise RuntimeError(self._explain(
-                f"the Flower run of {type(estimator).__name__} failed (no model was saved).",
-                log_name))
-        return load_model(model)
+                f"the Flower run of {what} failed (no model was saved).", log_name))
 
     def _stop_run(self, log_name):
         match = re.search(r"started run (\d+)", _tail(self.logs / f"{log_name}.log", 10**6))

@@ -12,7 +12,7 @@ from . import _require
 
 _require("._apps")  # a clear ImportError naming the extra when flwr is missing
 
-from ._apps import make_client_app, make_server_app  # noqa: E402
+from ._apps import make_client_app, make_server_app
 
 clientapp = make_client_app()
 serverapp = make_server_app()

@@ -6,12 +6,16 @@ SuperLink and three SuperNodes on 127.0.0.1 (one federation for all
 estimators: each Flower message starts a ClientApp process).
 """
 
+import contextlib
 import functools
 import io
 import json
 import logging
+import queue
 import re
 import shutil
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -265,7 +269,7 @@ def test_example_app_lists_every_run_config_key_and_ships_no_secrets():
     app = project["tool"]["flwr"]["app"]
     assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)
     assert app["components"] == {"serverapp": "sklearn_fed.flower.app:serverapp",
-                                 "clientapp": "sklearn_fed.flower.app:clientapp"}
+                                 "clientapp": "sklearn_fed_site:clientapp"}
     estimator_from_config(app["config"])  # the example's estimator and parameters are valid
     files = {name: b"" for name in ("README.md", "prepare_sites.py", "sites/server-keys.json",
                                     "sites/north.key", "sites/north.csv", "model.skops")}
@@ -357,12 +361,12 @@ class FakeGrid:
     ``tamper(site, reply_bytes)`` alters replies on their way back.
     """
 
-    def __init__(self, node_configs, run_config, *, silent=(), tamper=None):
+    def __init__(self, node_configs, run_config, *, silent=(), tamper=None, app=None):
         self.node_configs = dict(enumerate(node_configs, start=101))
         self.run_config = run_config
         self.silent = {101 + i for i in silent}
         self.tamper = tamper
-        self.app = make_client_app()
+        self.app = app or make_client_app()
         # one Context per node for the whole run, as a SuperNode keeps it
         self.contexts = {node: Context(run_id=1, node_id=node, node_config=config,
                                        state=RecordDict(), run_config=run_config)
@@ -459,7 +463,7 @@ def test_too_few_sites_stop_the_run(tmp_path, task_identity):
     sites = _site_rows()
     configs = _node_configs(tmp_path, sites, KEYS, b={"min-rows": 500})
     config = _run_config(FederatedRidge(), tmp_path, KEYS, **{"min-nodes": 3})
-    with pytest.raises(RuntimeError, match=r"round 0: 2 site\(s\) replied, min-nodes=3"):
+    with pytest.raises(RuntimeError, match=r"round 1: 2 site\(s\) replied, min-nodes=3"):
         run_server(FakeGrid(configs, config), config)
     with pytest.raises(RuntimeError, match=r"2 site\(s\) known after the roll call"):
         run_server(FakeGrid(configs, config, silent=[0]), config)
@@ -539,6 +543,163 @@ def test_a_whole_pipeline_is_one_run_of_the_apps(tmp_path, task_identity):
     assert fitted.communication_.rounds == local.communication_.rounds >= 4
 
 
+# ----------------------------------------------------------------- site workers
+def test_thin_clientapp_imports_neither_scikit_learn_nor_sklearn_fed():
+    import subprocess
+    import sys
+
+    code = ("import sys, sklearn_fed_site; "
+            "assert not {'sklearn', 'sklearn_fed'} & set(sys.modules), 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@contextlib.contextmanager
+def _site_worker(**kwargs):
+    """A SiteWorker served on a Unix socket from a thread; yields (socket path, worker)."""
+    from sklearn_fed.flower._worker import SiteWorker, serve
+
+    directory = Path(tempfile.mkdtemp(prefix="sf-"))  # AF_UNIX paths are short
+    path, worker, started = directory / "w.sock", SiteWorker(**kwargs), queue.Queue()
+    thread = threading.Thread(target=serve, args=(path, worker, started.put), daemon=True)
+    thread.start()
+    server = started.get(timeout=30)
+    try:
+        yield str(path), worker
+    finally:
+        server.shutdown()
+        thread.join(timeout=30)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+WORKER_CASES = [
+    PrivateFederatedRidge(epsilon=2.0, feature_bound=80.0, target_bound=10.0,
+                          noise="distributed", random_state=0),  # a round's X25519 key kept
+    IncrementalFederatedRidge(alpha=1.0, min_samples=100, random_state=0),  # rows held back
+    FederatedLogisticRegression(max_iter=2),  # three rounds: classes, two Newton steps
+    FedAvgRegressor(n_rounds=3, batch_size=7, client_fraction=0.7, random_state=0),
+]
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("max_runs", [8, 0], ids=["in-memory", "restarted-every-message"])
+@pytest.mark.parametrize("estimator", WORKER_CASES, ids=_case_id)
+def test_site_worker_gives_the_in_process_fit(estimator, max_runs, tmp_path, task_identity):
+    """The thin ClientApp hands tasks to the worker; the role is kept in memory between
+    rounds (``max_runs=0``: never kept, every message rebuilds it from context.state)."""
+    import sklearn_fed_site
+
+    sites = _site_rows()
+    with _site_worker(max_runs=max_runs) as (socket_path, worker):
+        configs = _node_configs(tmp_path, sites, KEYS)
+        for config in configs:
+            config["worker-socket"] = socket_path
+        grid = FakeGrid(configs, _run_config(estimator, tmp_path, KEYS,
+                                             **_flower_config(estimator)),
+                        app=sklearn_fed_site.clientapp)
+        fitted = run_server(grid, grid.run_config)
+        assert len(worker._runs) == (3 if max_runs else 0)  # one role per site of run 1
+    _assert_same_model(fitted, _in_process(estimator, sites))
+    for context in grid.contexts.values():  # the state is written as without a worker
+        assert "sklearn_fed_client" in context.state.config_records
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_site_worker_refusals_and_failures_leave_the_run_as_it_was(tmp_path, task_identity,
+                                                                     caplog):
+    import sklearn_fed_site
+    from sklearn_fed.flower._worker import serve
+
+    sites = _site_rows()
+    estimator = FederatedLogisticRegression(max_iter=2)
+    with _site_worker() as (socket_path, worker):
+        configs = _node_configs(tmp_path, sites, KEYS, b={"min-rows": 500})  # b refuses
+        for config in configs:
+            config["worker-socket"] = socket_path
+        config = _run_config(estimator, tmp_path, KEYS)
+        fitted = run_server(FakeGrid(configs, config, app=sklearn_fed_site.clientapp), config)
+        assert fitted.clients_.tolist() == ["a", "c"]
+        assert "site 'b' is dropout from round 1 on" in caplog.text
+        assert "TaskRefused" in caplog.text and "fewer than the policy's minimum 500" in caplog.text
+        # a failing task drops the kept role: the next one starts from context.state
+        header, _ = worker.handle({"op": "task", "run_id": 9, "node_config": configs[0],
+                                   "run_config": config}, {"task": b"not a frame"})
+        assert header["ok"] is False and "InvalidClientMessage" in header["error"]
+        assert not any(run == 9 for run, _ in worker._runs)
+        assert worker.handle({"op": "launch"}, {})[0]["error"].endswith("'launch'.")
+    # the worker is gone: the ClientApp answers in its own process, with a warning
+    caplog.clear()
+    fitted = run_server(FakeGrid(configs, config, app=sklearn_fed_site.clientapp), config)
+    assert fitted.clients_.tolist() == ["a", "c"]
+    assert "did not answer" in caplog.text and "answering in this process" in caplog.text
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o755)
+    open_dir.chmod(0o755)
+    with pytest.raises(ValueError, match="open to other users .* chmod 700"):
+        serve(open_dir / "w.sock")
+
+
+def test_worker_wire_refuses_malformed_frames():
+    import socket
+    import struct
+
+    from sklearn_fed_site import receive, send
+
+    left, right = socket.socketpair()
+    with left, right:
+        send(left, {"op": "task"}, {"task": b"\x00" * 10, "state:x": b""})
+        assert receive(right) == ({"op": "task"}, {"task": b"\x00" * 10, "state:x": b""})
+        left.sendall(struct.pack("!Q", 1 << 30))
+        with pytest.raises(ValueError, match="header of 1073741824 bytes"):
+            receive(right)
+    for header in (b'{"op": 1}', b'{"blobs": [["x", -1]]}', b'[1]'):
+        left, right = socket.socketpair()
+        with left, right:
+            left.sendall(struct.pack("!Q", len(header)) + header)
+            with pytest.raises(ValueError):
+                receive(right)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_server_logs_a_line_per_round_and_a_summary(tmp_path, task_identity, caplog):
+    import logging
+
+    sites = _site_rows()
+    caplog.set_level(logging.INFO, logger="sklearn_fed.flower")
+    estimator = FederatedLogisticRegression(max_iter=2, tol=0.0)
+    config = _run_config(estimator, tmp_path, KEYS)
+    fitted = run_server(FakeGrid(_node_configs(tmp_path, sites, KEYS), config), config)
+    lines = re.findall(r"round (\d+): 3 of 3 site\(s\) answered, (\d+) bytes sent, (\d+) "
+                       r"received, [0-9.]+ s \([0-9.]+ s in all\)", caplog.text)
+    assert [int(r) for r, _, _ in lines] == list(range(1, fitted.communication_.rounds + 1))
+    sent = sum(int(s) for _, s, _ in lines)
+    received = sum(int(r) for _, _, r in lines)
+    assert re.search(rf"fitted FederatedLogisticRegression in {len(lines)} round\(s\) over 3 "
+                     rf"site\(s\) \['a', 'b', 'c'\]: {sent} bytes sent, {received} received",
+                     caplog.text)
+
+
+def test_credentials_are_what_flower_reads(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+    from flwr.cli.supernode.register import try_load_public_key
+    from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+
+    from sklearn_fed.flower._credentials import make_node_key, make_tls_files
+
+    files = make_tls_files(tmp_path / "tls", hosts=("127.0.0.1", "link.example"))
+    ca = x509.load_pem_x509_certificate(files["ca"].read_bytes())
+    server = x509.load_pem_x509_certificate(files["cert"].read_bytes())
+    server.verify_directly_issued_by(ca)
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["link.example"]
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert files["key"].stat().st_mode & 0o777 == 0o600
+    private, public = make_node_key(tmp_path / "nodes", "north")
+    key = load_ssh_private_key(private.read_bytes(), password=None)
+    assert try_load_public_key(public) == public_key_to_bytes(key.public_key())
+    assert private.stat().st_mode & 0o777 == 0o600
+
+
 def test_local_federation_writes_each_sites_node_config(tmp_path):
     import tomllib
 
@@ -548,6 +709,7 @@ def test_local_federation_writes_each_sites_node_config(tmp_path):
              "east": str(tmp_path / "east.npz")}
     federation = LocalFederation(sites, target="y", workdir=tmp_path / "work")
     federation._prepare()
+    shutil.rmtree(federation._sockets)  # start() would start the workers there; close() removes it
     nodes = [tomllib.loads(p.read_text()) for p in federation._node_configs.values()]
     assert [node["site"] for node in nodes] == ["north", 7, "east"]
     assert nodes[2]["data-path"] == str(tmp_path / "east.npz") and nodes[2]["target"] == "y"
@@ -651,3 +813,46 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
     np.testing.assert_allclose(fitted.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fitted.intercept_, reference.intercept_, rtol=1e-10)
     assert fitted.clients_.tolist() == ["a", "b"]
+
+
+@pytest.mark.slow
+def test_outsiders_and_a_wrong_site_key_are_refused_and_the_run_completes(tmp_path):
+    """As deployed (TLS, enrolled node keys, HMAC site keys): a SuperNode whose key was never
+    enrolled, one that trusts another CA, and a site holding the wrong HMAC key are each
+    refused with a message saying why; the run completes on the other sites."""
+    import tomllib
+
+    from sklearn_fed.flower._credentials import make_tls_files
+
+    sites = _site_rows()
+    with LocalFederation(sites) as federation:
+        assert federation.tls and federation.node_auth and federation.workers
+        key_file = Path(tomllib.loads(federation._node_configs["c"].read_text())["key-file"])
+        key_file.write_text("0" * 64)  # c's node holds another key than the server's for c
+        outsiders = {
+            "not-enrolled": federation.start_outsider("not-enrolled", "a"),
+            "wrong-certificate": federation.start_outsider(
+                "wrong-certificate", "b", enroll=True, ca=make_tls_files(tmp_path)["ca"]),
+        }
+        fitted = federation.fit(FederatedRidge(alpha=1.0), run_config={"min-nodes": 2})
+        deadline = time.monotonic() + 120  # the outsiders give up after 3 tries
+        while any(p.poll() is None for p in federation._outsiders):
+            assert time.monotonic() < deadline, "an outsider is still trying"
+            time.sleep(0.5)
+        logs = {name: path.read_text(errors="replace") for name, path in outsiders.items()}
+        run_log = (federation.logs / "run-1.log").read_text(errors="replace")
+        superlink_log = (federation.logs / "superlink.log").read_text(errors="replace")
+    assert fitted.clients_.tolist() == ["a", "b"]
+    for a, b in zip(_model_state(fitted), _model_state(
+            _in_process(FederatedRidge(alpha=1.0), {s: sites[s] for s in ("a", "b")})),
+            strict=True):
+        np.testing.assert_array_equal(a, b)
+    # the wrong site key: the server's log names the site and why
+    assert re.search(r"site 'c' is dropout from round 1 on: .*the task does not verify under "
+                     r"site 'c'.s key.*this node's key-file: ", run_log)
+    assert "fitted FederatedRidge in 1 round(s) over 2 site(s) ['a', 'b']" in run_log
+    # TLS: the node that trusts another CA says so and gives up
+    assert "CERTIFICATE_VERIFY_FAILED" in logs["wrong-certificate"]
+    # node enrollment: the SuperLink refuses to activate a key it does not know
+    assert "Failed to activate SuperNode" in logs["not-enrolled"]
+    assert "No SuperNode found with the given public key" in superlink_log

@@ -17,6 +17,7 @@ ran).
 
 import collections.abc
 import inspect
+import os
 import re
 import sys
 import types
@@ -65,7 +66,8 @@ Which of scikit-learn's test_logistic.py tests apply, and what stands in for wha
    [no warm_start]           warm_start=True: FederatedLogisticRegression has
                              no warm start yet (a gap of the estimator, not of
                              a solver: its Newton rounds always start at 0);
-   [no subject fitted]       the test ran but built no adapter.
+   [no subject fitted]       the test ran but built no adapter;
+   [slow]                    one of SLOW_TESTS below, run by `make sklearn-suites`.
   Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
   Everything else must pass (or xfail where scikit-learn marks it so)."""
 
@@ -90,6 +92,16 @@ SOLVER_SPECIFIC_TESTS = {
         ("compares to 6 decimals with _log_reg_scoring_path's lbfgs at tol=1e-4, itself "
          "3.3e-4 from the optimum's log-loss (the Newton fit is 2e-10 from it)")),
 }
+
+#: Tests whose time goes to scikit-learn's own cross-validated references (a
+#: minute or more each on 2 cores): run by ``make sklearn-suites``
+#: (SKLEARN_FED_SLOW_SUITES=1), not by ``make test``.
+SLOW = "[slow]"
+SLOW_TESTS = frozenset({
+    "test_multinomial_cv_iris",
+    "test_l1_ratio_None_deprecated",
+    "test_multinomial_logistic_regression_string_inputs",
+})
 
 _built = []  # adapters constructed during the running test
 
@@ -247,6 +259,8 @@ def _is_subject(value):
 
 def _check_subject(name, test, params):
     """Skip by the rule unless the test exercises LogisticRegression."""
+    if name in SLOW_TESTS and not os.environ.get("SKLEARN_FED_SLOW_SUITES"):
+        pytest.skip(f"{SLOW} run by `make sklearn-suites` (SKLEARN_FED_SLOW_SUITES=1)")
     applies, why = SOLVER_SPECIFIC_TESTS.get(name, (False, ""))
     if applies is None or (applies and applies(params)):
         pytest.skip(f"{SOLVER_SPECIFIC} {why}")
