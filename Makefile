@@ -105,8 +105,10 @@ bench-pipelines: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated
 
-# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples)
-# and of the uplink codecs' decoders (the suite runs 300).
+# Long fuzzing of the server with hostile statistics (the suite runs 5,000 examples),
+# of the uplink codecs' decoders (the suite runs 300), and every mutation of a hostile
+# site's replies against every estimator (the suite runs a sample; ~30 minutes on 2 cores).
 fuzz: $(STAMP)
 	$(PY) tests/protocol/fuzz_statistics.py 200000
+	$(PY) -W ignore tests/protocol/hostile_harness.py
 	SKLEARN_FED_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q tests/neural_network/test_codecs.py -k fuzzed

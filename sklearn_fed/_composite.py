@@ -222,16 +222,18 @@ def parse_parts(parts, replies, on_invalid):
     applied; returns ``{site: reason}`` of the replies dropped otherwise.
     """
     parsed, dropped = {}, {}
-    for key, server in parts.items():
-        parsed[key], failures = server.check_round(replies[key], {})
-        if failures and on_invalid == "raise":
-            raise next(iter(failures.values()))
-        if not parsed[key]:
-            raise ValueError(f"no valid reply for part {key!r} in this round; nothing applied.")
-        dropped.update({site: str(exc) for site, exc in failures.items()})
-        parsed[key] = (parsed[key], failures)
+    # taken before reading: what a part notes while reading is undone too when the round fails
     restores = [server.savepoint() for server in parts.values()]
     try:
+        for key, server in parts.items():
+            parsed[key], failures = server.check_round(replies[key], {})
+            if failures and on_invalid == "raise":
+                raise next(iter(failures.values()))
+            if not parsed[key]:
+                raise ValueError(
+                    f"no valid reply for part {key!r} in this round; nothing applied.")
+            dropped.update({site: str(exc) for site, exc in failures.items()})
+            parsed[key] = (parsed[key], failures)
         for key, server in parts.items():
             ok, failures = parsed[key]
             server.commit_round(replies[key], ok, {}, failures)

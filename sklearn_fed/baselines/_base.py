@@ -522,11 +522,13 @@ class SGDServer(Server):
         estimator = self.estimator
         order = sorted_labels(replies)
         y_ndim = replies[order[0]]["y_ndim"]
-        for site in order:
-            if replies[site]["y_ndim"] != y_ndim:
-                raise InvalidClientMessage(
-                    f"client {site!r}: its targets are {replies[site]['y_ndim']}-D, the other "
-                    f"sites' {y_ndim}-D.", site)
+        if any(replies[site]["y_ndim"] != y_ndim for site in order):
+            # 1-D targets or one column: nothing declares which, so no site is more right
+            # than another (as check_agreement: refuse the round and blame none)
+            shapes = {site: replies[site]["y_ndim"] for site in order}
+            raise ValueError(
+                f"the sites' replies disagree on their targets' dimensions ({shapes}): "
+                "every site must give 1-D y, or every site 2-D y.")
         sizes = {label_key(site): max(replies[site]["weight_sum"], 0.0) for site in order}
         total = math.fsum(sizes.values())
         if not total > 0:

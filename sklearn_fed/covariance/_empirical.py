@@ -25,6 +25,7 @@ class EmpiricalCovarianceClient(BlockwiseClient):
 
     protocol = "covariance.empirical"  # tasks and replies are "<protocol>/task", "/reply"
     needs_y = False
+    targets_in_reply = False  # check_rows leaves y out
     accept_sparse = False
 
     def check_rows(self, X, y, sample_weight, schema, site):

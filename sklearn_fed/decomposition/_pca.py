@@ -19,7 +19,7 @@ from ..preprocessing._base import (
     OneRoundServer,
     TransformerClient,
 )
-from ..statistics import ClientStatistics, check_aggregate
+from ..statistics import ClientStatistics, check_aggregate, most_extreme_client
 
 __all__ = ["FederatedPCA"]
 
@@ -51,7 +51,14 @@ class PCAServer(OneRoundServer):
         aggregate = self._merged(replies)
         check_aggregate(aggregate, replies)
         dtype = self.round_dtype.type
-        fitted = estimator._fitted_from(aggregate, dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            fitted = estimator._fitted_from(aggregate, dtype)
+        if any(np.isinf(value).any() for value in fitted.values()
+               if np.asarray(value).dtype.kind == "f"):
+            # statistics within every cap can still overflow the model, in float32 above all
+            label = most_extreme_client(replies)
+            self._fail(label, "its statistics overflow the model (they hold the most extreme "
+                              f"values) in {np.dtype(dtype)}; nothing was applied.")
         # commit
         for name, value in fitted.items():
             setattr(estimator, name, value)

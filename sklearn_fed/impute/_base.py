@@ -17,6 +17,7 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
+from ..protocol._fields import reply_dtype, reply_within_dtype
 from ..statistics import ColumnMoments
 
 __all__ = ["FederatedSimpleImputer"]
@@ -72,12 +73,7 @@ class SimpleImputerServer(OneRoundServer):
         if set(fields) != expected or not (type(n) is int and 0 < n < 2**63) or (
                 type(sparse) is not bool):
             fail(f"malformed imputer reply (fields {sorted(fields)}).")
-        try:
-            dtype = np.dtype(fields["dtype"])
-        except (TypeError, ValueError):
-            fail(f"malformed dtype {fields['dtype']!r}.")
-        if dtype.kind not in "iufO":
-            fail(f"dtype {dtype} is not one SimpleImputer accepts.")
+        dtype = self._read_dtype(fields["dtype"], frame, fail)
         d = frame.schema["n_features"]
         names = {"n_samples", "weight_sum", "mean"} if estimator.strategy == "mean" else {
             "n_samples", "weight_sum"}
@@ -85,23 +81,50 @@ class SimpleImputerServer(OneRoundServer):
             {"order": fields["order"]}, {k: v for k, v in frame.arrays.items() if k in names},
             client=site, n_features=d, order=1 if estimator.strategy == "mean" else 0,
         )
+        if moments.mean is not None:
+            reply_within_dtype(frame, "mean", moments.mean, site)
         if np.any(moments.n_samples > n) or not np.array_equal(
                 moments.weight_sum, moments.n_samples.astype(np.float64)):
             fail("its counts exceed its rows, or its weights are not its counts.")
         counts = None
         if mode:
-            counts = self._read_value_counts(fields["values"], frame.arrays, moments, d, fail)
+            counts = self._read_value_counts(fields["values"], frame.arrays, moments, d, fail,
+                                             dtype, estimator.missing_values)
         elif set(frame.arrays) != names:
             fail(f"unexpected arrays {sorted(set(frame.arrays) - names)}.")
         return n, dtype, sparse, moments, counts
 
+    def _read_dtype(self, text, frame, fail):
+        """The dtype of the site's rows: what SimpleImputer keeps for this strategy, and
+        for floats exactly the reply schema's (the server's reference, not the site's word).
+
+        ``mean`` validates to floats, so only the schema's float dtype; the other
+        strategies keep integer and object columns, which the schema writes as float64.
+        """
+        rows = reply_dtype(frame)
+        allowed = {rows.str}
+        if self.estimator.strategy != "mean" and rows == np.float64:
+            allowed |= {"<i8", "<i4", "<u8", "<u4", "|O"}
+        if not (isinstance(text, str) and text in allowed):
+            fail(f"dtype {text!r} is not one of {sorted(allowed)} (its rows are {rows}).")
+        return np.dtype(text)
+
     @staticmethod
-    def _read_value_counts(descriptors, arrays, moments, d, fail):
+    def _read_value_counts(descriptors, arrays, moments, d, fail, dtype, missing_values):
         if not (isinstance(descriptors, list) and len(descriptors) == d):
             fail(f"must give the value counts of {d} columns.")
         parsed = []
         for i, descriptor in enumerate(descriptors):
             values = decode_values(descriptor, arrays, fail)
+            # values of the declared dtype (text exactly when it is object), never a
+            # missing value or an infinity (neither is counted at a site)
+            if (values.dtype.kind == "O") != (dtype.kind == "O") or (
+                    dtype.kind != "O" and values.dtype != dtype):
+                fail(f"column {i}: values of dtype {values.dtype}, the rows are {dtype}.")
+            if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+                fail(f"column {i}: values must be finite.")
+            if np.any(_get_mask(values, missing_values)):
+                fail(f"column {i}: a missing value is counted as a value.")
             counts = arrays.get(f"k{i}")
             if not (isinstance(counts, np.ndarray) and counts.dtype == np.int64
                     and counts.shape == values.shape and np.all(counts > 0)):

@@ -206,12 +206,17 @@ class StatisticsServer(Server):
             )
         return stats
 
-    @staticmethod
-    def _check_model(coef, aggregate, replies):
-        """Refuse a non-finite model: statistics within every cap can still overflow it."""
+    def _check_model(self, coef, aggregate, replies):
+        """Refuse a non-finite model: statistics within every cap can still overflow it,
+        in float64 or in the round's dtype (float32 sites get a float32 model, and a
+        target mean of 1e50 is finite in float64 but not there)."""
+        dtype = self.round_dtype
         with np.errstate(over="ignore", invalid="ignore"):
             intercept = aggregate.y_mean - coef @ aggregate.x_mean if aggregate.centered else 0
-        if np.all(np.isfinite(coef)) and np.all(np.isfinite(intercept)):
+            finite = all(np.all(np.isfinite(np.asarray(value, dtype=np.float64)))
+                         and np.all(np.isfinite(np.asarray(value).astype(dtype)))
+                         for value in (coef, intercept))
+        if finite:
             return
         label = most_extreme_client(replies)
         raise InvalidClientMessage(

@@ -41,6 +41,7 @@ class TransformerClient(Client):
     """
 
     needs_y = False
+    targets_in_reply = False
 
     def check_rows(self, X, y, sample_weight, schema, site):
         X, names = match_columns(X, schema, site=site)

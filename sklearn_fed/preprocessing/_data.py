@@ -14,6 +14,7 @@ from .._compat import (
     validate_data,
 )
 from ..protocol import InvalidClientMessage, atomic, sorted_labels
+from ..protocol._fields import reply_values, reply_within_dtype
 from ..statistics import ColumnMoments
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
@@ -59,6 +60,8 @@ class StandardScalerServer(OneRoundServer):
             {"order": frame.fields["order"]}, frame.arrays, client=site,
             n_features=frame.schema["n_features"], order=self.estimator._moments_order(),
         )
+        if moments.mean is not None:
+            reply_within_dtype(frame, "mean", moments.mean, site)
         return moments, sparse, weighted
 
     def apply(self, replies, ledger):
@@ -236,10 +239,10 @@ class MinMaxScalerServer(OneRoundServer):
         if set(frame.arrays) != {"data_min", "data_max"}:
             self._fail(site, f"arrays must be data_min and data_max; got {sorted(frame.arrays)}.")
         d = frame.schema["n_features"]
-        low, high = frame.arrays["data_min"], frame.arrays["data_max"]
-        for value in (low, high):
-            if value.shape != (d,) or value.dtype.kind != "f" or np.isinf(value).any():
-                self._fail(site, f"data_min and data_max must be {d} finite floats (or NaN).")
+        # of the dtype of the site's rows (its schema's): float32 rows cannot have a
+        # minimum of -1e300, which the server's float32 model would make -inf
+        low, high = (reply_values(frame, name, (d,), site, allow_nan=True)
+                     for name in ("data_min", "data_max"))
         if not np.array_equal(np.isnan(low), np.isnan(high)) or np.any(low > high):
             self._fail(site, "data_min exceeds data_max, or only one of them is NaN.")
         return n, low, high

@@ -13,6 +13,7 @@ from .._compat import (
     validate_data,
 )
 from ..protocol import decode_values, encode_values, sorted_labels
+from ..protocol._fields import reply_dtype
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
 __all__ = ["FederatedOneHotEncoder"]
@@ -89,8 +90,15 @@ class OneHotEncoderServer(OneRoundServer):
         if set(frame.arrays) != expected:
             fail("its arrays do not match its columns.")
         parsed = []
+        rows = reply_dtype(frame)
         for i, descriptor in enumerate(columns):
             categories = decode_values(descriptor, frame.arrays, fail)
+            # float categories are values of the site's rows, never infinite; float32 rows
+            # have float32 categories (a table's float32 column may come with float64 rows)
+            if categories.dtype.kind == "f" and (np.isinf(categories).any() or (
+                    rows == np.float32 and categories.dtype != rows)):
+                fail(f"column {i}: float categories must be finite (or NaN), of the rows' "
+                     "dtype.")
             if counts:
                 frequency = frame.arrays[f"n{i}"]
                 if (frequency.dtype != np.int64 or frequency.shape != categories.shape

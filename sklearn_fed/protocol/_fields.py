@@ -6,7 +6,10 @@ import numpy as np
 
 from ._errors import InvalidClientMessage
 
-__all__ = ["reply_array", "reply_keys", "reply_number", "task_field"]
+__all__ = [
+    "reply_array", "reply_dtype", "reply_keys", "reply_number", "reply_values",
+    "reply_within_dtype", "task_field",
+]
 
 
 def reply_number(frame, name, site, *, low=0.0, high=math.inf, integer=False):
@@ -48,6 +51,57 @@ def reply_array(frame, name, shape, site):
         )
     if not np.all(np.isfinite(value)):
         raise InvalidClientMessage(f"client {site!r}: array {name!r} is not finite.", site)
+    return value
+
+
+def reply_dtype(frame):
+    """The dtype of the rows a reply describes, from its schema: float32 or float64.
+
+    The framework checked the schema before any reader runs, so this is one of the two.
+    A reply's own claims about dtypes (a field, an array's dtype) are checked against it:
+    the server's schema is the reference, never a value the site chose elsewhere.
+    """
+    return np.dtype(np.float32 if frame.schema["dtype"] == "float32" else np.float64)
+
+
+def reply_values(frame, name, shape, site, *, allow_nan=False):
+    """An array of values taken from the site's rows (a column's minimum, a category).
+
+    Its dtype must be the reply's :func:`reply_dtype` (a float32 site's values are
+    float32: nothing that overflows the server's float32 model), its shape
+    ``shape``, and every value finite (or NaN, with ``allow_nan``).
+
+    Examples
+    --------
+    >>> from sklearn_fed.protocol import Frame
+    >>> frame = Frame("x/reply", schema={"dtype": "float32"},
+    ...               arrays={"low": np.zeros(2, np.float32)})
+    >>> reply_values(frame, "low", (2,), "a").dtype
+    dtype('float32')
+    """
+    value = frame.arrays.get(name)
+    dtype = reply_dtype(frame)
+    if not isinstance(value, np.ndarray) or value.dtype != dtype:
+        raise InvalidClientMessage(
+            f"client {site!r}: array {name!r} must be {dtype} (the dtype of its rows).", site)
+    if value.shape != tuple(shape):
+        raise InvalidClientMessage(
+            f"client {site!r}: array {name!r} has shape {value.shape}, expected {tuple(shape)}.",
+            site,
+        )
+    if np.isinf(value).any() or (not allow_nan and np.isnan(value).any()):
+        raise InvalidClientMessage(f"client {site!r}: array {name!r} is not finite.", site)
+    return value
+
+
+def reply_within_dtype(frame, name, value, site):
+    """Refuse values that overflow the dtype of the reply's rows (a mean of a float32
+    site beyond float32's range would become infinite in the server's float32 model)."""
+    limit = np.finfo(reply_dtype(frame)).max
+    if np.max(np.abs(value), initial=0.0) > limit:
+        raise InvalidClientMessage(
+            f"client {site!r}: array {name!r} overflows its rows' dtype "
+            f"{reply_dtype(frame)} (beyond {limit:g}).", site)
     return value
 
 

@@ -40,6 +40,7 @@ the public methods :meth:`Server.open_round`, :meth:`Server.receive_frames`
 
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -97,6 +98,16 @@ class Client(ABC):
     y_numeric = True
     #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
     accepts_no_rows = False
+    #: For a role that does not need targets: False when its replies never describe any
+    #: (``check_rows`` leaves ``y`` out), None when the caller decides (a composite hands
+    #: ``y`` on to its parts). The server refuses a reply that contradicts it, naming the
+    #: site, without any declaration (see :meth:`describes_targets`).
+    targets_in_reply = None
+
+    @classmethod
+    def describes_targets(cls):
+        """Whether every reply describes targets (True), none does (False), or either (None)."""
+        return True if cls.needs_y else cls.targets_in_reply
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
         self.estimator = estimator
@@ -571,16 +582,59 @@ class Server(ABC):
             fail("its features are not the federation's features (names or order differ).")
         if self.n_targets is not None and schema["n_targets"] != self.n_targets:
             fail(f"has {schema['n_targets']} targets, expected {self.n_targets}.")
+        expects = self.expects_targets()
+        if expects is not None and (schema["n_targets"] is not None) != expects:
+            # known without any declaration: a protocol takes targets or it does not
+            fail("describes targets, but this protocol takes none." if not expects else
+                 "describes no targets, but this protocol needs them.")
+
+    def expects_targets(self):
+        """Whether every reply of this protocol describes targets (see
+        :meth:`Client.describes_targets`); None when its client role cannot tell, and
+        the round's replies must then agree among themselves."""
+        role = getattr(self.estimator, "_client_role", None)
+        return None if role is None else role.describes_targets()
 
     def receive_frames(self, frames, sizes, failures=None):
         if self._open is None:
             raise RuntimeError("no round is open: call next_tasks() before receive().")
+        # a refused round leaves the server as it was, even what reading it noted (a hook's
+        # check_round or cross_check may keep notes for apply)
+        restore = self.savepoint()
+        try:
+            self._receive_checked(frames, sizes, failures)
+        except BaseException:
+            restore()
+            raise
+
+    def _receive_checked(self, frames, sizes, failures):
         parsed, failures = self.check_round(frames, failures)
-        if failures and self.on_invalid == "raise":
-            raise next(iter(failures.values()))
-        if not parsed:
-            raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
-        self.commit_round(frames, parsed, sizes, failures)
+        while True:
+            if failures and self.on_invalid == "raise":
+                raise next(iter(failures.values()))
+            if not parsed:
+                raise ValueError(f"no valid reply in round {self.round}; nothing was applied.")
+            try:
+                return self.commit_round(frames, parsed, sizes, failures)
+            except InvalidClientMessage as exc:
+                # apply named a site whose reply passed every check alone (its statistics
+                # overflow the merged model): under "drop" it is left out like any invalid
+                # reply, and the round is applied from the others (nothing was applied yet)
+                culprit = label_key(exc.client)
+                if self.on_invalid != "drop" or culprit not in label_keys(parsed):
+                    raise
+                failures[exc.client] = exc
+                parsed = self._without(frames, parsed, culprit, failures)
+
+    def _without(self, frames, parsed, culprit, failures):
+        """The parsed replies of a round but one site's (read and folded again if folded)."""
+        if not isinstance(parsed, FoldedReplies):
+            return {site: reply for site, reply in parsed.items() if label_key(site) != culprit}
+        kept = {site: None for site in parsed if label_key(site) != culprit}
+        refolded = self._fold_round(_Only(frames, kept), failures, self.reply_fold())
+        refolded.frame_bytes.update(
+            {site: n for site, n in parsed.frame_bytes.items() if label_key(site) == culprit})
+        return refolded
 
     def savepoint(self):
         """A ``restore()`` callable that puts this server and its estimator back as they are now.
@@ -643,13 +697,15 @@ class Server(ABC):
         distinct = set(map(id, schemas.values()))
         dtypes = {schema.get("dtype") for schema in (
             [next(iter(schemas.values()))] if len(distinct) == 1 else schemas.values())}
-        schema, dtype = self.schema, self.round_dtype
+        # A refused round leaves every attribute as it was, the hook's own included (a
+        # composite's apply reads its parts' replies and may fail after changing some).
+        restore = self.savepoint()
         self.round_dtype = np.dtype(np.float32 if dtypes == {"float32"} else np.float64)
         self.schema = self._pinned_schema(schemas[next(iter(parsed))])
         try:
             self.apply(parsed, ledger)
         except BaseException:
-            self.schema, self.round_dtype = schema, dtype
+            restore()
             raise
         self._ledger = ledger
         for site, exc in failures.items():
@@ -820,6 +876,24 @@ class Server(ABC):
         :func:`atomic` restores it. Replace fitted attributes, never mutate
         them in place.
         """
+
+
+class _Only(Mapping):
+    """``frames`` restricted to the sites of ``kept`` (frames still made only when read)."""
+
+    def __init__(self, frames, kept):
+        self._frames, self._kept = frames, kept
+
+    def __getitem__(self, site):
+        if site not in self._kept:
+            raise KeyError(site)
+        return self._frames[site]
+
+    def __iter__(self):
+        return iter(self._kept)
+
+    def __len__(self):
+        return len(self._kept)
 
 
 class FederatedMixin:

@@ -308,12 +308,17 @@ def count_rows(n_samples, rows):
 
 
 _DTYPES = ("float32", "float64")
+_REQUIRED_KEYS = frozenset({"n_features", "names", "n_targets", "dtype"})
 
 
 def malformed_reply_schema(schema):
     """Why a reply's schema (see :func:`reply_schema`) is malformed; None when well formed."""
     if not isinstance(schema, dict):
         return "the reply carries no feature schema."
+    # exactly the keys reply_schema writes: a missing one must not surface later as a KeyError
+    if not _REQUIRED_KEYS <= set(schema) <= _REQUIRED_KEYS | {"feature_names"}:
+        return f"the reply's schema must have the keys {sorted(_REQUIRED_KEYS)} (and " \
+            "optionally feature_names)."
     n_features, names, n_targets = (
         schema.get("n_features"), schema.get("names"), schema.get("n_targets"))
     if type(n_features) is not int or n_features < 0:

@@ -374,10 +374,11 @@ class ClientStatistics:
             if not (isinstance(array, np.ndarray) and array.dtype == np.float64):
                 fail(f"{name} must be a float64 array.")
             values[name] = array
+        # ndim first: a 0-d array has no shape[0] (an IndexError would name no site)
+        if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1:
+            fail("x_mean and y_mean must be non-empty vectors.")
         d, t = values["x_mean"].shape[0], values["y_mean"].shape[0]
-        if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1 or not (
-            0 < d and (0 < t or n_targets == 0)
-        ):
+        if not (0 < d and (0 < t or n_targets == 0)):
             fail("x_mean and y_mean must be non-empty vectors.")
         if fields["single_target"] and t != 1:
             fail(f"declares a single target but has {t}.")
