@@ -70,6 +70,10 @@ _OUR_ESTIMATORS = (
     "sklearn_fed.linear_model._fesc.FESCRidge",
     "sklearn_fed.linear_model._incremental.IncrementalFederatedRidge",
     "sklearn_fed.linear_model._logistic.FederatedLogisticRegression",
+    "sklearn_fed.linear_model._logistic_cv.FederatedLogisticRegressionCV",
+    "sklearn_fed.metrics._evaluate.FederatedEvaluator",
+    "sklearn_fed.model_selection._search.FederatedGridSearchCV",
+    "sklearn_fed.model_selection._search.FederatedRandomizedSearchCV",
     "sklearn_fed.linear_model._private.PrivateFederatedRidge",
     "sklearn_fed.linear_model._projected.ProjectedFederatedRidge",
     "sklearn_fed.linear_model._ridge_classifier.FederatedRidgeClassifier",
@@ -100,6 +104,8 @@ _OTHERS = (
     # rebuilt as plain dicts, running no code
     "collections.Counter", "collections.OrderedDict",
     "numpy.ndarray", "numpy.dtype",
+    # a search's cv_results_ parameter columns, as scikit-learn's (data and mask arrays)
+    "numpy.ma.MaskedArray",
     # the baselines' generator: skops sets its state, no code from the file runs
     "numpy.random.mtrand.RandomState",
     # the data-free steps a federated pipeline fits at every site (_composite.DATA_FREE;
@@ -137,7 +143,8 @@ STATE_TYPES = frozenset({
 #: skops loaders that rebuild data only (no callable from the file is ever called);
 #: "FunctionNode" is accepted for the names of :data:`MODEL_FUNCTIONS` only
 SKOPS_LOADERS = frozenset({
-    "DictNode", "DTypeNode", "JsonNode", "ListNode", "NdArrayNode", "ObjectNode",
+    "DictNode", "DTypeNode", "JsonNode", "ListNode", "MaskedArrayNode", "NdArrayNode",
+    "ObjectNode",
     "RandomStateNode", "SetNode", "SliceNode", "SparseMatrixNode", "TupleNode", "TypeNode",
 })
 

@@ -21,6 +21,7 @@ from scipy.stats import rankdata
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.utils import _safe_indexing
+from sklearn.utils._available_if import available_if
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
@@ -78,6 +79,17 @@ def _split_parts(arrays, n_parts):
         by_part[int(j)][rest] = value
     return by_part
 
+
+
+def _best_has(method):
+    """``available_if`` check, as scikit-learn's searches: the best (or the base) estimator has it."""
+    def check(self):
+        if not self.refit:
+            raise AttributeError(f"{method} needs refit=True.")
+        getattr(getattr(self, "best_estimator_", None) or self.estimator, method)
+        return True
+
+    return check
 
 class SearchClient(Client):
     """A site of a search: answers each ``(candidate, fold)`` part from that fold's rows."""
@@ -363,7 +375,9 @@ class SearchServer(Server):
         if self.refit_server is not None:
             estimator.best_estimator_ = self.refit_server.estimator
         estimator.n_splits_ = self.n_splits
-        estimator._test_scores = self.test_scores
+        # [candidate][fold] -> {metric: score}: lists, so a saved model has no tuple keys
+        estimator._test_scores = [[self.test_scores[(i, k)] for k in range(self.n_splits)]
+                                  for i in range(len(self.candidates))]
         estimator.scorer_ = self.scoring
         estimator.clients_ = np.array(sorted_labels(self._sites), dtype=object)
         estimator.n_clients_ = len(self._sites)
@@ -476,14 +490,17 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
             raise AttributeError(f"{name} needs refit=True.")
         return self.best_estimator_
 
+    @available_if(_best_has("predict"))
     def predict(self, X):
         """Predict with the best candidate refitted on every site's rows."""
         return self._check_refit("predict").predict(X)
 
+    @available_if(_best_has("predict_proba"))
     def predict_proba(self, X):
         """Class probabilities from the best candidate."""
         return self._check_refit("predict_proba").predict_proba(X)
 
+    @available_if(_best_has("decision_function"))
     def decision_function(self, X):
         """Decision function of the best candidate."""
         return self._check_refit("decision_function").decision_function(X)

@@ -72,7 +72,7 @@ def federated_cross_validate(estimator, X, y, *, clients=None, scoring=None, cv=
     out = {}
     for name in metrics:
         key = "test_score" if isinstance(scoring, str) or scoring is None else f"test_{name}"
-        out[key] = np.array([scores[(0, k)][name] for k in range(validation.n_splits_)])
+        out[key] = np.array([scores[0][k][name] for k in range(validation.n_splits_)])
     out["run_time"] = time.perf_counter() - start
     out["communication"] = validation.communication_
     return out
