@@ -11,6 +11,9 @@ steps takes ``k`` rounds (a classifier adds its rounds); a
 transformers in the same rounds.
 """
 
+import math
+import types
+
 import numpy as np
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
@@ -32,6 +35,7 @@ from ._composite import (
     site_targets,
     take_prefixed,
 )
+from .privacy._budget import PrivacyBudget, planned_ledger, spent_ledgers
 from .protocol import (
     Client,
     FederatedMixin,
@@ -110,7 +114,7 @@ class PipelineClient(Client):
             X = load_fitted(template, fields, take_prefixed(task.arrays, f"f{j}.")).transform(X)
         meta, arrays = answer_part(
             steps[index][1], task.fields.get("task"), task.arrays, "t.", X, y,
-            sample_weight if weighted else None, site=task.site, policy=self.policy,
+            sample_weight if weighted else None, site=task.site, policy=self.policy_in_force(),
         )
         return {"step": index, "reply": meta}, arrays
 
@@ -144,6 +148,11 @@ class PipelineServer(Server):
         if unknown:
             raise ValueError(f"weighted_steps names unknown steps {sorted(unknown)}.")
         self.weighted_steps = frozenset(weighted_steps)
+        # A budget is checked before any step releases anything (from each step's
+        # parameters), and charged when the pipeline is fitted.
+        self._budget = _as_budget(estimator.privacy_budget)
+        if self._budget is not None:
+            self._budget.check(planned_ledger(estimator), "this pipeline's fit")
         self.parts = [step if _skipped(step) else clone(step) for _, step in estimator.steps]
         self._index = -1
         self._part = None  # the server of the step being fitted
@@ -216,6 +225,14 @@ class PipelineServer(Server):
 
     def _commit(self):
         estimator = self.estimator
+        fitted = types.SimpleNamespace(
+            steps=[(name, part) for (name, _), part in zip(estimator.steps, self.parts)])
+        by_step, privacy = spent_ledgers(fitted)
+        if self._budget is not None:
+            self._budget.charge(privacy, "this pipeline's fit")
+            delta = self._budget.delta
+        else:
+            delta = min(sum(d for _, d in by_step.values()), 0.5) if by_step else 0.0
         ledger = self._ledger
         ledger.n_parameters = sum(
             part.communication_.n_parameters for part in self.parts
@@ -225,6 +242,20 @@ class PipelineServer(Server):
         estimator.communication_ = ledger
         estimator.clients_ = known_labels([], self._sites)
         estimator.n_clients_ = len(estimator.clients_)
+        estimator._privacy, estimator._privacy_delta = privacy, delta
+        estimator.privacy_spent_by_step_ = {
+            name: (part_ledger.epsilon(d) if d > 0 else math.inf, d)
+            for name, (part_ledger, d) in by_step.items()}
+
+
+def _as_budget(budget):
+    """A :class:`PrivacyBudget` from ``privacy_budget`` (None, a budget, or ``(epsilon, delta)``)."""
+    if budget is None or isinstance(budget, PrivacyBudget):
+        return budget
+    if isinstance(budget, tuple) and len(budget) == 2:
+        return PrivacyBudget(*budget)
+    raise ValueError(f"privacy_budget must be None, a PrivacyBudget or (epsilon, delta); "
+                     f"got {budget!r}.")
 
 
 class FederatedPipeline(FederatedMixin, Pipeline):
@@ -252,6 +283,12 @@ class FederatedPipeline(FederatedMixin, Pipeline):
     transform_input, memory, verbose
         Pipeline's; ``memory`` is not used (steps are fitted on copies,
         then committed together).
+    privacy_budget : PrivacyBudget or tuple (epsilon, delta), default=None
+        The total the private releases of every step may spend: checked
+        before any step releases anything, and charged when fitted (a
+        :class:`~sklearn_fed.privacy.PrivacyBudget` is shared by the clones a
+        search makes, so every candidate is charged to it). A step that is
+        not differentially private releases exact statistics: infinite epsilon.
 
     Attributes
     ----------
@@ -260,6 +297,14 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         its messages without the pipeline's envelope).
     clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
+    privacy_spent_ : tuple of (float, float)
+        ``(epsilon, delta)`` of every step's releases composed (the Gaussian
+        releases exactly, as one Gaussian mechanism; the deltas of noisy
+        selections added), at the budget's delta or else the sum of the
+        steps' deltas; ``inf`` when a step released exact statistics.
+    privacy_spent_by_step_ : dict
+        ``{step name: (epsilon, delta)}`` of each step alone (nested parts
+        named ``step__part``).
 
     See Also
     --------
@@ -282,6 +327,24 @@ class FederatedPipeline(FederatedMixin, Pipeline):
 
     _server_role = PipelineServer
     _client_role = PipelineClient
+    _parameter_constraints: dict = {**Pipeline._parameter_constraints,
+                                    "privacy_budget": [None, tuple, PrivacyBudget]}
+
+    def __init__(self, steps, *, transform_input=None, memory=None, verbose=False,
+                 privacy_budget=None):
+        super().__init__(steps, transform_input=transform_input, memory=memory,
+                         verbose=verbose)
+        self.privacy_budget = privacy_budget
+
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every step's releases, composed (see the class docstring)."""
+        privacy = self.__dict__.get("_privacy")
+        if privacy is None:
+            raise AttributeError("privacy_spent_ is set by fit.")
+        delta = self._privacy_delta
+        return (privacy.epsilon(delta) if delta > 0 else
+                (0.0 if len(privacy) == 0 else math.inf)), delta
 
     @property
     def _exact_federation(self):
@@ -392,7 +455,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         return self
 
 
-def make_federated_pipeline(*steps, memory=None, verbose=False):
+def make_federated_pipeline(*steps, memory=None, verbose=False, privacy_budget=None):
     """A :class:`FederatedPipeline` from federated estimators, names generated as by make_pipeline.
 
     Examples
@@ -405,4 +468,5 @@ def make_federated_pipeline(*steps, memory=None, verbose=False):
     from sklearn.pipeline import make_pipeline
 
     template = make_pipeline(*steps, memory=memory, verbose=verbose)
-    return FederatedPipeline(template.steps, memory=memory, verbose=verbose)
+    return FederatedPipeline(template.steps, memory=memory, verbose=verbose,
+                             privacy_budget=privacy_budget)

@@ -23,6 +23,12 @@ import sklearn_fed
 
 from ..datasets import load_site_data
 from ..protocol import FederatedMixin, SitePolicy, plain_label
+from ..protocol._policy import (
+    DEFAULT_MAX_LEVELS,
+    DEFAULT_MAX_PARAMETERS_PER_ROW,
+    DEFAULT_MIN_COUNT,
+    DEFAULT_MIN_ROWS,
+)
 
 __all__ = [
     "NODE_CONFIG_KEYS",
@@ -57,6 +63,8 @@ RUN_CONFIG_DEFAULTS = {
 NODE_CONFIG_KEYS = (
     "site", "data-path", "target", "features", "weight-column", "round-column", "key-file",
     "min-rows", "max-epsilon", "allowed-features", "allowed-kinds",
+    # disclosure rules (SitePolicy); absent: the defaults, 0: off
+    "min-count", "max-parameters-per-row", "max-levels", "exact-extremes",
 )
 
 _ARRAY_TAG = "ndarray"
@@ -335,9 +343,20 @@ class NodeSettings:
             text = config.get(key)
             return None if not text else [p.strip() for p in str(text).split(",") if p.strip()]
 
+        def rule(key, default, kind):  # absent: SitePolicy's default; 0: the rule is off
+            return _number(config, key, default, kind, 0) or None
+
+        exact = config.get("exact-extremes", False)
+        if type(exact) is not bool:
+            raise ValueError(f"exact-extremes must be true or false; got {exact!r}.")
         max_epsilon = config.get("max-epsilon")
         policy = SitePolicy(
-            min_rows=_number(config, "min-rows", 0, int, 0) or None,
+            min_rows=rule("min-rows", DEFAULT_MIN_ROWS, int),
+            min_count=rule("min-count", DEFAULT_MIN_COUNT, int),
+            max_parameters_per_row=rule("max-parameters-per-row",
+                                        DEFAULT_MAX_PARAMETERS_PER_ROW, float),
+            max_levels=rule("max-levels", DEFAULT_MAX_LEVELS, int),
+            exact_extremes=exact,
             max_epsilon=None if max_epsilon is None else _number(config, "max-epsilon", 0.0,
                                                                  float, 0.0),
             allowed_features=listed("allowed-features"),

@@ -11,6 +11,8 @@ from ..preprocessing._base import (
     TransformerClient,
 )
 from ..protocol import (
+    CountedColumns,
+    CountedValues,
     InvalidClientMessage,
     decode_state,
     decode_values,
@@ -38,6 +40,11 @@ class SimpleImputerClient(TransformerClient):
     """
 
     protocol = "impute.simple_imputer"
+    # A column mean of fewer rows than the site policy's min_count is not sent
+    # (the column counts as missing there); most_frequent's values counted fewer
+    # times are left out of its histogram.
+    disclosure = (CountedColumns("n_samples", ("weight_sum", "mean")),
+                  CountedValues("values", counts="k{i}"))
 
     def compute(self, task, X, y, sample_weight, rows):
         estimator = self.estimator
@@ -110,8 +117,10 @@ class SimpleImputerServer(OneRoundServer):
                 distinct = _unique(values).size == values.size
             except TypeError:
                 distinct = False
-            if not distinct or counts.sum() != moments.n_samples[i]:
-                fail(f"column {i}: values must be distinct and counted once per present row.")
+            # below the present rows when the site's policy suppressed rare values
+            if not distinct or counts.sum() > moments.n_samples[i]:
+                fail(f"column {i}: values must be distinct and counted at most once per "
+                     "present row.")
             parsed.append((values, counts))
         return parsed
 
@@ -235,6 +244,11 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         if empty:
             return 0 if self.keep_empty_features else np.nan
         values = np.concatenate([v for v, _ in parts])
+        if values.size == 0:
+            raise ValueError(
+                "most_frequent: no site released a value of a column with present values "
+                "(each was seen fewer times than the sites' disclosure threshold min_count); "
+                "use strategy='mean' or 'constant' there.")
         union = _unique(values)
         total = np.zeros(union.shape[0], dtype=np.int64)
         for site_values, counts in parts:

@@ -13,7 +13,13 @@ from .._compat import (
     _is_constant_feature,
     validate_data,
 )
-from ..protocol import InvalidClientMessage, atomic, sorted_labels
+from ..protocol import (
+    ColumnExtremes,
+    CountedColumns,
+    InvalidClientMessage,
+    atomic,
+    sorted_labels,
+)
 from ..statistics import ColumnMoments
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
@@ -36,6 +42,8 @@ class StandardScalerClient(TransformerClient):
     """
 
     protocol = "preprocessing.standard_scaler"
+    # Column moments of fewer rows than the site policy's min_count are not sent.
+    disclosure = (CountedColumns("n_samples", ("weight_sum", "mean", "m2")),)
 
     def compute(self, task, X, y, sample_weight, rows):
         order = self.estimator._moments_order()
@@ -215,6 +223,8 @@ class MinMaxScalerClient(TransformerClient):
     """A site of :class:`FederatedMinMaxScaler`: per column, its minimum and maximum value."""
 
     protocol = "preprocessing.minmax_scaler"
+    # Extremes are single rows' values: exact only where the site's policy opts in.
+    disclosure = (ColumnExtremes("data_min", "data_max"),)
 
     def compute(self, task, X, y, sample_weight, rows):
         X, _ = self._site_rows(X, None, rows)

@@ -2,7 +2,12 @@
 
 from ._accounting import PrivacyLedger, composed_noise_multiplier
 from ._bounds import ClippingWarning, RangeScaler
-from ._calibration import analytic_gaussian_std, classic_gaussian_std, gaussian_noise_std
+from ._budget import PrivacyBudget
+from ._calibration import (
+    analytic_gaussian_std,
+    classic_gaussian_std,
+    gaussian_noise_std,
+)
 from ._noise import release_generator
 from ._secure_aggregation import MaskingKey, SecureAggregator
 
@@ -21,6 +26,7 @@ def __getattr__(name):
 __all__ = [
     "ClippingWarning",
     "MaskingKey",
+    "PrivacyBudget",
     "PrivacyLedger",
     "RangeScaler",
     "SecureAggregator",

@@ -43,8 +43,10 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ._disclosure import screen_reply
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
+from ._policy import SitePolicy, current_simulated_policy
 from ._replies import FoldedReplies, FramesOnDemand
 from ._schema import (
     FeatureSchema,
@@ -83,7 +85,9 @@ class Client(ABC):
         Shared key of this site (at least 16 bytes): tasks must be signed
         with it, and replies are.
     policy : SitePolicy, default=None
-        Tasks this site refuses.
+        Tasks this site refuses and what it releases. ``None``: ``SitePolicy()``
+        (DataSHIELD-like disclosure rules) when answering with :meth:`respond`;
+        inside ``fit``'s simulation, see :func:`~sklearn_fed.protocol.simulated_policy`.
     site : hashable, default=None
         This site's label; when set, a task addressed to another site is refused.
     """
@@ -96,6 +100,10 @@ class Client(ABC):
     y_numeric = True
     #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
     accepts_no_rows = False
+    #: What a reply is made of, for the site's disclosure rules: declarations of
+    #: :mod:`sklearn_fed.protocol._disclosure` (``CountedValues``, ``CountedColumns``,
+    #: ``ColumnExtremes``). Every reply also gets the rules on rows and parameters.
+    disclosure = ()
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
         self.estimator = estimator
@@ -142,9 +150,26 @@ class Client(ABC):
         if self.needs_y and y is None:
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
         X, y, sample_weight, names = self.check_rows(X, y, sample_weight, schema, task.site)
-        if self.policy is not None:
-            self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
-        return self.reply(task, X, y, sample_weight, None, names)
+        # A deployed site applies its policy, the DataSHIELD-like defaults when given none.
+        policy = SitePolicy() if self.policy is None else self.policy
+        policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
+        self._in_force = policy  # what a composite's parts apply (see policy_in_force)
+        try:
+            return self.screened_reply(policy, task, X, y, sample_weight, None, names)
+        finally:
+            del self._in_force
+
+    def policy_in_force(self):
+        """The policy this site's replies are screened with now (None: nothing is held back).
+
+        While :meth:`respond` answers: the site's policy (``SitePolicy()`` when
+        it has none). Otherwise (a simulated site of ``fit``): the policy it
+        was made with, else :func:`~sklearn_fed.protocol.simulated_policy`'s.
+        """
+        in_force = self.__dict__.get("_in_force")
+        if in_force is not None:
+            return in_force
+        return self.policy if self.policy is not None else current_simulated_policy()
 
     def check_rows(self, X, y, sample_weight, schema, site):
         """Validate this site's rows against the task's schema, before anything is computed.
@@ -174,8 +199,32 @@ class Client(ABC):
 
     def reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
+        return self.screened_reply(self.policy_in_force(), task, X, y, sample_weight, rows,
+                                   names)
+
+    def screened_reply(self, policy, task, X, y, sample_weight, rows, names):
+        """The reply frame, with ``policy``'s disclosure rules applied before it leaves."""
         fields, arrays = self.compute(task, X, y, sample_weight, rows)
-        return self.reply_frame(task, X, y, names, fields, arrays)
+        frame = self.reply_frame(task, X, y, names, fields, arrays)
+        if policy is None and not self.disclosure:
+            return frame
+        return screen_reply(self, policy, task, frame, X, rows, count_rows(X.shape[0], rows))
+
+    def released_parameters(self, task, frame):
+        """How many model parameters the reply fits, for the policy's parameters-per-row rule.
+
+        Default: ``(n_features + 1) * n_targets`` for a supervised role
+        (``needs_y``: a model fit), None otherwise (not a model fit). A role
+        whose model has more parameters per feature overrides it.
+        """
+        if not self.needs_y:
+            return None
+        schema = frame.schema or {}
+        return (int(schema.get("n_features", 0)) + 1) * max(1, int(schema.get("n_targets", 1)))
+
+    def reads_rows(self, task):
+        """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
+        return True
 
     def reply_frame(self, task, X, y, names, fields, arrays):
         """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
@@ -284,10 +333,6 @@ class BlockwiseClient(Client):
         is not replaced), so its rows may be summarized in blocks."""
         owner = next(base for base in cls.__mro__ if "compute" in base.__dict__)
         return owner is BlockwiseClient
-
-    def reads_rows(self, task):
-        """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
-        return True
 
     @abstractmethod
     def summarize(self, task, X, y, sample_weight, rows):
