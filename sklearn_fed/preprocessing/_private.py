@@ -22,6 +22,7 @@ from ..privacy import PrivacyLedger, gaussian_noise_std, release_generator
 from ..privacy._releases import (
     check_bounds,
     moments_from_noisy_sums,
+    moments_noise_std,
     noisy_column_moments,
     noisy_value_counts,
 )
@@ -146,7 +147,10 @@ class PrivateStandardScalerServer(OneRoundServer):
         total = sum(replies[site] for site in sorted_labels(replies))
         if self.warm_start and getattr(estimator, "_noisy_sums", None) is not None:
             total = total + estimator._noisy_sums  # released sums add up
-        count, mean, variance = moments_from_noisy_sums(total, low, high)
+        site_std = moments_noise_std(d, 2, estimator.epsilon, estimator.delta,
+                                     estimator.calibration)
+        count, mean, variance = moments_from_noisy_sums(
+            total, low, high, site_std * math.sqrt(len(replies)))
         seen = np.rint(count).astype(np.int64)
         scale = None
         if estimator.with_std:

@@ -36,6 +36,7 @@ __all__ = [
     "check_bounds",
     "gaussian_release",
     "moments_from_noisy_sums",
+    "moments_noise_std",
     "noisy_column_moments",
     "noisy_value_counts",
     "selection_threshold",
@@ -112,18 +113,32 @@ def noisy_column_moments(X, low, high, order, epsilon, delta, calibration, gener
     return noisy.reshape(len(parts), X.shape[1]), std, sensitivity
 
 
-def moments_from_noisy_sums(sums, low, high):
+def moments_noise_std(n_features, order, epsilon, delta, calibration):
+    """The noise std a site adds to each value of :func:`noisy_column_moments`'s release."""
+    p = (order + 1) * n_features
+    sensitivity = math.sqrt(p)
+    exponent = grid_exponent(sensitivity, p, noisy=True)
+    return gaussian_noise_std(epsilon, delta, discretized_sensitivity(sensitivity, p, exponent),
+                              calibration=calibration)
+
+
+def moments_from_noisy_sums(sums, low, high, noise_std=0.0):
     """``(count, mean, variance)`` per column from summed noisy releases (post-processing).
 
     A noisy count below one is taken as one; the mean is clipped into the
-    bounds and the variance into ``[0, (high - low)^2 / 4]``.
+    bounds and the variance into ``[floor, (high - low)^2 / 4]``, where
+    ``floor`` is the noise level of the variance, ``noise_std / count`` in
+    mapped units (``noise_std``: the std of the summed noise): a smaller
+    variance cannot be told from the noise, and a scale derived from it would
+    blow up the scaled values.
     """
     center, half = (low + high) / 2, (high - low) / 2
     count = np.maximum(sums[0], 1.0)
     mean = np.clip(sums[1] / count, -1.0, 1.0)
     variance = None
     if sums.shape[0] > 2:
-        variance = np.clip(sums[2] / count - mean * mean, 0.0, 1.0) * half * half
+        floor = np.minimum(noise_std / count, 1.0)
+        variance = np.clip(sums[2] / count - mean * mean, floor, 1.0) * half * half
     return count, center + half * mean, variance
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["docs/deploying.rst", "docs/user_guide/pipelines.rst", "docs/developers.rst"]
+PAGES = ["docs/deploying.rst", "docs/user_guide/pipelines.rst", "docs/developers.rst",
+         "docs/disclosure.rst"]
 TIME_LIMIT = 180
 
 
