@@ -35,7 +35,7 @@ from ._composite import (
     site_targets,
     take_prefixed,
 )
-from .privacy._budget import PrivacyBudget, planned_ledger, spent_ledgers
+from .privacy._budget import PrivacyBudget, planned_ledger, release_parts, spent_ledgers
 from .protocol import (
     Client,
     FederatedMixin,
@@ -150,7 +150,7 @@ class PipelineServer(Server):
         self.weighted_steps = frozenset(weighted_steps)
         # A budget is checked before any step releases anything (from each step's
         # parameters), and charged when the pipeline is fitted.
-        self._budget = _as_budget(estimator.privacy_budget)
+        self._budget = _as_budget(getattr(estimator, "privacy_budget", None))
         if self._budget is not None:
             self._budget.check(planned_ledger(estimator), "this pipeline's fit")
         self.parts = [step if _skipped(step) else clone(step) for _, step in estimator.steps]
@@ -228,6 +228,9 @@ class PipelineServer(Server):
         fitted = types.SimpleNamespace(
             steps=[(name, part) for (name, _), part in zip(estimator.steps, self.parts)])
         by_step, privacy = spent_ledgers(fitted)
+        # a pipeline reports privacy when a step is private or a budget is set
+        private = self._budget is not None or any(
+            "_privacy" in part.__dict__ for _, part in release_parts("", fitted))
         if self._budget is not None:
             self._budget.charge(privacy, "this pipeline's fit")
             delta = self._budget.delta
@@ -242,10 +245,13 @@ class PipelineServer(Server):
         estimator.communication_ = ledger
         estimator.clients_ = known_labels([], self._sites)
         estimator.n_clients_ = len(estimator.clients_)
-        estimator._privacy, estimator._privacy_delta = privacy, delta
-        estimator.privacy_spent_by_step_ = {
-            name: (part_ledger.epsilon(d) if d > 0 else math.inf, d)
-            for name, (part_ledger, d) in by_step.items()}
+        for name in ("_privacy", "_privacy_delta", "privacy_spent_by_step_"):
+            estimator.__dict__.pop(name, None)
+        if private:
+            estimator._privacy, estimator._privacy_delta = privacy, delta
+            estimator.privacy_spent_by_step_ = {
+                name: (part_ledger.epsilon(d) if d > 0 else math.inf, d)
+                for name, (part_ledger, d) in by_step.items()}
 
 
 def _as_budget(budget):
@@ -298,6 +304,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
     clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
     privacy_spent_ : tuple of (float, float)
+        Set when a step is differentially private or a budget is given:
         ``(epsilon, delta)`` of every step's releases composed (the Gaussian
         releases exactly, as one Gaussian mechanism; the deltas of noisy
         selections added), at the budget's delta or else the sum of the
@@ -341,7 +348,8 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         """``(epsilon, delta)`` of every step's releases, composed (see the class docstring)."""
         privacy = self.__dict__.get("_privacy")
         if privacy is None:
-            raise AttributeError("privacy_spent_ is set by fit.")
+            raise AttributeError("privacy_spent_ is set by fit when a step is differentially "
+                                 "private or privacy_budget is given.")
         delta = self._privacy_delta
         return (privacy.epsilon(delta) if delta > 0 else
                 (0.0 if len(privacy) == 0 else math.inf)), delta

@@ -152,7 +152,10 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
     sets ``statistics_`` and the ``indicator_`` of ``add_indicator=True``
     (columns with a missing value) as SimpleImputer on the pooled rows.
     ``"median"`` is not offered: an exact pooled median needs the sites'
-    values, not a fixed-size aggregate.
+    values, not a fixed-size aggregate. A deployed site's
+    :class:`~sklearn_fed.protocol.SitePolicy` leaves out of its histogram the
+    values it holds fewer than ``min_count`` times, and the mean of a column
+    with fewer values (see :doc:`/disclosure`).
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 

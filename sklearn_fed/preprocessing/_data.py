@@ -286,7 +286,10 @@ class FederatedMinMaxScaler(FederatedTransformerMixin, MinMaxScaler):
     exactly as MinMaxScaler on the pooled rows. Unlike moments, an extreme
     is the value of one row: the model itself is made of such values, so
     a federated MinMaxScaler cannot hide them (use
-    :class:`FederatedStandardScaler` where that matters).
+    :class:`FederatedStandardScaler` where that matters). A deployed site
+    sends them only if its :class:`~sklearn_fed.protocol.SitePolicy` has
+    ``exact_extremes=True``; by default it sends its ``min_count``-th smallest
+    and largest values rounded outward (see :doc:`/disclosure`).
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 

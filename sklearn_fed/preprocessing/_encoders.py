@@ -116,7 +116,11 @@ class FederatedOneHotEncoder(FederatedTransformerMixin, OneHotEncoder):
     infrequent-category mappings with OneHotEncoder's own code, so
     ``handle_unknown``, ``drop``, ``min_frequency`` and ``max_categories``
     behave exactly as on the pooled rows. Category sets are what this model
-    is made of; they are the only thing a site reveals.
+    is made of; they are the only thing a site reveals. A deployed site's
+    :class:`~sklearn_fed.protocol.SitePolicy` suppresses categories it holds
+    fewer than ``min_count`` times (3 by default): they are then unknown to
+    the model (``handle_unknown="ignore"`` encodes them as zeros); see
+    :doc:`/disclosure`.
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 

@@ -121,8 +121,9 @@ def release_parts(name, estimator):
     """``[(name, part)]``: the parts of ``estimator`` that release statistics of rows.
 
     A pipeline's steps and a column transformer's transformers are searched
-    (names joined by ``__``); ``"passthrough"``, ``"drop"`` and ``None``
-    release nothing.
+    (names joined by ``__``); ``"passthrough"``, ``"drop"``, ``None`` and
+    what is not federated (a fitted passthrough runs at the site) release
+    nothing.
     """
     if estimator is None or isinstance(estimator, str):
         return []
@@ -134,7 +135,7 @@ def release_parts(name, estimator):
     if isinstance(parts, list):
         return [part for entry in parts
                 for part in release_parts(f"{name}__{entry[0]}" if name else entry[0], entry[1])]
-    return [(name, estimator)]
+    return [(name, estimator)] if hasattr(estimator, "make_server") else []
 
 
 def planned_ledger(estimator):

@@ -9,6 +9,7 @@ from sklearn.model_selection import GridSearchCV
 
 from sklearn_fed import PrivateFederatedRidge
 from sklearn_fed.compose import FederatedColumnTransformer
+from sklearn_fed.decomposition import PrivateFederatedPCA
 from sklearn_fed.impute import PrivateFederatedSimpleImputer
 from sklearn_fed.pipeline import make_federated_pipeline
 from sklearn_fed.preprocessing import (
@@ -72,6 +73,20 @@ def test_imputer_mean_noise_matches_the_calibrated_scale():
     exponent = grid_exponent(2.0, 4, noisy=True)
     _matches_normal(noise, gaussian_noise_std(2.0, 1e-5, discretized_sensitivity(2.0, 4,
                                                                                  exponent)))
+
+
+def test_pca_gram_noise_matches_the_calibrated_scale():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 3)) * 0.4
+    clipped = X * np.minimum(1.0, 1.5 / np.linalg.norm(X, axis=1))[:, None]
+    exact = np.concatenate([[400.0], clipped.sum(axis=0),
+                            (clipped.T @ clipped)[np.triu_indices(3)]])
+    pca = PrivateFederatedPCA(n_components=2, feature_bound=1.5, epsilon=1.0)
+    noise = _site_noise(pca, X, exact, lambda reply: reply.arrays["sums"])
+    sensitivity = math.sqrt(1 + 1.5**2 + 1.5**4)
+    exponent = grid_exponent(sensitivity, 10, noisy=True)
+    _matches_normal(noise, gaussian_noise_std(1.0, 1e-5, discretized_sensitivity(
+        sensitivity, 10, exponent)))
 
 
 def test_encoder_noisy_counts_match_the_calibrated_scale():
@@ -150,6 +165,8 @@ def test_a_step_without_noise_makes_the_pipeline_spend_infinite_epsilon():
         feature_bound=3.0, target_bound=10.0, random_state=0)).fit(X, y, clients=sites)
     assert pipe.privacy_spent_[0] == math.inf
     assert pipe.privacy_spent_by_step_["federatedstandardscaler"] == (math.inf, 0.0)
+    plain = make_federated_pipeline(FederatedStandardScaler()).fit(X, clients=sites)
+    assert not hasattr(plain, "privacy_spent_")  # nothing private: nothing to report
     with pytest.raises(ValueError, match="privacy budget exceeded"):
         make_federated_pipeline(FederatedStandardScaler(), PrivateFederatedRidge(),
                                 privacy_budget=(10.0, 1e-5)).fit(X, y, clients=sites)
