@@ -83,7 +83,7 @@ class PrivatePCAServer(OneRoundServer):
         gram[np.triu_indices(d)] = total[1 + d :]
         gram = gram + np.triu(gram, 1).T
         centered = gram - n * np.outer(mean, mean)
-        aggregate = types.SimpleNamespace(n_samples=int(round(n)), n_features=d,
+        aggregate = types.SimpleNamespace(n_samples=round(n), n_features=d,
                                           gram=centered, x_mean=mean)
         fitted = estimator._fitted_from(aggregate, np.float64)
         privacy, delta = estimator._privacy_after(self)
