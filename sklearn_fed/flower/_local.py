@@ -172,6 +172,9 @@ class LocalFederation:
         Where data, configs and logs go. ``None``: a new temporary directory,
         removed by :meth:`close` unless something failed (then it is kept,
         and the error says where).
+    node_config : dict, default=None
+        Node-config keys given to every site, e.g. its policy's disclosure
+        rules (``{"max-parameters-per-row": 0}``; see :doc:`/disclosure`).
     startup_timeout : float, default=120
         Seconds to wait for the SuperLink and all SuperNodes to be online.
 
@@ -191,7 +194,7 @@ class LocalFederation:
     """
 
     def __init__(self, sites, *, target=None, features=None, weight=None, keys=True,
-                 workdir=None, startup_timeout=120.0):
+                 workdir=None, startup_timeout=120.0, node_config=None):
         self.sites = {  # numpy scalars (e.g. from np.unique) become plain labels
             label.item() if isinstance(label, np.generic) else label: data
             for label, data in dict(sites).items()
@@ -207,6 +210,7 @@ class LocalFederation:
             raise ValueError("site labels must be distinct (as text: 1 and '1' collide).")
         self.target, self.features, self.weight = target, features, weight
         self.keys = keys
+        self.node_config = dict(node_config or {})
         self.startup_timeout = float(startup_timeout)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else None
@@ -290,7 +294,8 @@ class LocalFederation:
             self._keys_file = ""
         self._node_configs = {}
         for index, (label, data) in enumerate(self.sites.items()):
-            config = {"site": label, "data-path": self._write_data(index, label, data)}
+            config = {**self.node_config, "site": label,
+                      "data-path": self._write_data(index, label, data)}
             if isinstance(data, dict) and data.get("rounds") is not None:
                 config["round-column"] = "round"  # where save_site_data puts the rounds
             if isinstance(data, (str, os.PathLike)):
