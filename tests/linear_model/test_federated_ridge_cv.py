@@ -201,7 +201,8 @@ def _deploy(estimator, X, y, clients, folds=None, *, server_folds=None, n_folds=
     server.n_folds = n_folds
     if server_folds is not None:
         server.folds = {site: server_folds[clients == site] for site in labels}
-    make_client = client_role or estimator.make_client
+    make_client = client_role or (  # permissive sites: small ones, compared with fit
+        lambda folds: estimator.make_client(folds=folds, policy=SitePolicy.permissive()))
     sites = {site: make_client(folds=None if folds is None else folds[clients == site])
              for site in labels}
     tasks = server.next_tasks(labels)
