@@ -16,13 +16,100 @@ An estimator declares its roles (``_server_role``, ``_client_role``) and its
 parameters; its public ``fit`` keeps its own docstring and is one line.
 """
 
+import numpy as np
 from sklearn.utils.validation import _num_samples
 
-from ._clients import group_rows_by_client, take_clients
-from .protocol import FederatedMixin, run_simulation
+from ._clients import group_rows_by_client, known_labels, take_clients
+from .protocol import FederatedMixin, InvalidClientMessage, run_simulation
+from .protocol._schema import nan_advice
 from .utils._collections import is_dask_collection
 
-__all__ = ["FederatedEstimatorMixin"]
+__all__ = ["FederatedEstimatorMixin", "set_federation_attributes"]
+
+
+def set_federation_attributes(estimator, schema, ledger, clients, *, previous_clients=(),
+                              n_features=None):
+    """Set the attributes every fitted protocol estimator has, from its server's last round.
+
+    A server's :meth:`~sklearn_fed.protocol.Server.apply` calls it when it
+    commits a model: ``communication_`` (the ledger), ``clients_`` and
+    ``n_clients_`` (every site so far, in order of first appearance),
+    ``n_features_in_`` and ``feature_names_in_`` (from the server's schema,
+    never from a reply: ``feature_names_in_`` is removed when the schema has
+    no names, as scikit-learn does).
+
+    Parameters
+    ----------
+    estimator : estimator
+        The estimator being fitted.
+    schema : FeatureSchema
+        The server's schema (:attr:`~sklearn_fed.protocol.Server.schema`).
+    ledger : CommunicationLedger
+        The round's ledger, as :meth:`~sklearn_fed.protocol.Server.apply` receives it.
+    clients : iterable of hashable
+        The sites of this fit (e.g. the round's replies, a mapping keyed by site).
+    previous_clients : sequence of hashable, default=()
+        The sites of earlier calls (``partial_fit``, warm starts), listed first.
+    n_features : int, default=None
+        ``n_features_in_`` where the schema has none (statistics given
+        directly, as in ``fit_statistics``); by default the schema's.
+
+    Examples
+    --------
+    >>> from sklearn.linear_model import LinearRegression
+    >>> from sklearn_fed.protocol import CommunicationLedger, FeatureSchema
+    >>> model = LinearRegression()
+    >>> set_federation_attributes(model, FeatureSchema(feature_names=["a", "b"]),
+    ...                           CommunicationLedger(), {"site-1": None, "site-2": None})
+    >>> model.clients_.tolist(), model.n_clients_, model.n_features_in_
+    (['site-1', 'site-2'], 2, 2)
+    """
+    estimator.communication_ = ledger
+    estimator.clients_ = known_labels(list(previous_clients), clients)
+    estimator.n_clients_ = len(estimator.clients_)
+    estimator.n_features_in_ = schema.n_features if n_features is None else n_features
+    if schema.feature_names is not None:
+        estimator.feature_names_in_ = np.asarray(schema.feature_names, dtype=object)
+    else:
+        estimator.__dict__.pop("feature_names_in_", None)
+
+
+def _nan_sites(X, clients):
+    """`` The missing values are at site(s) [...].`` for a table whose rows hold NaN."""
+    try:
+        missing = np.asarray(pd_isna(X)).reshape(_num_samples(X), -1).any(axis=1)
+    except (TypeError, ValueError):  # rows whose values cannot be read as missing or not
+        return ""
+    if not missing.any():
+        return ""
+    if clients is None:
+        return " The missing values are at the only site (no clients were given)."
+    labels = np.asarray(clients, dtype=object)[missing]
+    sites = sorted({label.item() if isinstance(label, np.generic) else label
+                    for label in labels}, key=str)
+    return f" The missing values are at site(s) {sites[:10]}{' ...' if len(sites) > 10 else ''}."
+
+
+def _with_nan_advice(exc, sites):
+    """``exc`` again, with the sites holding NaN and the imputer's advice appended."""
+    text = f"{exc}{sites}{nan_advice(exc)}"
+    if isinstance(exc, InvalidClientMessage):
+        return InvalidClientMessage(text, exc.client)
+    return ValueError(text)
+
+
+def pd_isna(X):
+    """Missing entries of an array or a DataFrame (pandas' own test when it is one)."""
+    if hasattr(X, "isna"):
+        return X.isna()
+    if hasattr(X, "tocsr"):  # sparse: only the stored values can be missing
+        csr = X.tocsr()
+        rows = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
+        out = np.zeros(csr.shape[0], dtype=bool)
+        out[rows[np.isnan(csr.data)]] = True
+        return out
+    array = np.asarray(X)
+    return np.isnan(array) if array.dtype.kind in "fc" else np.zeros(array.shape, dtype=bool)
 
 
 class FederatedEstimatorMixin(FederatedMixin):
@@ -51,12 +138,21 @@ class FederatedEstimatorMixin(FederatedMixin):
         warm = partial and self._fitted_state() is not None
         self._check_before_rows(partial=partial)
         clients = take_clients(self, X, clients)
-        X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
-        labels, rows = self._client_rows(clients, X, y, reset=not warm)
-        if warm:
-            self._check_more_rows(X, y)
-        self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm, clients=clients,
-                        **server_kwargs)
+        raw = X
+        try:
+            X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
+            labels, rows = self._client_rows(clients, X, y, reset=not warm)
+            if warm:
+                self._check_more_rows(X, y)
+            self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm,
+                            clients=clients, **server_kwargs)
+        except ValueError as exc:
+            # a direct fit names the sites that hold missing values, and what to do
+            sites = "" if "NaN" not in str(exc) or "FederatedSimpleImputer" in str(
+                exc) else _nan_sites(raw, clients)
+            if not sites:
+                raise
+            raise _with_nan_advice(exc, sites) from exc
         return self
 
     #: How ``fit`` takes Dask collections (:mod:`sklearn_fed.dask`): ``"partitions"``
@@ -107,7 +203,7 @@ class FederatedEstimatorMixin(FederatedMixin):
         estimators whose run depends on them beyond the grouping (a splitter's
         groups). Returns ``(server, client)``.
         """
-        names = self._fitted_feature_names()
+        names = self._server_feature_names(X)
         server = self.make_server(feature_names=names, warm_start=warm_start, **server_kwargs)
         client = self._simulated_client(warm_start=warm_start)
         self._simulate(server, client, X, y, sample_weight, labels, rows, names)
@@ -120,6 +216,14 @@ class FederatedEstimatorMixin(FederatedMixin):
     def _simulate(self, server, client, X, y, sample_weight, labels, rows, names):
         """:func:`~sklearn_fed.protocol.run_simulation` of the two roles (a family may wrap it)."""
         run_simulation(server, client, X, y, sample_weight, labels, rows, names)
+
+    def _server_feature_names(self, X):
+        """The feature names the server is told: those ``fit`` just validated, by default.
+
+        A composite (pipeline, column transformer) validates no columns itself:
+        it reads them from the table ``X`` as its sites will see it.
+        """
+        return self._fitted_feature_names()
 
     def _fitted_feature_names(self):
         names = getattr(self, "feature_names_in_", None)

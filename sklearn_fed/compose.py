@@ -8,6 +8,8 @@ the output has (ColumnTransformer's ``sparse_threshold`` decides on the
 pooled density).
 """
 
+import time
+
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -16,21 +18,24 @@ from sklearn.compose import ColumnTransformer
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import _safe_indexing
 from sklearn.utils._set_output import _get_output_config
+from sklearn.utils._user_interface import _message_with_time
 
 from ._clients import known_labels
 from ._compat import _fit_context
 from ._composite import (
+    FederatedCompositeMixin,
     answer_part,
+    broadcast_state,
     check_federated,
+    exact_part,
     load_fitted,
+    make_part_server,
     parse_parts,
     prefixed,
-    simulate_composite,
     take_prefixed,
 )
 from .pipeline import PipelineClient
 from .protocol import (
-    FederatedMixin,
     InvalidClientMessage,
     Server,
     atomic,
@@ -117,9 +122,11 @@ class ColumnTransformerServer(Server):
     """
 
     protocol = "compose.column_transformer"
+    reports_rounds = False  # it prints its transformers, as ColumnTransformer does
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        self._started = time.perf_counter()
         self.parts = {}
         self._active = {}
         self._sparse_input = False
@@ -139,8 +146,8 @@ class ColumnTransformerServer(Server):
                 continue
             names = None if self.schema.feature_names is None else [
                 self.schema.feature_names[c] for c in columns]
-            self.parts[index] = clone(template).make_server(
-                on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes,
+            self.parts[index] = make_part_server(
+                clone(template), on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes,
                 feature_names=names, n_features=len(columns),
             )
 
@@ -160,6 +167,7 @@ class ColumnTransformerServer(Server):
             self._stage = "counting"
             return self._density_tasks(sites)
         if self._stage == "counted" or self._stage == "done":
+            self._report()
             self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output(),
                                           self)
             self._stage = "committed"
@@ -167,6 +175,16 @@ class ColumnTransformerServer(Server):
 
     def _fitted(self):
         return {index: part.estimator for index, part in self.parts.items()}
+
+    def _report(self):
+        """ColumnTransformer's line per transformer (all fitted in the same rounds)."""
+        if not self.estimator.verbose:
+            return
+        elapsed = time.perf_counter() - self._started
+        names = [name for name, _, _ in (self.layout.parts[i] for i in sorted(self.layout.parts))]
+        for i, name in enumerate(names, start=1):
+            print(_message_with_time("ColumnTransformer", f"({i} of {len(names)}) Processing "
+                                     f"{name}", elapsed), flush=True)
 
     def _needs_density(self):
         if not self.estimator.sparse_threshold:
@@ -196,7 +214,7 @@ class ColumnTransformerServer(Server):
         arrays, parts = {}, []
         for index, fitted in self._fitted().items():
             parts.append({"part": index, "columns": list(self.layout.parts[index][2]),
-                          "task": prefixed(fitted._broadcast_state(), f"p{index}.", arrays)})
+                          "task": prefixed(broadcast_state(fitted), f"p{index}.", arrays)})
         for index, (_, template, columns) in self.layout.parts.items():
             if isinstance(template, str):
                 parts.append({"part": index, "columns": list(columns), "task": {}})
@@ -252,7 +270,7 @@ class ColumnTransformerServer(Server):
         self._sparse_input = self._sparse_input or any(r[1] for r in replies.values())
 
 
-class FederatedColumnTransformer(FederatedMixin, ColumnTransformer):
+class FederatedColumnTransformer(FederatedCompositeMixin, ColumnTransformer):
     """A :class:`~sklearn.compose.ColumnTransformer` of federated transformers.
 
     Each transformer is fitted by its own protocol on its columns of every
@@ -308,8 +326,7 @@ feature_names_in_
     def _exact_federation(self):
         """Exact (any split of the rows gives the pooled model) when every part is."""
         parts = [trans for _, trans, _ in self.transformers] + [self.remainder]
-        return all(getattr(part, "_exact_federation", False)
-                   for part in parts if not isinstance(part, str))
+        return all(exact_part(part) for part in parts if not isinstance(part, str))
 
     class _Layout:
         """Resolved columns: ``parts`` are ``(name, template, column indices)`` to fit."""
@@ -329,7 +346,7 @@ feature_names_in_
         scratch._validate_transformers()
         for name, _, columns in scratch.transformers:
             if callable(columns):
-                raise ValueError(
+                raise ValueError(  # noqa: TRY004 (a value of the right type, unusable here)
                     f"transformer {name!r} selects its columns with a callable; a federated "
                     "server has no rows to call it on: give the column names or positions."
                 )
@@ -408,8 +425,7 @@ feature_names_in_
         """
         if params:
             raise TypeError(f"FederatedColumnTransformer.fit takes no {sorted(params)}.")
-        simulate_composite(self, X, y, None, clients)
-        return self
+        return self._fit(X, y, None, clients)
 
     def fit_transform(self, X, y=None, clients=None, **params):
         """Fit (see :meth:`fit`), then transform ``X``.
@@ -424,7 +440,7 @@ feature_names_in_
     def _broadcast_state(self):
         arrays, parts = {}, {}
         for index, (name, template, _) in self._fitted_parts().items():
-            parts[str(index)] = prefixed(template._broadcast_state(), f"p{index}.", arrays)
+            parts[str(index)] = prefixed(broadcast_state(template), f"p{index}.", arrays)
         fields = {"n_features_in_": int(self.n_features_in_), "parts": parts,
                   "sparse_output": bool(self.sparse_output_),
                   "feature_names_in_": None if not hasattr(self, "feature_names_in_") else [
@@ -434,7 +450,7 @@ feature_names_in_
     def _fitted_parts(self):
         """``{part index: (name, fitted transformer, columns)}`` of the federated parts."""
         layout = self._layout(self.n_features_in_, getattr(self, "feature_names_in_", None))
-        fitted = dict((name, trans) for name, trans, _ in self.transformers_)
+        fitted = {name: trans for name, trans, _ in self.transformers_}
         return {index: (name, fitted[name], columns)
                 for index, (name, template, columns) in layout.parts.items()
                 if not isinstance(template, str)}

@@ -12,6 +12,7 @@ transformers in the same rounds.
 """
 
 import math
+import time
 import types
 
 import numpy as np
@@ -20,17 +21,21 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing
 from sklearn.utils._available_if import available_if
 from sklearn.utils._set_output import _get_output_config
+from sklearn.utils._user_interface import _message_with_time
 from sklearn.utils.validation import _num_samples
 
 from ._clients import known_labels
 from ._compat import _check_sample_weight, _fit_context
 from ._composite import (
+    FederatedCompositeMixin,
     answer_part,
+    broadcast_state,
     check_federated,
+    exact_part,
     load_fitted,
+    make_part_server,
     parse_parts,
     prefixed,
-    simulate_composite,
     site_table,
     site_targets,
     take_prefixed,
@@ -38,7 +43,6 @@ from ._composite import (
 from .privacy._budget import PrivacyBudget, planned_ledger, release_parts, spent_ledgers
 from .protocol import (
     Client,
-    FederatedMixin,
     InvalidClientMessage,
     Server,
     atomic,
@@ -136,6 +140,7 @@ class PipelineServer(Server):
     """
 
     protocol = "pipeline"
+    reports_rounds = False  # it prints its steps, as Pipeline does
 
     def __init__(self, estimator, *, weighted_steps=(), **kwargs):
         super().__init__(estimator, **kwargs)
@@ -185,16 +190,21 @@ class PipelineServer(Server):
             fitted = [p for p in self.parts[: self._index] if not _skipped(p)]
             schema = output_schema(fitted[-1]) if fitted else {
                 "feature_names": self.schema.feature_names, "n_features": self.schema.n_features}
-        self._part = self.parts[self._index].make_server(
-            on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes, **schema
+        self._step_started = time.perf_counter()
+        self._part = make_part_server(
+            self.parts[self._index], on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes, **schema
         )
         return True
 
     def _finish_step(self):
         fitted = self._part.estimator
+        if self.estimator.verbose:  # Pipeline's own line for the step just fitted
+            print(_message_with_time(
+                "Pipeline", self.estimator._log_message(self._index),
+                time.perf_counter() - self._step_started), flush=True)
         self.parts[self._index] = fitted
         if self._index < len(self.parts) - 1:
-            self._broadcasts.append(fitted._broadcast_state())
+            self._broadcasts.append(broadcast_state(fitted))
         self._part = None
 
     def _wrap(self, frame):
@@ -264,13 +274,15 @@ def _as_budget(budget):
                      f"got {budget!r}.")
 
 
-class FederatedPipeline(FederatedMixin, Pipeline):
+class FederatedPipeline(FederatedCompositeMixin, Pipeline):
     """A :class:`~sklearn.pipeline.Pipeline` of federated steps, fitted as one protocol.
 
     Every step must be federated (an sklearn_fed estimator, a
     :class:`~sklearn_fed.compose.FederatedColumnTransformer`, another
-    FederatedPipeline, or ``"passthrough"``): no step is ever fitted on
-    pooled rows. ``fit(X, y, clients=...)`` runs the protocol of
+    FederatedPipeline, or ``"passthrough"``) or data-free (a transformer whose
+    fit reads no rows: ``PolynomialFeatures``, ``RangeScaler``, ... see the
+    User Guide; every site fits it alike and the server checks a digest of
+    each site's fit): no step is ever fitted on pooled rows. ``fit(X, y, clients=...)`` runs the protocol of
     :mod:`sklearn_fed.pipeline` in process: one step at a time, the server
     broadcasts the fitted steps before it, and each site transforms its own
     rows and answers the step's task. The result equals the same pipeline
@@ -288,7 +300,8 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         As in :class:`~sklearn.pipeline.Pipeline`.
     transform_input, memory, verbose
         Pipeline's; ``memory`` is not used (steps are fitted on copies,
-        then committed together).
+        then committed together); ``verbose`` prints Pipeline's line as
+        each step is fitted.
     privacy_budget : PrivacyBudget or tuple (epsilon, delta), default=None
         The total the private releases of every step may spend: checked
         before any step releases anything, and charged when fitted (a
@@ -357,8 +370,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
     @property
     def _exact_federation(self):
         """Exact (any split of the rows gives the pooled model) when every step is."""
-        return all(getattr(step, "_exact_federation", False)
-                   for _, step in self.steps if not _skipped(step))
+        return all(exact_part(step) for _, step in self.steps if not _skipped(step))
 
     def make_server(self, *, weighted_steps=(), **kwargs):
         """The server role of the pipeline's protocol; it fits this pipeline.
@@ -429,8 +441,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         self : FederatedPipeline
         """
         weights, weighted, clients = self._routed(params, clients)
-        simulate_composite(self, X, y, weights, clients, weighted_steps=weighted)
-        return self
+        return self._fit(X, y, weights, clients, weighted_steps=weighted)
 
     @available_if(Pipeline._can_fit_transform)
     def fit_transform(self, X, y=None, clients=None, **params):
@@ -447,7 +458,7 @@ class FederatedPipeline(FederatedMixin, Pipeline):
         arrays, steps = {}, []
         for j, (_, step) in enumerate(self.steps):
             steps.append(None if _skipped(step) else prefixed(
-                step._broadcast_state(), f"s{j}.", arrays))
+                broadcast_state(step), f"s{j}.", arrays))
         return {"steps": steps}, arrays
 
     def _load_broadcast_state(self, fields, arrays):

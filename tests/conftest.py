@@ -70,23 +70,28 @@ def sites_on_threads(monkeypatch):
     return run
 
 
-def pytest_terminal_summary(terminalreporter):
-    """After a run that included scikit-learn's Ridge tests, print their rule and counts."""
-    stats = terminalreporter.stats
-    if not any("test_sklearn_ridge_suite" in getattr(report, "nodeid", "")
-               for reports in stats.values() for report in reports):
-        return
-    # xdist's controller never imports the test modules: load this one by path.
-    path = Path(__file__).with_name("linear_model") / "test_sklearn_ridge_suite.py"
-    spec = importlib.util.spec_from_file_location("_ridge_suite_summary", path)
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
-    SKIP_RULE, summarize = suite.SKIP_RULE, suite.summarize
+#: scikit-learn's test files run against adapters: suite module -> the file it runs.
+_SUITES = {"test_sklearn_ridge_suite": "test_ridge.py",
+           "test_sklearn_logistic_suite": "test_logistic.py"}
 
-    terminalreporter.section("scikit-learn's test_ridge.py against the federated adapters")
-    terminalreporter.write_line(SKIP_RULE)
-    counts = summarize(stats)
-    terminalreporter.write_line(f"  {'outcome':<34} {'1 client':>9} {'7 clients':>10}")
-    for outcome in sorted({outcome for outcome, _ in counts}):
-        terminalreporter.write_line(
-            f"  {outcome:<34} {counts[(outcome, '1')]:>9} {counts[(outcome, '7')]:>10}")
+
+def pytest_terminal_summary(terminalreporter):
+    """After a run that included scikit-learn's own tests, print each suite's rule and counts."""
+    stats = terminalreporter.stats
+    for module, tests in _SUITES.items():
+        if not any(module in getattr(report, "nodeid", "")
+                   for reports in stats.values() for report in reports):
+            continue
+        # xdist's controller never imports the test modules: load this one by path.
+        path = Path(__file__).with_name("linear_model") / f"{module}.py"
+        spec = importlib.util.spec_from_file_location(module, path)  # summarize() reads it
+        suite = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(suite)
+
+        terminalreporter.section(f"scikit-learn's {tests} against the federated adapters")
+        terminalreporter.write_line(suite.SKIP_RULE)
+        counts = suite.summarize(stats)
+        terminalreporter.write_line(f"  {'outcome':<34} {'1 client':>9} {'7 clients':>10}")
+        for outcome in sorted({outcome for outcome, _ in counts}):
+            terminalreporter.write_line(
+                f"  {outcome:<34} {counts[(outcome, '1')]:>9} {counts[(outcome, '7')]:>10}")

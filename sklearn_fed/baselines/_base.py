@@ -27,7 +27,6 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import label_array
 from .._compat import (
     Interval,
     StrOptions,
@@ -36,7 +35,7 @@ from .._compat import (
     check_is_fitted,
     validate_data,
 )
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..linear_model._base import validate_regression
 from ..protocol import (
     Client,
@@ -637,14 +636,7 @@ class SGDServer(Server):
         estimator.learning_rate_ = self._setup["learning_rate"]
         estimator.history_ = state["history"]
         estimator.n_rounds_ = state["rounds"]
-        estimator.clients_ = label_array(self._setup["labels"])
-        estimator.n_clients_ = len(self._setup["labels"])
-        estimator.communication_ = ledger
-        estimator.n_features_in_ = d
-        if self.schema.feature_names is not None:
-            estimator.feature_names_in_ = np.asarray(self.schema.feature_names, dtype=object)
-        else:
-            estimator.__dict__.pop("feature_names_in_", None)
+        set_federation_attributes(estimator, self.schema, ledger, self._setup["labels"])
 
 
 # ---------------------------------------------------------------- estimator
@@ -678,6 +670,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         "n_rounds": [Interval(Integral, 1, None, closed="left")],
         "client_fraction": [Interval(Real, 0, 1, closed="right")],
         "random_state": ["random_state"],
+        "verbose": ["verbose"],
     }
 
     _protocol = None
@@ -702,6 +695,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         n_rounds=100,
         client_fraction=1.0,
         random_state=None,
+        verbose=0,
     ):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
@@ -711,6 +705,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         self.n_rounds = n_rounds
         self.client_fraction = client_fraction
         self.random_state = random_state
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -286,6 +286,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         n_rounds=100,
         client_fraction=1.0,
         random_state=None,
+        verbose=0,
     ):
         self.alpha = alpha
         self.epsilon = epsilon
@@ -298,6 +299,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         self.n_rounds = n_rounds
         self.client_fraction = client_fraction
         self.random_state = random_state
+        self.verbose = verbose
 
     @property
     def privacy_spent_(self):

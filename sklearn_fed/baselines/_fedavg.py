@@ -28,7 +28,9 @@ _COMMON_PARAMETERS = """alpha : float, default=1.0
         are renormalized over the sampled clients.
     random_state : int, RandomState instance or None, default=None
         Seed of the server's client sampling and of the seeds it sends for
-        minibatch shuffling."""
+        minibatch shuffling.
+    verbose : int, default=0
+        Print one line per round (sites answered, bytes each way, seconds)."""
 
 _FIT_INTERCEPT = """fit_intercept : bool, default=True
         Fit an unpenalized intercept: clients announce their weighted means

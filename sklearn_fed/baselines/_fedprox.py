@@ -62,6 +62,7 @@ class FedProxRegressor(BaseFederatedSGD):
         n_rounds=100,
         client_fraction=1.0,
         random_state=None,
+        verbose=0,
     ):
         self.alpha = alpha
         self.mu = mu
@@ -72,6 +73,7 @@ class FedProxRegressor(BaseFederatedSGD):
         self.n_rounds = n_rounds
         self.client_fraction = client_fraction
         self.random_state = random_state
+        self.verbose = verbose
 
     _protocol = "sgd.fedprox"
 

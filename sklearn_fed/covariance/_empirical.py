@@ -13,7 +13,7 @@ from sklearn.covariance import EmpiricalCovariance
 from sklearn.utils.validation import validate_data
 
 from .._compat import _fit_context  # scikit-learn's parameter validation
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import BlockwiseClient, InvalidClientMessage, Server, atomic
 from ..statistics import ClientStatistics, StreamingMerge
 
@@ -87,15 +87,8 @@ class EmpiricalCovarianceServer(Server):
         # commit: nothing above changed the estimator
         estimator._set_covariance(covariance)  # covariance_ and precision_, as scikit-learn
         estimator.location_ = location
-        estimator.n_features_in_ = self.schema.n_features
-        if self.schema.feature_names is None:
-            estimator.__dict__.pop("feature_names_in_", None)
-        else:
-            estimator.feature_names_in_ = np.asarray(self.schema.feature_names, dtype=object)
-        estimator.clients_ = np.fromiter(replies, dtype=object, count=len(replies))
-        estimator.n_clients_ = len(replies)
         ledger.n_parameters = merged.n_features * (merged.n_features + 3) // 2
-        estimator.communication_ = ledger
+        set_federation_attributes(estimator, self.schema, ledger, replies)
 
 
 class FederatedEmpiricalCovariance(FederatedEstimatorMixin, EmpiricalCovariance):

@@ -132,7 +132,13 @@ def answer_task(message, context):
             # round is read from the authenticated task, not from Flower's metadata
             in_round = decode(task, key=key, client="server").round
         X, y, sample_weight = node.read_data(in_round)
-        reply = client.respond(task, X, y, sample_weight)
+        try:
+            reply = client.respond(task, X, y, sample_weight)
+        except InvalidClientMessage as exc:
+            if "cannot read the server's task" not in str(exc) or not node.key_file:
+                raise
+            raise InvalidClientMessage(f"{exc} (this node's key-file: {node.key_file})",
+                                       "server") from exc
     except (TaskRefused, InvalidClientMessage, ValueError) as exc:
         _log.warning("sklearn-fed: not answering: %s", exc)
         return _error_reply(message, exc)

@@ -12,16 +12,21 @@ SuperNode: where its rows are, its label, its key and its policy. It never
 leaves the node.
 """
 
+import inspect
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 import sklearn_fed
 
+from .._composite import DATA_FREE
+from ..compose import FederatedColumnTransformer
 from ..datasets import load_site_data
+from ..pipeline import FederatedPipeline
 from ..protocol import FederatedMixin, SitePolicy, plain_label
 from ..protocol._policy import (
     DEFAULT_MAX_LEVELS,
@@ -62,23 +67,39 @@ RUN_CONFIG_DEFAULTS = {
 #: Node-config keys a SuperNode may set (``--node-config 'site="a" data-path="..."'``).
 NODE_CONFIG_KEYS = (
     "site", "data-path", "target", "features", "weight-column", "round-column", "key-file",
-    "min-rows", "max-epsilon", "allowed-features", "allowed-kinds",
+    "min-rows", "max-epsilon", "allowed-features", "allowed-kinds", "columns-in-order",
     # disclosure rules (SitePolicy); absent: the defaults, 0: off
     "min-count", "max-parameters-per-row", "max-levels", "exact-extremes",
 )
 
 _ARRAY_TAG = "ndarray"
+#: A composite's part: ``{"estimator": class name, "params": {changed parameters}}``.
+_PART_KEYS = frozenset({"estimator", "params"})
 
 
 # ------------------------------------------------------------------ estimators
-def _registry_class(name):
-    """The protocol estimator class exported by :mod:`sklearn_fed` under ``name``."""
+#: Composites a run config may name: their parts are written as nested estimators.
+_COMPOSITES = {cls.__name__: cls for cls in (FederatedPipeline, FederatedColumnTransformer)}
+
+
+def _registry_class(name, *, part=False):
+    """The class a run config may name ``name``.
+
+    At the top: a protocol estimator exported by :mod:`sklearn_fed`, or a
+    composite (:class:`~sklearn_fed.pipeline.FederatedPipeline`,
+    :class:`~sklearn_fed.compose.FederatedColumnTransformer`). As a part of a
+    composite (``part=True``) also a data-free transformer (see
+    :data:`sklearn_fed._composite.DATA_FREE`). Nothing else can be built.
+    """
     cls = getattr(sklearn_fed, name, None) if name in sklearn_fed.__all__ else None
     if not (isinstance(cls, type) and issubclass(cls, FederatedMixin)):
+        cls = _COMPOSITES.get(name) or (DATA_FREE.get(name) if part else None)
+    if cls is None:
+        allowed = "" if not part else f", or a data-free transformer ({', '.join(DATA_FREE)})"
         raise ValueError(
             f"estimator {name!r} is not one of sklearn-fed's protocol estimators; the run "
-            "config names a class exported by sklearn_fed that has make_server(), e.g. "
-            "'FederatedRidge'."
+            "config names a class exported by sklearn_fed that has make_server() (e.g. "
+            f"'FederatedRidge'), FederatedPipeline or FederatedColumnTransformer{allowed}."
         )
     return cls
 
@@ -96,11 +117,14 @@ def _encode_value(value, where):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"{where} is an array of dtype {value.dtype}; only numbers travel.")
         return {_ARRAY_TAG: _encode_value(value.tolist(), where), "dtype": value.dtype.str}
+    if isinstance(value, BaseEstimator):  # a composite's part, checked as the run is read
+        name, params = _changed_params(value, part=True)
+        return {"estimator": name, "params": params}
     if isinstance(value, (list, tuple)):
         return [_encode_value(item, where) for item in value]
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        if set(value) == {_ARRAY_TAG, "dtype"}:
-            raise TypeError(f"{where} is a dict with the reserved keys of an encoded array.")
+        if set(value) in ({_ARRAY_TAG, "dtype"}, _PART_KEYS):
+            raise TypeError(f"{where} is a dict with the reserved keys of an encoded value.")
         return {key: _encode_value(item, where) for key, item in value.items()}
     raise TypeError(
         f"{where} is a {type(value).__name__}, which a run config cannot carry (JSON "
@@ -112,10 +136,61 @@ def _decode_value(value):
     if isinstance(value, dict):
         if set(value) == {_ARRAY_TAG, "dtype"}:
             return np.asarray(value[_ARRAY_TAG], dtype=np.dtype(value["dtype"]))
+        if set(value) == _PART_KEYS:
+            return _build(value["estimator"], value["params"], part=True)
         return {key: _decode_value(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_decode_value(item) for item in value]
+        items = [_decode_value(item) for item in value]
+        # a (name, estimator[, columns]) entry of steps or transformers, as sklearn writes it
+        if len(items) in (2, 3) and isinstance(items[0], str) and isinstance(
+                items[1], BaseEstimator):
+            return tuple(items)
+        return items
     return value
+
+
+def _build(name, params, *, part=False):
+    """A new estimator of the class named ``name`` (looked up, never imported) with ``params``."""
+    if not isinstance(name, str):
+        raise ValueError(  # noqa: TRY004 (a bad run config is a ValueError, as the apps expect)
+            f"run config: an estimator must be named by its class, got {name!r}.")
+    cls = _registry_class(name, part=part)
+    if not isinstance(params, dict):
+        raise ValueError(  # noqa: TRY004 (a bad run config is a ValueError)
+            f"run config: the parameters of {name} must be a JSON object.")
+    try:
+        estimator = cls(**_decode_value(params))
+    except TypeError as exc:
+        raise ValueError(f"run config 'estimator-params' for {name}: {exc}") from exc
+    validate = getattr(estimator, "_validate_params", None)
+    if validate is not None:
+        validate()
+    return estimator
+
+
+def _defaults(cls):
+    """A class's default parameters (a required one, such as a pipeline's steps, has none)."""
+    try:  # a new instance's are the defaults (also those a skorch net takes as kwargs)
+        return cls().get_params(deep=False)
+    except TypeError:
+        signature = inspect.signature(cls.__init__)
+        return {name: p.default for name, p in signature.parameters.items()
+                if p.default is not inspect.Parameter.empty}
+
+
+def _changed_params(estimator, *, part=False):
+    """``(class name, {parameter: encoded value})`` of the parameters changed from the defaults."""
+    name = type(estimator).__name__
+    if _registry_class(name, part=part) is not type(estimator):
+        raise ValueError(f"{name} is not sklearn-fed's own {name}; a run config names classes.")
+    defaults = _defaults(type(estimator))
+    params = {}
+    for key, value in estimator.get_params(deep=False).items():
+        # skorch lists every attribute not ending in "_", private ones too: not parameters
+        if key.startswith("_") or (key in defaults and _is_default(value, defaults[key])):
+            continue
+        params[key] = _encode_value(value, f"parameter {key!r} of {name}")
+    return name, params
 
 
 def _is_default(value, default):
@@ -125,7 +200,7 @@ def _is_default(value, default):
         return False
     try:
         return type(value) is type(default) and bool(value == default)
-    except Exception:  # a value whose == is not a plain bool is simply sent
+    except Exception:  # noqa: BLE001 (a value whose == is not a plain bool is simply sent)
         return False
 
 
@@ -151,17 +226,7 @@ def estimator_to_config(estimator):
     >>> estimator_to_config(FederatedRidge(alpha=0.5))
     {'estimator': 'FederatedRidge', 'estimator-params': '{"alpha": 0.5}'}
     """
-    name = type(estimator).__name__
-    if _registry_class(name) is not type(estimator):
-        raise ValueError(f"{name} is not sklearn-fed's own {name}; a run config names classes.")
-    # a new instance's parameters are the defaults (also those a skorch net takes as kwargs)
-    defaults = type(estimator)().get_params(deep=False)
-    params = {}
-    for key, value in estimator.get_params(deep=False).items():
-        # skorch lists every attribute not ending in "_", private ones too: not parameters
-        if key.startswith("_") or (key in defaults and _is_default(value, defaults[key])):
-            continue
-        params[key] = _encode_value(value, f"parameter {key!r} of {name}")
+    name, params = _changed_params(estimator)
     return {"estimator": name, "estimator-params": json.dumps(params, sort_keys=True)}
 
 
@@ -186,23 +251,18 @@ def estimator_from_config(run_config):
     """
     name = run_config.get("estimator", RUN_CONFIG_DEFAULTS["estimator"])
     if not isinstance(name, str):
-        raise ValueError(f"run config 'estimator' must be a class name, got {name!r}.")
-    cls = _registry_class(name)
+        raise ValueError(  # noqa: TRY004 (a bad run config is a ValueError)
+            f"run config 'estimator' must be a class name, got {name!r}.")
+    _registry_class(name)  # an unknown name is refused before its parameters are read
     text = run_config.get("estimator-params", RUN_CONFIG_DEFAULTS["estimator-params"]) or "{}"
     try:
         params = json.loads(text)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"run config 'estimator-params' is not valid JSON: {exc}") from exc
     if not isinstance(params, dict):
-        raise ValueError("run config 'estimator-params' must be a JSON object.")
-    try:
-        estimator = cls(**_decode_value(params))
-    except TypeError as exc:
-        raise ValueError(f"run config 'estimator-params' for {name}: {exc}") from exc
-    validate = getattr(estimator, "_validate_params", None)
-    if validate is not None:
-        validate()
-    return estimator
+        raise ValueError(  # noqa: TRY004 (a bad run config is a ValueError)
+            "run config 'estimator-params' must be a JSON object.")
+    return _build(name, params)
 
 
 # ------------------------------------------------------------------ settings
@@ -240,6 +300,15 @@ def _number(config, key, default, kind, minimum):
         value = float(value)
     if type(value) is not kind or not value >= minimum:
         raise ValueError(f"{key} must be a {kind.__name__} >= {minimum}; got {value!r}.")
+    return value
+
+
+def _flag(config, key):
+    value = config.get(key, False)
+    if value in ("true", "false"):  # as a shell or a TOML file may write it
+        value = value == "true"
+    if type(value) is not bool:
+        raise ValueError(f"{key} must be true or false; got {value!r}.")
     return value
 
 
@@ -346,9 +415,6 @@ class NodeSettings:
         def rule(key, default, kind):  # absent: SitePolicy's default; 0: the rule is off
             return _number(config, key, default, kind, 0) or None
 
-        exact = config.get("exact-extremes", False)
-        if type(exact) is not bool:
-            raise ValueError(f"exact-extremes must be true or false; got {exact!r}.")
         max_epsilon = config.get("max-epsilon")
         policy = SitePolicy(
             min_rows=rule("min-rows", DEFAULT_MIN_ROWS, int),
@@ -356,11 +422,12 @@ class NodeSettings:
             max_parameters_per_row=rule("max-parameters-per-row",
                                         DEFAULT_MAX_PARAMETERS_PER_ROW, float),
             max_levels=rule("max-levels", DEFAULT_MAX_LEVELS, int),
-            exact_extremes=exact,
+            exact_extremes=_flag(config, "exact-extremes"),
             max_epsilon=None if max_epsilon is None else _number(config, "max-epsilon", 0.0,
                                                                  float, 0.0),
             allowed_features=listed("allowed-features"),
             allowed_kinds=listed("allowed-kinds"),
+            columns_in_order=_flag(config, "columns-in-order"),
         )
         return cls(
             site=site,

@@ -457,8 +457,11 @@ class LocalFederation:
         Parameters
         ----------
         estimator : estimator
-            One of sklearn-fed's protocol estimators; its class and changed
-            parameters go into the run config.
+            One of sklearn-fed's protocol estimators, or a
+            :class:`~sklearn_fed.pipeline.FederatedPipeline` or
+            :class:`~sklearn_fed.compose.FederatedColumnTransformer` (one run
+            for the whole composite); its class and changed parameters go
+            into the run config (:func:`~sklearn_fed.flower.estimator_to_config`).
         timeout : float, default=300
             Seconds for the whole run; past it the run is stopped and
             :class:`TimeoutError` raised.

@@ -15,7 +15,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from .._clients import known_labels
 from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import (
     BlockwiseClient,
     FoldedReplies,
@@ -404,14 +404,6 @@ class BaseFederatedRidge(
                     raise not_finite from exc
             raise
 
-    def _set_schema(self, schema, n_features):
-        """``n_features_in_`` and ``feature_names_in_`` from the server's schema."""
-        self.n_features_in_ = n_features
-        if schema.feature_names is not None:
-            self.feature_names_in_ = np.asarray(schema.feature_names, dtype=object)
-        else:
-            self.__dict__.pop("feature_names_in_", None)
-
     _known_labels = staticmethod(known_labels)
 
     def _statistics_by_client(self, X, y, sample_weight, labels, rows):
@@ -501,10 +493,8 @@ class BaseFederatedRidge(
         """Set the fitted state from a server's final round (after every check passed)."""
         ledger.n_parameters = self._n_parameters(aggregate.n_features, aggregate.n_targets)
         self.solver_ = solver
-        self.communication_ = ledger
-        self.clients_ = labels
-        self.n_clients_ = len(labels)
-        self._set_schema(server.schema, aggregate.n_features)
+        set_federation_attributes(self, server.schema, ledger, labels,
+                                  n_features=aggregate.n_features)
         self._set_coef(aggregate, coef, server._dtype_of_round())
 
     def _n_parameters(self, n_features, n_targets):

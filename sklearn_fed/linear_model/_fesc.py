@@ -16,8 +16,8 @@ from numbers import Real
 
 import numpy as np
 
-from .._clients import label_array
 from .._compat import Interval, StrOptions, _fit_context
+from ..base import set_federation_attributes
 from ..protocol import (
     Client,
     InvalidClientMessage,
@@ -268,15 +268,13 @@ class FESCServer(Server):
         # commit: nothing above touched the estimator
         estimator.alpha_ = self.alpha
         estimator._centered = bool(estimator.fit_intercept)
-        estimator.clients_ = label_array(labels)
-        estimator.n_clients_ = len(labels)
         estimator.client_sizes_ = sizes
         estimator.client_weights_ = weights
         estimator.n_selected_clients_ = int(np.count_nonzero(weights))
         estimator.local_coefs_ = coefs
         estimator.local_intercepts_ = intercepts
-        estimator.communication_ = ledger
-        estimator._set_schema(self.schema, n_features)
+        set_federation_attributes(estimator, self.schema, ledger, labels,
+                                  n_features=n_features)
         estimator.coef_ = coef.astype(dtype)
         if estimator.fit_intercept:
             estimator.intercept_ = float(intercept) if coefs.ndim == 2 else intercept.astype(dtype)

@@ -23,6 +23,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._compat import Interval, StrOptions, _fit_context
+from ..base import set_federation_attributes
 from ..protocol import atomic, run_simulation
 from ._base import BaseFederatedRidge
 from ._incremental_model import _one_blas_thread
@@ -316,9 +317,6 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
     def _commit(self, state, schema, ledger):
         """Set the fitted attributes from the server's state after a round."""
         self._stream = state
-        self.communication_ = ledger
-        self.clients_ = state["nodes"]
-        self.n_clients_ = len(state["nodes"])
         self.n_rounds_ = len(state["leaders"])
         self.leaders_ = state["leaders"]
         self.skipped_rounds_ = state["skipped"]
@@ -329,7 +327,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
             sum(n for _, n in state["site_pending"].values())
             + sum(c.n_samples for c in state["waiting"])
         )
-        self._set_schema(schema, schema.n_features)
+        set_federation_attributes(self, schema, ledger, state["nodes"])
 
     # The model of the latest round, solved on first use.
     @property

@@ -252,7 +252,7 @@ class IncrementalServer(Server):
             "uplink_bytes": _round_bytes(ledger.uplink_bytes_per_client, self._ledger, "up",
                                          replies),
             "downlink_bytes": _round_bytes(ledger.downlink_bytes_per_client, self._ledger,
-                                           "down", list(self._open.values())),
+                                           "down", list(self.open_sites)),
             "gossip_converged": plan["converged"],
             "merge_seconds": 0.0,
             "solve_seconds": 0.0,

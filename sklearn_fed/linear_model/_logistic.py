@@ -17,9 +17,8 @@ import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp, softmax
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model._base import LinearClassifierMixin
+from sklearn.linear_model._base import LinearClassifierMixin, SparseCoefMixin
 
-from .._clients import known_labels
 from .._compat import (
     Interval,
     StrOptions,
@@ -28,7 +27,7 @@ from .._compat import (
     _unique,
     check_is_fitted,
 )
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import (
     InvalidClientMessage,
     Server,
@@ -51,6 +50,15 @@ from ._classes import (
     ClassesServerMixin,
     _server_error,
     validate_classification,
+)
+from ._newton import (
+    ROUND_OFF,
+    SiteBounds,
+    check_reply_terms,
+    curvature_model,
+    is_psd,
+    loss_bracket,
+    non_psd_sites,
 )
 
 __all__ = ["FederatedLogisticRegression"]
@@ -127,7 +135,15 @@ def site_newton_terms(X, index, weight, coef, center, fit_intercept, n_classes):
         probability = softmax(eta, axis=1)
         residual = probability.copy()
         residual[np.arange(n), index] -= 1.0
-        others = probability.sum(axis=1, keepdims=True) - probability
+        # 1 - p_j as the sum of the other classes' probabilities (prefix plus
+        # suffix sums), not as sum - p_j: when p_j is close to 1 the
+        # difference is 0 or round-off, and the diagonal block would lose
+        # what the off-diagonal blocks keep (Cauchy-Schwarz would fail).
+        before = np.zeros_like(probability)
+        before[:, 1:] = np.cumsum(probability[:, :-1], axis=1)
+        after = np.zeros_like(probability)
+        after[:, :-1] = np.cumsum(probability[:, :0:-1], axis=1)[:, ::-1]
+        others = before + after
     gradient = np.zeros((k, p))
     gradient[:, :d] = (residual * weight[:, None]).T @ Xc
     if fit_intercept:
@@ -202,28 +218,88 @@ class LogisticClient(ClassesClient):
         return fields, {"gradient": gradient, "hessian": SymmetricMatrix(hessian)}
 
 
-class LogisticServer(ClassesServerMixin, Server):
-    """Server of :class:`FederatedLogisticRegression`: Newton steps, backtracking line search.
+def origin_terms(stats, center, n_outputs, n_classes, fit_intercept):
+    """Loss, gradient, design Gram and curvature at ``coef = 0`` from (widened) statistics.
 
-    Each round the sites evaluate the model broadcast. If its objective did
-    not decrease enough (Armijo), the step is halved and broadcast again;
-    otherwise the summed gradient and Hessian give the next Newton step.
-    The fit stops once a Newton step has no entry larger than ``tol``: that
-    step is taken, and leaves an error of about its square (quadratic
-    convergence), without a round to evaluate it. It also stops after
-    ``max_iter`` rounds, at the best point evaluated, with a warning.
+    At the origin every row has the probabilities ``1 / n_classes``, so the
+    summed log-loss is ``W log(n_classes)``, the gradient is made of each
+    class's weighted feature sums, and the Hessian is
+    ``kron(curvature, block)`` with ``block`` the weighted Gram of the
+    design ``[x - center, 1]``: all in the statistics of the classes round.
+    For the pooled statistics with an intercept, ``center`` is their mean
+    and the offsets below are exact zeros (the same bits as without them).
+
+    Returns
+    -------
+    loss : float
+    gradient : ndarray of shape (n_outputs * n_columns,)
+    block : ndarray of shape (n_columns, n_columns)
+    curvature : ndarray of shape (n_outputs, n_outputs)
+    """
+    d, W, k = stats.n_features, stats.weight_sum, n_outputs
+    targets = slice(1, 2) if k == 1 else slice(None)
+    share = stats.y_mean[targets]  # weighted share of each output's class
+    probability = 1.0 / n_classes
+    offset = stats.x_mean - center
+    sums = W * offset  # sum s (x - center)
+    gram = stats.gram + np.outer(sums, offset)  # about center (Huygens)
+    # sum s (p - y_k)(x - center) = (p - share_k) sum s (x - center) - moment_k
+    feature_gradient = (probability - share)[:, None] * sums - stats.moment[:, targets].T
+    p = d + 1 if fit_intercept else d
+    block = np.zeros((p, p))
+    block[:d, :d] = gram
+    gradient = np.zeros((k, p))
+    gradient[:, :d] = feature_gradient
+    if fit_intercept:
+        block[:d, d] = block[d, :d] = sums
+        block[d, d] = W
+        gradient[:, d] = W * (probability - share)
+    curvature = np.full((1, 1), 0.25) if k == 1 else (
+        np.eye(k) / n_classes - 1.0 / n_classes**2)
+    return W * np.log(n_classes), gradient.ravel(), block, curvature
+
+
+class LogisticServer(ClassesServerMixin, Server):
+    """Server of :class:`FederatedLogisticRegression`: safeguarded Newton steps.
+
+    Each round the sites evaluate the model broadcast. Every reply is
+    checked against its site's own earlier messages (caps from its first
+    message, the convexity bracket of its loss; see
+    :mod:`sklearn_fed.linear_model._newton`) and the summed Hessian is
+    checked positive semi-definite (one Cholesky). If the summed objective
+    did not decrease enough (Armijo), the step is halved and broadcast
+    again; otherwise the summed gradient and Hessian give the next Newton
+    step. The fit stops once a Newton step has no entry larger than
+    ``tol`` (that step is taken: it leaves an error of about its square),
+    or once the gradient and the Newton decrement per unit weight are below
+    ``tol ** 2`` (the loss is flat: steps need not shrink, e.g. on
+    separable rows with a tiny penalty). It also stops, at the last
+    accepted point and with a warning, after ``max_iter`` rounds, when the
+    line search finds no decrease, or when no finite step is left.
     """
 
     protocol = "linear_model.logistic"
     _balance_by = "weights"  # LogisticRegression balances classes by their sample weight
+    #: The log-loss' constants for :mod:`._newton`'s caps and bracket.
+    _residual_bound = 1.0
+    _curvature_bound = 0.25
+    #: Halvings of one step before the line search gives up.
+    _max_halvings = 30
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
         self.coef = None  # the point broadcast this round, centered coordinates
-        self._accepted = None  # (coef, objective, slope, step) of the last accepted point
+        self._accepted = None  # (coef, objective, slope, step, members) of the last accepted point
         self._step_size = 1.0
+        self._halvings = 0
         self._iterations = 0
         self._done = False
+        self._known = ()  # the sites of the classes round: only they are asked
+        self._bounds = {}  # site -> SiteBounds, from its first message
+        self._last = {}  # site -> (point, loss, gradient) of its last message
+        self._excluded = {}  # site -> why: its Newton message was refused
+        self._aggregate_psd = None  # (members, verdict) of cross_check's factorization
+        self._refused_now = {}  # site -> error, of the round being checked
         # Without "balanced" weights, each site can weight its rows in the
         # classes round already, and its statistics give the first Newton step.
         self._first_step = not isinstance(estimator.class_weight, str)
@@ -269,63 +345,60 @@ class LogisticServer(ClassesServerMixin, Server):
                 f"contains only one class: {self.classes_[0]!r}."
             )
         labels = sorted_labels(replies)
-        k = 1 if self.classes_.shape[0] == 2 else self.classes_.shape[0]
+        n_classes = self.classes_.shape[0]
+        k = 1 if n_classes == 2 else n_classes
+        fit_intercept = self.estimator.fit_intercept
         if not self._first_step:
             moments = merge_statistics(replies[site][2] for site in labels)
             d = moments.n_features
-            self.center = moments.mean if self.estimator.fit_intercept else np.zeros(d)
-            self.coef = np.zeros((k, d + 1))
-            return
-        stats = merge_statistics(
-            _on_classes(replies[site][2], replies[site][0], self.classes_) for site in labels)
-        check_aggregate(stats, {site: replies[site][2] for site in labels})
-        self._first_newton_step(stats, k, replies, ledger)
-
-    def _first_newton_step(self, stats, k, replies, ledger):
-        """The Newton step from the origin, from the merged statistics alone.
-
-        At ``W = 0, b = 0`` every row has the probabilities ``1 / n_classes``
-        (``1 / 2`` for two classes), so the gradient is made of each class's
-        weighted feature sums and the Hessian of the weighted Gram: both are
-        in the statistics of the classes round (centered at their weighted
-        mean, the center of the coordinates when an intercept is fitted).
-        """
-        d, W, n_classes = stats.n_features, stats.weight_sum, self.classes_.shape[0]
-        fit_intercept = self.estimator.fit_intercept
-        targets = slice(1, 2) if k == 1 else slice(None)
-        share = stats.y_mean[targets]  # weighted share of each output's class
-        probability = 1.0 / n_classes
-        if fit_intercept:
-            self.center = stats.x_mean
-            gram, sums = stats.gram, np.zeros(d)
-            feature_gradient = -stats.moment[:, targets].T  # sum s (p - y)(x - center)
+            center = moments.mean if fit_intercept else np.zeros(d)
+            bounds, last = {}, {}  # from each site's first Newton reply, at the origin
         else:
-            self.center = np.zeros(d)
-            sums = W * stats.x_mean
-            gram = stats.gram + np.outer(sums, stats.x_mean)
-            feature_gradient = (probability - share)[:, None] * sums - stats.moment[:, targets].T
-        p = d + 1 if fit_intercept else d
-        block = np.zeros((p, p))
-        block[:d, :d] = gram
-        gradient = np.zeros((k, p))
-        gradient[:, :d] = feature_gradient
-        if fit_intercept:
-            block[d, d] = W
-            gradient[:, d] = W * (probability - share)
-        curvature = np.full((1, 1), 0.25) if k == 1 else (
-            np.eye(k) / n_classes - 1.0 / n_classes**2)
+            widened = {site: _on_classes(replies[site][2], replies[site][0], self.classes_)
+                       for site in labels}
+            stats = merge_statistics(widened[site] for site in labels)
+            check_aggregate(stats, {site: replies[site][2] for site in labels})
+            d = stats.n_features
+            center = stats.x_mean if fit_intercept else np.zeros(d)
+            # Each site's own terms at the origin: the reference its later
+            # Newton replies are checked against (caps and bracket).
+            bounds, last = {}, {}
+            for site in labels:
+                loss, gradient, block, _ = origin_terms(
+                    widened[site], center, k, n_classes, fit_intercept)
+                bounds[site] = SiteBounds(float(widened[site].weight_sum), np.diag(block).copy())
+                last[site] = (np.zeros((k, d + 1)), float(loss), gradient)
+        self.center = center
         self.coef = np.zeros((k, d + 1))
-        self._newton(W * np.log(n_classes), W, gradient.ravel(), np.kron(curvature, block),
-                     replies, ledger)
+        self._known = tuple(labels)
+        self._bounds, self._last = bounds, last
+        if self.estimator.max_iter == 0:  # scikit-learn's state before any update
+            self._next(self.coef, replies, ledger, done=False)
+        elif self._first_step:
+            loss, gradient, block, curvature = origin_terms(
+                stats, center, k, n_classes, fit_intercept)
+            self._aggregate_psd = None
+            self._newton(loss, stats.weight_sum, gradient, np.kron(curvature, block),
+                         frozenset(labels), replies, ledger)
 
     # ------------------------------------------------------------- Newton
     def _plan_classified(self, sites):
         if self._done:
             return {}
+        # Only the sites of the classes round (the classes and bounds are
+        # theirs), less those whose Newton messages were refused.
+        wanted = [site for site in sites if site in self._known and site not in self._excluded
+                  and (self._bounds.get(site) is not None or not np.any(self.coef))]
+        if not wanted:
+            return {}
         fields, arrays = self._classes_task()
         fields.update(step="newton", fit_intercept=bool(self.estimator.fit_intercept))
         arrays.update(coef=self.coef, center=self.center)
-        return {site: (dict(fields), dict(arrays)) for site in sites}
+        return {site: (dict(fields), dict(arrays)) for site in wanted}
+
+    def _newton_shape(self):
+        k = self.coef.shape[0]
+        return k, self.coef.shape[1] - (not self.estimator.fit_intercept)
 
     def _read_classified(self, site, frame):
         def fail(reason):
@@ -336,7 +409,8 @@ class LogisticServer(ClassesServerMixin, Server):
         if set(fields) != {"step", "loss", "weight_sum"} or fields["step"] != "newton" or not (
                 all(type(v) is float and np.isfinite(v) and v >= 0 for v in (loss, weight))):
             fail("malformed Newton reply (loss and weight_sum must be finite, >= 0).")
-        size = self.coef.shape[0] * (self.coef.shape[1] - (not self.estimator.fit_intercept))
+        k, p = self._newton_shape()
+        size = k * p
         gradient, hessian = frame.arrays.get("gradient"), frame.arrays.get("hessian")
         if isinstance(hessian, SymmetricMatrix):  # handed over in process
             hessian = hessian.matrix
@@ -346,19 +420,76 @@ class LogisticServer(ClassesServerMixin, Server):
                 and gradient.dtype == np.float64 and hessian.dtype == np.float64
                 and np.all(np.isfinite(gradient)) and np.all(np.isfinite(hessian))):
             fail(f"gradient and Hessian must be finite float64 of sizes {size} and {size}^2.")
-        diagonal = np.diag(hessian)
-        slack = 1e-6 * np.max(diagonal, initial=0.0) + 1e-300  # round-off of the products
-        if np.any(diagonal < -slack) or np.any(np.abs(hessian) > np.sqrt(
-                np.outer(np.maximum(diagonal, 0), np.maximum(diagonal, 0))) + slack):
-            fail("the Hessian is not positive semi-definite (Cauchy-Schwarz fails).")
-        return float(loss), float(weight), gradient, hessian
+        bounds = self._bounds.get(site)
+        n_classes = self.classes_.shape[0]
+        if bounds is None:  # balanced: its first Newton reply, at the origin
+            expected = weight * np.log(n_classes)
+            if np.any(self.coef) or not abs(loss - expected) <= ROUND_OFF * expected + 1e-290:
+                fail(f"its loss at the origin must be weight_sum * log({n_classes}).")
+            bounds = SiteBounds.from_origin_hessian(
+                hessian, weight, k, (1.0 / n_classes) * (1.0 - 1.0 / n_classes))
+        reason = check_reply_terms(
+            loss, weight, gradient, hessian, bounds, k,
+            residual_bound=self._residual_bound, curvature_bound=self._curvature_bound)
+        if reason is not None:
+            fail(reason)
+        if site in self._last:
+            point, previous_loss, previous_gradient = self._last[site]
+            delta = (self.coef - point)[:, :p].ravel()
+            curvature = curvature_model(delta, bounds, k, 0.25 if k == 1 else 0.5)
+            low, high, slope_change, slack = loss_bracket(
+                previous_loss, previous_gradient, gradient, delta, curvature)
+            if not low - slack <= loss <= high + slack:
+                fail(f"its loss {loss!r} is inconsistent with its own earlier messages: "
+                     f"convexity puts it in [{low!r}, {high!r}].")
+            if not -slack <= slope_change <= curvature + slack:
+                fail("its gradient is inconsistent with its own earlier messages: the change "
+                     "along the step must lie in [0, B(step)].")
+        return float(loss), float(weight), gradient, hessian, bounds
+
+    def check_round(self, frames, failures=None):
+        parsed, failures = super().check_round(frames, failures)
+        if self.classes_ is not None:
+            self._refused_now = dict(failures)  # read by this round's apply (on_invalid="drop")
+        return parsed, failures
+
+    def cross_check(self, replies):
+        """The summed Hessian is positive semi-definite: one Cholesky of the aggregate.
+
+        Only if it is not are the sites' own Hessians factored, to name the
+        ones that are not (a sum of positive semi-definite matrices is one).
+        """
+        if self.classes_ is None or not replies:
+            return {}
+        labels = sorted_labels(replies)
+        hessian = sum(replies[site][3] for site in labels)
+        if is_psd(0.5 * (hessian + hessian.T)):
+            self._aggregate_psd = (frozenset(labels), True)
+            return {}
+        culprits = non_psd_sites({site: replies[site][3] for site in labels})
+        # Without the culprits (dropped), every Hessian left passed alone, so their
+        # sum is positive semi-definite; with none, the failure is unexplained.
+        self._aggregate_psd = (frozenset(set(labels) - set(culprits)), bool(culprits))
+        return {site: InvalidClientMessage(
+            f"client {site!r}: its Hessian is not positive semi-definite.", site)
+            for site in culprits}
 
     def _apply_classified(self, replies, ledger):
         labels = sorted_labels(replies)
-        self._newton(*(sum(replies[site][i] for site in labels) for i in range(4)),
-                     replies, ledger)
+        for site, reason in self._refused_now.items():
+            self._excluded[site] = str(reason)
+        self._refused_now = {}
+        for site in labels:
+            loss, _, gradient, _, bounds = replies[site]
+            self._bounds[site] = bounds
+            self._last[site] = (self.coef, loss, gradient)
+        loss, weight_sum, gradient, hessian = (
+            sum(replies[site][i] for site in labels) for i in range(4))
+        # symmetric to round-off at every site: the same bits where exactly symmetric
+        hessian = 0.5 * (hessian + hessian.T)
+        self._newton(loss, weight_sum, gradient, hessian, frozenset(labels), replies, ledger)
 
-    def _newton(self, loss, weight_sum, gradient, hessian, replies, ledger):
+    def _newton(self, loss, weight_sum, gradient, hessian, members, replies, ledger):
         """One Newton iteration at the broadcast point, from the summed loss terms."""
         estimator = self.estimator
         d = self.coef.shape[1] - 1
@@ -370,21 +501,51 @@ class LogisticServer(ClassesServerMixin, Server):
         gradient = gradient + penalty.ravel()
         self._iterations += 1
         accepted = self._accepted
-        if accepted is not None:
-            previous, previous_objective, slope, full_step = accepted
+        if accepted is not None and accepted[4] == members:
+            previous, previous_objective, slope, full_step, _ = accepted
             tolerance = 16 * np.finfo(float).eps * abs(previous_objective)
             if objective > previous_objective + _ARMIJO * self._step_size * slope + tolerance:
-                self._step_size /= 2  # not enough decrease: back off along the same step
+                # not enough decrease: back off along the same step
+                self._halvings += 1
+                if self._halvings > self._max_halvings:
+                    self._stop(previous, replies, ledger, "the line search found no decrease "
+                               f"in {self._max_halvings} halvings of the Newton step")
+                    return
+                self._step_size /= 2
                 self._next(previous + self._step_size * full_step, replies, ledger, done=False)
                 return
+        # Accepted (or the sites changed, and with them the objective: start again here).
+        verdict = self._aggregate_psd
+        self._aggregate_psd = None
+        if verdict is not None and verdict[0] == members and not verdict[1]:
+            self._stop(self.coef, replies, ledger, "the summed Hessian is not positive "
+                       "semi-definite, though each site's is")
+            return
         step = self._newton_step(hessian, gradient, coef.shape, alpha, estimator.fit_intercept)
+        if not np.all(np.isfinite(step)):
+            self._stop(self.coef, replies, ledger, "the Newton step is not finite")
+            return
         # Newton converges quadratically: after a step of size s, the error is about s^2.
-        converged = np.max(np.abs(step)) <= estimator.tol
+        converged = np.max(np.abs(step), initial=0.0) <= estimator.tol
+        # Scale-aware, as scikit-learn's newton-cholesky: per unit weight, the
+        # gradient and the Newton decrement are below tol^2 (the loss is flat
+        # whatever the size of the steps).
+        scale = max(weight_sum, np.finfo(float).tiny)
+        flat = (np.max(np.abs(gradient), initial=0.0) <= estimator.tol**2 * scale
+                and 0.5 * float(-gradient @ step) <= estimator.tol**2 * scale)
         full_step = np.zeros_like(self.coef)
         full_step[:, : coef.shape[1]] = step.reshape(coef.shape)
-        self._accepted = (self.coef, objective, float(gradient @ step), full_step)
+        if flat and not converged:
+            self._next(self.coef, replies, ledger, done=True)
+            return
+        target = self.coef + full_step
+        if not np.all(np.isfinite(target)):
+            self._stop(self.coef, replies, ledger, "the Newton step leaves the finite numbers")
+            return
+        self._accepted = (self.coef, objective, float(gradient @ step), full_step, members)
         self._step_size = 1.0
-        self._next(self.coef + full_step, replies, ledger, done=converged)
+        self._halvings = 0
+        self._next(target, replies, ledger, done=converged)
 
     @staticmethod
     def _newton_step(hessian, gradient, shape, alpha, fit_intercept):
@@ -395,6 +556,8 @@ class LogisticServer(ClassesServerMixin, Server):
         direction ``e``, and ``g`` is orthogonal to it. ``H + e e^T`` is then
         invertible and gives the step orthogonal to ``e``: intercepts that
         sum to zero, as scikit-learn's solvers (started at zero) keep them.
+        A singular system (no penalty, ``C=inf`` or huge, on rows that do
+        not determine the model) gets the minimum-norm step.
         """
         k, p = shape
         d = p - 1 if fit_intercept else p
@@ -409,6 +572,19 @@ class LogisticServer(ClassesServerMixin, Server):
             system += np.outer(e, e) * max(np.max(np.diag(system)), 1.0)
         return -solve_ridge(system, gradient[:, None], 0.0)[0]
 
+    def _stop(self, coef, replies, ledger, why):
+        """Commit the last good iterate ``coef`` with a warning saying why (and whom)."""
+        self._done = True
+        warn(f"FederatedLogisticRegression stopped at its last good iterate: {why}."
+             f"{self._excluded_note()}", ConvergenceWarning)
+        self.estimator._commit_model(self, coef, replies, ledger)
+
+    def _excluded_note(self):
+        if not self._excluded:
+            return ""
+        return (f" Sites left out of the fit, their Newton messages inconsistent with their "
+                f"own earlier messages: {sorted(self._excluded, key=repr)!r} (see dropped_).")
+
     def _next(self, coef, replies, ledger, *, done):
         """Broadcast ``coef`` next; when done or out of rounds, commit the model instead."""
         estimator = self.estimator
@@ -418,12 +594,14 @@ class LogisticServer(ClassesServerMixin, Server):
             return
         if done:
             final = coef
+            if self._excluded:
+                warn(f"FederatedLogisticRegression:{self._excluded_note()}", UserWarning)
         else:
             final = self._accepted[0] if self._accepted is not None else self.coef
             warn(
                 f"FederatedLogisticRegression did not converge in max_iter="
                 f"{estimator.max_iter} Newton iterations; increase max_iter or check the data "
-                "(separable classes with a large C?).",
+                f"(separable classes with a large C?).{self._excluded_note()}",
                 ConvergenceWarning,
             )
         self._done = True
@@ -431,7 +609,7 @@ class LogisticServer(ClassesServerMixin, Server):
 
 
 class FederatedLogisticRegression(
-    FederatedEstimatorMixin, LinearClassifierMixin, BaseEstimator
+    FederatedEstimatorMixin, LinearClassifierMixin, SparseCoefMixin, BaseEstimator
 ):
     """:class:`~sklearn.linear_model.LogisticRegression` (L2) by exact federated Newton rounds.
 
@@ -450,6 +628,13 @@ class FederatedLogisticRegression(
       ``(d + 1)(d + 2) / 2`` values for two classes), and the server takes
       a Newton step on the sum, halved while the loss does not drop enough.
 
+    Every Newton reply is checked against its site's own earlier messages
+    (caps from its first message, the convexity bracket of its loss), the
+    summed Hessian by one Cholesky per round, and the server's own step
+    (finite, decreasing the checked objective); see the security page's
+    "Newton safeguards". A refused site is named (``on_invalid="raise"``) or
+    left out of the rest of the fit (``"drop"``, with a warning naming it).
+
     Newton's method converges quadratically: the fit reaches
     ``LogisticRegression(C=C)``'s pooled solution to about 1e-8, typically
     in 6 to 9 rounds on standardized features. With
@@ -461,7 +646,9 @@ class FederatedLogisticRegression(
     Parameters
     ----------
     C : float, default=1.0
-        Inverse of the L2 penalty strength, as in LogisticRegression.
+        Inverse of the L2 penalty strength, as in LogisticRegression;
+        ``np.inf`` fits without a penalty (a singular system then gets the
+        minimum-norm Newton step).
     fit_intercept : bool, default=True
     class_weight : dict or "balanced", default=None
     tol : float, default=1e-4
@@ -469,9 +656,15 @@ class FederatedLogisticRegression(
         change) larger than ``tol``. That last step is taken: Newton's
         method converges quadratically, so it leaves an error of about
         ``tol ** 2`` (1e-8 by default), with no round spent to check it.
+        Also stop, at the current point, once the gradient and the Newton
+        decrement per unit weight are below ``tol ** 2`` (the loss is flat
+        although steps need not shrink: separable rows, a tiny penalty).
     max_iter : int, default=50
         Newton iterations at most; reaching it gives a
-        :class:`~sklearn.exceptions.ConvergenceWarning`.
+        :class:`~sklearn.exceptions.ConvergenceWarning`. ``0``: no update
+        (zero coefficients and intercepts, after the classes round).
+    verbose : int, default=0
+        Print one line per round (sites answered, bytes each way, seconds).
 
     Attributes
     ----------
@@ -506,22 +699,25 @@ class FederatedLogisticRegression(
     """
 
     _parameter_constraints: dict = {
-        "C": [Interval(Real, 0, None, closed="neither")],
+        "C": [Interval(Real, 0, None, closed="right")],
         "fit_intercept": ["boolean"],
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "verbose": ["verbose"],
     }
     _server_role = LogisticServer
     _client_role = LogisticClient
     _exact_federation = True
 
-    def __init__(self, C=1.0, *, fit_intercept=True, class_weight=None, tol=1e-4, max_iter=50):
+    def __init__(self, C=1.0, *, fit_intercept=True, class_weight=None, tol=1e-4, max_iter=50,
+                 verbose=0):
         self.C = C
         self.fit_intercept = fit_intercept
         self.class_weight = class_weight
         self.tol = tol
         self.max_iter = max_iter
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -568,14 +764,7 @@ class FederatedLogisticRegression(
         self.coef_ = weights.astype(dtype)
         self.intercept_ = intercept.astype(dtype)
         self.n_iter_ = np.array([server._iterations], dtype=np.int32)
-        self.communication_ = ledger
-        self.clients_ = known_labels([], replies)
-        self.n_clients_ = len(self.clients_)
-        self.n_features_in_ = server.schema.n_features
-        if server.schema.feature_names is not None:
-            self.feature_names_in_ = np.asarray(server.schema.feature_names, dtype=object)
-        else:
-            self.__dict__.pop("feature_names_in_", None)
+        set_federation_attributes(self, server.schema, ledger, replies)
 
     def predict_proba(self, X):
         """Class probabilities: the sigmoid (two classes) or softmax of the decision values.

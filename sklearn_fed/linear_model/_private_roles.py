@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ..base import set_federation_attributes
 from ..privacy import PrivacyLedger
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
 from ..privacy._noise import release_generator, rounded_gaussian
@@ -299,8 +300,8 @@ class PrivateServer(Server):
         ):
             fail(f"a {self.estimator.noise} release must be one {np.dtype(dtype).name} vector "
                  f"{name!r} of length {p}.")
-        if local and np.any(np.abs(vector) > max_abs_encoded(len(self._open))):
-            fail(f"its sums exceed the fixed-point range of {len(self._open)} sites.")
+        if local and np.any(np.abs(vector) > max_abs_encoded(len(self.open_sites))):
+            fail(f"its sums exceed the fixed-point range of {len(self.open_sites)} sites.")
         return frame.fields["single_target"], n_targets, vector
 
     def cross_check(self, replies):
@@ -372,9 +373,6 @@ class PrivateServer(Server):
         estimator.sensitivity_ = plan.sensitivity
         estimator.noise_std_ = plan.noise_std
         estimator.n_releases_ = len(privacy)
-        estimator.communication_ = ledger
-        estimator.clients_ = labels
-        estimator.n_clients_ = len(labels)
-        estimator._set_schema(schema, d)
+        set_federation_attributes(estimator, schema, ledger, labels, n_features=d)
         estimator._set_coef(summary, coef, self.round_dtype.type)
         self._done = True

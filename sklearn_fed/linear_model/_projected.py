@@ -19,6 +19,7 @@ from sklearn.random_projection import (
 from sklearn.utils import check_random_state
 
 from .._compat import Interval, StrOptions, _fit_context
+from ..base import set_federation_attributes
 from ..protocol import InvalidClientMessage, atomic
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
@@ -253,10 +254,7 @@ class ProjectedServer(StatisticsServer):
         estimator.components_ = None if projection is None else projection.components_
         full, reduced = d * (d + 1) // 2 + d, m * (m + 1) // 2 + m
         estimator.uplink_values_ = {"projected": reduced, "full": full, "ratio": full / reduced}
-        estimator.communication_ = ledger
-        estimator.clients_ = labels
-        estimator.n_clients_ = len(labels)
-        estimator._set_schema(self.schema, d)
+        set_federation_attributes(estimator, self.schema, ledger, labels, n_features=d)
         # The intercept is y_mean - (x_mean R) w~: computed from the projected
         # means and coefficients; coef_ = R w~ is reported in feature space.
         estimator._set_coef(aggregate, coef_projected, dtype)

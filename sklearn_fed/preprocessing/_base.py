@@ -13,9 +13,8 @@ the next step (:meth:`FederatedTransformerMixin._broadcast_state`).
 import numpy as np
 from sklearn.base import clone
 
-from .._clients import known_labels
 from .._compat import _check_sample_weight, _fit_context
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import (
     Client,
     InvalidClientMessage,
@@ -140,17 +139,9 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
 
     def _commit_protocol(self, server, replies, ledger, n_parameters):
         """Attributes every federated transformer has after a round: ledger, clients, schema."""
-        previous = getattr(self, "clients_", []) if server.warm_start else []
-        labels = known_labels(previous, replies)
         ledger.n_parameters = int(n_parameters)
-        self.communication_ = ledger
-        self.clients_ = labels
-        self.n_clients_ = len(labels)
-        self.n_features_in_ = server.schema.n_features
-        if server.schema.feature_names is not None:
-            self.feature_names_in_ = np.asarray(server.schema.feature_names, dtype=object)
-        else:
-            self.__dict__.pop("feature_names_in_", None)
+        set_federation_attributes(self, server.schema, ledger, replies, previous_clients=(
+            getattr(self, "clients_", []) if server.warm_start else []))
 
     # ------------------------------------------------------------ broadcast
     def _broadcast_state(self):

@@ -68,6 +68,11 @@ class SitePolicy:
         Answer only these protocols (e.g. ``["ridge.statistics"]``).
     check : callable, default=None
         ``check(task_fields) -> None``; raise to refuse (the message is kept).
+    columns_in_order : bool, default=False
+        Answer a task that names its features from rows without column names
+        (an array), taking the columns to be in the task's order. By default
+        such rows are refused: their order cannot be checked, and a wrong
+        order gives a wrong model without any error.
 
     Examples
     --------
@@ -80,7 +85,7 @@ class SitePolicy:
         self, *, min_rows=DEFAULT_MIN_ROWS, min_count=DEFAULT_MIN_COUNT,
         max_parameters_per_row=DEFAULT_MAX_PARAMETERS_PER_ROW, max_levels=DEFAULT_MAX_LEVELS,
         exact_extremes=False, max_epsilon=None, allowed_features=None, allowed_kinds=None,
-        check=None,
+        check=None, columns_in_order=False,
     ):
         for name, value, kind in (("min_rows", min_rows, int), ("min_count", min_count, int),
                                   ("max_levels", max_levels, int),
@@ -97,6 +102,7 @@ class SitePolicy:
         self.max_parameters_per_row = max_parameters_per_row
         self.max_levels = max_levels
         self.exact_extremes = exact_extremes
+        self.columns_in_order = bool(columns_in_order)
         self.max_epsilon = max_epsilon
         self.allowed_features = None if allowed_features is None else set(allowed_features)
         self.allowed_kinds = None if allowed_kinds is None else set(allowed_kinds)

@@ -55,6 +55,7 @@ from ._schema import (
     count_rows,
     malformed_reply_schema,
     reply_schema,
+    unnamed_columns_message,
 )
 from ._threads import MIN_VALUES_PER_THREAD, blas_libraries, blas_threads, site_threads
 from ._wire import (
@@ -137,8 +138,31 @@ class Client(ABC):
         ValueError
             The site's rows are unusable (named columns missing, NaN, ...).
         """
-        frame = decode(task, key=self.key, client="server")
+        try:
+            frame = decode(task, key=self.key, client="server")
+        except InvalidClientMessage as exc:
+            raise InvalidClientMessage(self._unreadable_task(exc), "server") from exc
         return encode(self._answer(frame, X, y, sample_weight), key=self.key)
+
+    def _unreadable_task(self, exc):
+        """Why this site cannot read a task, said from the site's side: what to check."""
+        reason = str(exc).removeprefix("client 'server': ")
+        site = "this site" if self.site is None else f"site {self.site!r}"
+        if self.key is None and "no key is configured" in reason:
+            advice = (f"the server signs {site}'s tasks with a key, and {site} has none: give "
+                      "it the key the server's keys file holds for it (on Flower: the node "
+                      "config's key-file).")
+        elif self.key is not None and "authentication failed" in reason:
+            advice = (f"the task does not verify under {site}'s key: the server's keys file "
+                      f"holds another key for {site} (compare the two; on Flower: the run "
+                      "config's keys-file and this node's key-file), or the task was altered "
+                      "on its way.")
+        elif self.key is not None and "not authenticated" in reason:
+            advice = (f"the task is not signed, but {site} has a key: the server has no key "
+                      f"for {site} (on Flower: add it to the run config's keys-file).")
+        else:
+            return f"{site} cannot read the server's task: {reason}"
+        return f"{site} cannot read the server's task: {advice}"
 
     def _answer(self, task, X, y, sample_weight):
         """The reply frame to a decoded task, after checking the task and the rows."""
@@ -149,6 +173,9 @@ class Client(ABC):
             raise InvalidClientMessage(f"server: {exc}", "server") from exc
         if self.needs_y and y is None:
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
+        if schema.feature_names is not None and not hasattr(X, "columns") and not (
+                self.policy is not None and self.policy.columns_in_order):
+            raise ValueError(unnamed_columns_message(schema, task.site))
         X, y, sample_weight, names = self.check_rows(X, y, sample_weight, schema, task.site)
         # A deployed site applies its policy, the DataSHIELD-like defaults when given none.
         policy = SitePolicy() if self.policy is None else self.policy
@@ -399,6 +426,9 @@ class Server(ABC):
     """
 
     protocol = None
+    #: Whether :func:`~sklearn_fed.protocol.run_rounds` prints a line per round when the
+    #: estimator's ``verbose`` is set (a composite prints its steps instead).
+    reports_rounds = True
 
     def __init__(
         self, estimator, *, keys=None, on_invalid="raise", feature_names=None, n_features=None,
@@ -503,9 +533,33 @@ class Server(ABC):
             site: self.task_frame(site, fields, arrays) for site, (fields, arrays) in plan.items()
         }
         if frames:
-            self._open = dict(zip(label_keys(frames), frames))  # label key -> site
-            self._task_bytes = {site: frame.nbytes for site, frame in frames.items()}
+            self.open_planned_round(
+                dict(zip(label_keys(frames), frames)),
+                {site: frame.nbytes for site, frame in frames.items()},
+            )
         return frames
+
+    @property
+    def open_sites(self):
+        """The sites sent a task in the open round (a read-only view), or None between rounds."""
+        return None if self._open is None else self._open.values()
+
+    def open_planned_round(self, sites, task_bytes):
+        """Open a round whose tasks the caller planned (:meth:`next_plan`) and sent itself.
+
+        :meth:`open_round` calls it; a transport that delivers one task to
+        many sites at once (the simulation's pooled rounds) calls it directly.
+
+        Parameters
+        ----------
+        sites : mapping
+            ``{label key: site}`` of the sites that were sent a task
+            (:func:`~sklearn_fed.protocol.label_key`); a lazy mapping is fine.
+        task_bytes : dict
+            ``{site: bytes}``: each task's size, for the ledger.
+        """
+        self._open = sites
+        self._task_bytes = task_bytes
 
     def next_plan(self, sites):
         """``plan`` of the next round, ``{}`` (and finished) when there is none."""

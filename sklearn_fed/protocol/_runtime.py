@@ -18,6 +18,7 @@ this process (:class:`BytesTransport`), Dask partitions
 (:mod:`sklearn_fed.flower`).
 """
 
+import time
 from abc import ABC, abstractmethod
 
 from ._wire import encode
@@ -90,8 +91,12 @@ def run_rounds(server, transport, sites):
     3
     """
     sites = list(sites)
+    verbose = server.reports_rounds and bool(getattr(server.estimator, "verbose", 0))
     while True:
+        started = _Progress(server) if verbose else None
         if transport.apply_round(server, sites):
+            if verbose:
+                started.report(len(sites))
             continue
         tasks = server.open_round(sites)
         if not tasks:
@@ -101,8 +106,34 @@ def run_rounds(server, transport, sites):
             server.receive_frames(replies, sizes, failures)
         finally:
             transport.close_round()
+        if verbose:
+            started.report(len(replies) - len(set(failures) & set(replies)), len(failures))
         if gone:
             sites = [site for site in sites if site not in gone]
+
+
+class _Progress:
+    """One line per applied round for an estimator with ``verbose`` set (as scikit-learn's
+    iterative estimators print their iterations): sites, bytes each way, seconds."""
+
+    def __init__(self, server):
+        self.server, self.start = server, time.perf_counter()
+        ledger = server._ledger
+        self.up = 0 if ledger is None else ledger.uplink_bytes
+        self.down = 0 if ledger is None else ledger.downlink_bytes
+
+    def report(self, answered, dropped=0):
+        ledger = self.server._ledger
+        if ledger is None:
+            return
+        name = type(self.server.estimator).__name__
+        left = f", {dropped} dropped" if dropped else ""
+        print(
+            f"[{name}] round {self.server.rounds_applied}: {answered} site(s) answered{left}, "
+            f"{ledger.uplink_bytes - self.up} B up, {ledger.downlink_bytes - self.down} B "
+            f"down, {time.perf_counter() - self.start:.2f} s",
+            flush=True,
+        )
 
 
 class BytesTransport(Transport):

@@ -184,6 +184,33 @@ def match_columns(X, schema=None, *, site=None):
     return X, names
 
 
+def _listing(names, limit=8):
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return f"[{shown}{', ...' if len(names) > limit else ''}]"
+
+
+def nan_advice(exc):
+    """What to do about missing values, appended to a validation error that reports NaN."""
+    if "NaN" not in str(exc) or "y contains NaN" in str(exc):
+        return ""
+    return (" Fill the missing values where they are: put sklearn_fed.FederatedSimpleImputer "
+            "first (make_federated_pipeline(FederatedSimpleImputer(), estimator)), whose "
+            "statistics are computed from every site's rows without moving them.")
+
+
+def unnamed_columns_message(schema, site):
+    """Why a site refuses a task that names its features when its rows name no columns."""
+    return (
+        f"site {site!r}: the task names its features {_listing(schema.feature_names)} but this "
+        "site's rows have no column names, so their order cannot be checked (a wrong order "
+        "would give a wrong model without any error). Give the rows as a DataFrame with these "
+        "columns (on Flower: a CSV or Parquet file, or an .npz saved with feature_names=), or, "
+        "if the columns are in this order, say so: SitePolicy(columns_in_order=True) (on "
+        "Flower: the node config's columns-in-order=true)."
+    )
+
+
 def check_site_data(
     X, y=None, sample_weight=None, *, schema=None, site=None, accept_sparse=True, y_numeric=True,
     ensure_min_samples=1,
@@ -263,7 +290,7 @@ def check_site_data(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
             )
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from exc
+        raise ValueError(f"{where}: {exc}{nan_advice(exc)}") from exc
     return X, y, sample_weight, names
 
 
@@ -316,18 +343,30 @@ def check_agreement(schemas):
     so a disagreement refuses the round and blames no site (a hostile reply read
     first must not get the honest sites named or dropped).
     """
-    groups = {}
+    groups, shown = {}, {}
     for site, schema in schemas.items():
         described = (schema["n_features"], schema["names"], schema["n_targets"])
         groups.setdefault(described, []).append(site)
+        # the names themselves travel when the task named none (checked against the digest)
+        shown.setdefault(described, schema.get("feature_names"))
     if len(groups) > 1:
-        listing = "; ".join(
-            f"sites {sites} have (n_features, names digest, n_targets) = {described}"
-            for described, sites in groups.items()
-        )
+        def describe(described):
+            n_features, _, n_targets = described
+            names = shown[described]
+            columns = f"columns {_listing(names, 12)}" if names is not None else (
+                f"{n_features} unnamed columns")
+            return columns + ("" if n_targets is None or not targets_differ
+                              else f" and {n_targets} target(s)")
+
+        targets_differ = len({described[2] for described in groups}) > 1
+
+        listing = "; ".join(f"site(s) {sites} have {describe(described)}"
+                            for described, sites in groups.items())
         raise ValueError(
             "the sites' replies disagree on their features or targets, and the server "
-            f"declared none to tell which are right: {listing}. Declare them with "
-            "make_server(feature_names=..., n_features=..., n_targets=...) (on Flower: the "
-            "run config's feature-names), then the sites that differ are named and refused."
+            f"declared none to tell which are right: {listing}. Declare the features with "
+            "make_server(feature_names=[...]) (on Flower: the run config's feature-names, a "
+            "JSON list such as '[\"age\", \"bmi\"]'); then every site's table is matched by "
+            "column name and reordered, and a site that lacks a column is named and refused. "
+            "(make_server(n_targets=...) declares the targets.)"
         )

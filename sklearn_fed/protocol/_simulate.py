@@ -297,14 +297,15 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     uplink = frame_sizes(reply, lengths, fields_lengths)
     if uplink.max() > server.max_message_bytes:
         return False
-    server._open = _OpenSites(keys, labels)
-    server._task_bytes = dict(zip(labels, frame_sizes(task, lengths).tolist()))
+    restore = server.savepoint()
+    server.open_planned_round(
+        _OpenSites(keys, labels), dict(zip(labels, frame_sizes(task, lengths).tolist())))
     folded = FoldedReplies(server, _PooledFrames(labels), dict.fromkeys(labels, reply.schema),
                            dict(zip(labels, uplink.tolist())), fold)
     try:
         server.commit_round(None, folded, {}, {})
-    except PoolingDeclined:
-        server._open = None
+    except PoolingDeclined:  # apply asked for one site's reply: run the round per site
+        restore()
         return False
     return True
 

@@ -95,6 +95,19 @@ TOLERANCES.update({
     for case in record.cases("IncrementalFederatedRidge")
 })
 
+_LOGISTIC_HESSIAN = (
+    "issue 27: a site's multinomial Hessian sums 1 - p_j from the other classes' "
+    "probabilities (prefix and suffix sums) instead of subtracting p_j from their total, "
+    "which lost every digit when p_j rounds to 1; the Newton path moves by round-off, the "
+    "optimum does not, and the replies' JSON losses change length by a few bytes")
+TOLERANCES.update({
+    case.id: {"rtol": 1e-5 if "/f32/" in case.id else 1e-12, "bytes_rtol": 0.01,
+              "digests": False, "reason": _LOGISTIC_HESSIAN}
+    for case in [*record.cases("FederatedLogisticRegression"),
+                 *record.cases("FederatedPipeline")]
+    if "logistic" in case.id or case.id.startswith("FederatedLogisticRegression")
+})
+
 _BLAS = ("products of the rows by OpenBLAS, whose bits depend on the kernel it picks for "
          "the CPU (OPENBLAS_CORETYPE Haswell, SkylakeX and Sandybridge differ)")
 #: Groups (all their cases) or fnmatch patterns of case ids -> why their bits depend on the
