@@ -86,9 +86,7 @@ class Client(ABC):
         Shared key of this site (at least 16 bytes): tasks must be signed
         with it, and replies are.
     policy : SitePolicy, default=None
-        Tasks this site refuses and what it releases. ``None``: ``SitePolicy()``
-        (DataSHIELD-like disclosure rules) when answering with :meth:`respond`;
-        inside ``fit``'s simulation, see :func:`~sklearn_fed.protocol.simulated_policy`.
+        What the site refuses and releases; ``None``: ``SitePolicy()`` in :meth:`respond`.
     site : hashable, default=None
         This site's label; when set, a task addressed to another site is refused.
     """
@@ -101,9 +99,8 @@ class Client(ABC):
     y_numeric = True
     #: Whether a reply may come from no new rows (a streaming site that holds earlier ones).
     accepts_no_rows = False
-    #: What a reply is made of, for the site's disclosure rules: declarations of
-    #: :mod:`sklearn_fed.protocol._disclosure` (``CountedValues``, ``CountedColumns``,
-    #: ``ColumnExtremes``). Every reply also gets the rules on rows and parameters.
+    #: What a reply is made of, for the site's disclosure rules (``CountedValues``,
+    #: ``CountedColumns``, ``ColumnExtremes``; see :doc:`/disclosure`).
     disclosure = ()
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
@@ -187,12 +184,9 @@ class Client(ABC):
             del self._in_force
 
     def policy_in_force(self):
-        """The policy this site's replies are screened with now (None: nothing is held back).
-
-        While :meth:`respond` answers: the site's policy (``SitePolicy()`` when
-        it has none). Otherwise (a simulated site of ``fit``): the policy it
-        was made with, else :func:`~sklearn_fed.protocol.simulated_policy`'s.
-        """
+        """The policy replies are screened with now (None: nothing held back): in :meth:`respond`
+        the site's (``SitePolicy()`` if none); in ``fit``'s simulation its own or
+        :func:`~sklearn_fed.protocol.simulated_policy`'s."""
         in_force = self.__dict__.get("_in_force")
         if in_force is not None:
             return in_force
@@ -231,23 +225,17 @@ class Client(ABC):
 
     def screened_reply(self, policy, task, X, y, sample_weight, rows, names):
         """The reply frame, with ``policy``'s disclosure rules applied before it leaves."""
-        fields, arrays = self.compute(task, X, y, sample_weight, rows)
-        frame = self.reply_frame(task, X, y, names, fields, arrays)
+        frame = self.reply_frame(task, X, y, names, *self.compute(task, X, y, sample_weight, rows))
         if policy is None and not self.disclosure:
             return frame
         return screen_reply(self, policy, task, frame, X, rows, count_rows(X.shape[0], rows))
 
     def released_parameters(self, task, frame):
-        """How many model parameters the reply fits, for the policy's parameters-per-row rule.
-
-        Default: ``(n_features + 1) * n_targets`` for a supervised role
-        (``needs_y``: a model fit), None otherwise (not a model fit). A role
-        whose model has more parameters per feature overrides it.
-        """
-        if not self.needs_y:
-            return None
+        """Model parameters the reply fits (the policy's parameters-per-row rule): by default
+        ``(n_features + 1) * n_targets`` when supervised (a model fit), else None."""
         schema = frame.schema or {}
-        return (int(schema.get("n_features", 0)) + 1) * max(1, int(schema.get("n_targets", 1)))
+        return (int(schema.get("n_features", 0)) + 1) * max(
+            1, int(schema.get("n_targets", 1))) if self.needs_y else None
 
     def reads_rows(self, task):
         """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
