@@ -17,6 +17,7 @@ from .decomposition import FederatedPCA
 from .impute import FederatedSimpleImputer
 from .linear_model import (
     FederatedLogisticRegression,
+    FederatedLogisticRegressionCV,
     FederatedRidge,
     FederatedRidgeClassifier,
     FederatedRidgeClassifierCV,
@@ -26,8 +27,19 @@ from .linear_model import (
     PrivateFederatedRidge,
     ProjectedFederatedRidge,
 )
-from .preprocessing import FederatedMinMaxScaler, FederatedOneHotEncoder, FederatedStandardScaler
-from .statistics import ClientStatistics, ColumnMoments, InvalidClientMessage, merge_statistics
+from .metrics import FederatedEvaluator
+from .model_selection import FederatedGridSearchCV, FederatedRandomizedSearchCV
+from .preprocessing import (
+    FederatedMinMaxScaler,
+    FederatedOneHotEncoder,
+    FederatedStandardScaler,
+)
+from .statistics import (
+    ClientStatistics,
+    ColumnMoments,
+    InvalidClientMessage,
+    merge_statistics,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -44,30 +56,34 @@ def __getattr__(name):
 
 
 __all__ = [
-    "__version__",
     "ClientStatistics",
     "ColumnMoments",
-    "FedMPDDClassifier",
     "DPFedAvgRegressor",
+    "FESCRidge",
     "FedAvgRegressor",
+    "FedMPDDClassifier",
     "FedNovaRegressor",
     "FedProxRegressor",
     "FederatedEmpiricalCovariance",
+    "FederatedEvaluator",
+    "FederatedGridSearchCV",
     "FederatedLogisticRegression",
+    "FederatedLogisticRegressionCV",
     "FederatedMinMaxScaler",
     "FederatedOneHotEncoder",
     "FederatedPCA",
+    "FederatedRandomizedSearchCV",
     "FederatedRidge",
     "FederatedRidgeCV",
     "FederatedRidgeClassifier",
     "FederatedRidgeClassifierCV",
     "FederatedSimpleImputer",
     "FederatedStandardScaler",
-    "FESCRidge",
     "IncrementalFederatedRidge",
     "InvalidClientMessage",
-    "merge_statistics",
     "MissingClientsWarning",
     "PrivateFederatedRidge",
     "ProjectedFederatedRidge",
+    "__version__",
+    "merge_statistics",
 ]

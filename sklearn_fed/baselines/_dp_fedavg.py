@@ -27,7 +27,7 @@ from numbers import Real
 import numpy as np
 
 from .._compat import Interval
-from ..privacy import PrivacyLedger, gaussian_noise_std, release_generator
+from ..privacy import PrivacyLedger, gaussian_noise_std, noise_generator
 from ..privacy._noise import discretized_sensitivity, grid_exponent, rounded_gaussian
 from ..protocol import InvalidClientMessage
 from ..protocol._fields import reply_keys, reply_number, task_field
@@ -61,23 +61,27 @@ class _Release:
         self.sensitivity = discretized_sensitivity(sensitivity, n_values, self.exponent)
         self.std = multiplier * self.sensitivity
 
-    def noised(self, values, generator, site):
+    def noised(self, values, random_state, site, what):
+        """``values`` on the grid plus integer noise keyed by exactly what is released."""
         steps = np.ldexp(np.asarray(values, dtype=np.float64), -self.exponent)
         if not np.all(np.abs(steps) < 2.0**52):
             raise ValueError(f"site {site!r}: a released value is too large for the grid.")
+        steps = np.rint(steps).astype(np.int64)
+        generator = noise_generator(random_state, site, "dp-fedavg", what,
+                                    repr((self.std, self.exponent)), steps)
         noise = rounded_gaussian(generator, math.ldexp(self.std, -self.exponent), steps.size)
-        return np.rint(steps).astype(np.int64) + noise.reshape(steps.shape)
+        return steps + noise.reshape(steps.shape)
 
     def value(self, steps):
         return np.ldexp(np.asarray(steps, dtype=np.float64), self.exponent)
 
 
-def _release_generator(estimator, task):
-    """The site's noise stream for the release the task numbers (see ``release_generator``)."""
+def _check_release(task):
+    """The task's release number, checked (the noise is keyed by what is released instead)."""
     release = task_field(task, "release", int)
     if not 0 <= release < 2**63:
         raise InvalidClientMessage("server: malformed release number.", "server")
-    return release_generator(estimator.random_state, release, task.site)
+    return release
 
 
 class DPClient(SGDClient):
@@ -109,8 +113,9 @@ class DPClient(SGDClient):
         self._check_weights(task, sk)
         fields, arrays = super()._setup(task, Xk, yk, sk, y_ndim)
         release = _Release(1.0, 1, self._multiplier(task))
-        generator = _release_generator(self.estimator, task)
-        fields["weight_sum"] = int(release.noised([fields["weight_sum"]], generator, task.site)[0])
+        _check_release(task)
+        fields["weight_sum"] = int(release.noised(
+            [fields["weight_sum"]], self.estimator.random_state, task.site, "weight_sum")[0])
         return fields, arrays
 
     def _weight_sum(self, task, sk):
@@ -128,8 +133,9 @@ class DPClient(SGDClient):
         if norm > clip:
             update *= clip / norm
         release = _Release(2 * clip, update.size, self._multiplier(task))
-        generator = _release_generator(self.estimator, task)
-        return {"steps": int(steps)}, {"update": release.noised(update, generator, task.site)}
+        _check_release(task)
+        noised = release.noised(update, self.estimator.random_state, task.site, "update")
+        return {"steps": int(steps)}, {"update": noised}
 
 
 class DPServer(SGDServer):
@@ -150,7 +156,8 @@ class DPServer(SGDServer):
             "epsilon": float(estimator.epsilon),
             "delta": float(estimator.delta),
             "n_releases": int(estimator.n_rounds) + 1,
-            # releases are numbered across fits: a refit draws fresh noise too
+            # releases are numbered across fits for the accounting; a site keys its noise
+            # by what it releases, not by this number (see noise_generator)
             "release": len(self._privacy),
         }
         if step == "train":
@@ -225,9 +232,11 @@ class DPFedAvgRegressor(BaseFederatedSGD):
     more release): ``history_[r]["train_mse"]`` is ``None``.
 
     The noise is drawn at each site from the operating system's entropy; an
-    int ``random_state`` derives a different stream for every site and
-    release instead (releases are numbered across fits, so a refit draws
-    fresh noise too), for reproducible tests: a known seed voids the
+    int ``random_state`` is a key instead: each noise stream is a keyed hash
+    of it, the site and the exact values released (on the grid, with their
+    calibration), so refitting the same rows gives the same model and any
+    other data independent noise (see
+    :func:`~sklearn_fed.privacy.noise_generator`). A known seed voids the
     guarantee. Client sampling (``client_fraction``) is not counted as
     amplification. Read more in the :ref:`User Guide <baselines>`.
 

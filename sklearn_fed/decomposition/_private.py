@@ -12,10 +12,10 @@ from ..preprocessing._base import OneRoundServer, TransformerClient
 from ..preprocessing._private import (
     _PRIVACY_CONSTRAINTS,
     PrivateReleaseMixin,
+    _stream,
     privacy_task_fields,
     read_privacy_task,
 )
-from ..privacy import release_generator
 from ..privacy._releases import gaussian_release
 from ..protocol import InvalidClientMessage, sorted_labels
 from ._pca import FederatedPCA
@@ -34,7 +34,7 @@ class PrivatePCAClient(TransformerClient):
     protocol = "decomposition.private_pca"
 
     def compute(self, task, X, y, sample_weight, rows):
-        epsilon, delta, calibration, release = read_privacy_task(task)
+        epsilon, delta, calibration, _ = read_privacy_task(task)
         bound = task.fields.get("feature_bound")
         if not (isinstance(bound, float) and 0 < bound < 1e6):
             raise InvalidClientMessage("server: malformed feature_bound in the task.", "server")
@@ -44,7 +44,7 @@ class PrivatePCAClient(TransformerClient):
         X = X * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]  # clip each row
         upper = np.triu_indices(X.shape[1])
         total = np.concatenate([[X.shape[0]], X.sum(axis=0), (X.T @ X)[upper]])
-        generator = release_generator(self.estimator.random_state, release, task.site)
+        generator = _stream(self.estimator.random_state, task.site, self.protocol)
         noisy, _, _ = gaussian_release(total, _gram_sensitivity(bound), epsilon, delta,
                                        calibration, generator)
         return {}, {"sums": noisy}

@@ -44,8 +44,14 @@ from ..protocol import (
     run_rounds,
     sorted_labels,
 )
-from ._config import NodeSettings, ServerSettings, estimator_from_config, site_text
-from ._persist import import_skops_in_background, save_model
+from ._config import (
+    NodeSettings,
+    ServerSettings,
+    estimator_from_config,
+    estimator_to_config,
+    site_text,
+)
+from ._persist import import_skops_in_background, load_model, save_model
 from ._state import read_state, write_state
 
 __all__ = ["make_client_app", "make_server_app", "run_server"]
@@ -125,7 +131,12 @@ def answer_task(message, context):
         client = estimator.make_client(key=key, policy=node.policy, site=node.site)
         saved = context.state.config_records.get(STATE_RECORD, {})
         for name, data in saved.items():
-            setattr(client, name, read_state(data))
+            where = f"node state {STATE_RECORD}[{name!r}]"
+            # only attributes _kept_state writes: never a dunder nor what is rebuilt
+            if not (name.isidentifier() and not name.startswith("__")
+                    and name not in _CONFIGURED):
+                raise ValueError(f"{where}: not an attribute a client role keeps.")
+            setattr(client, name, read_state(data, where))
         in_round = None
         if node.round_column and getattr(estimator, "_protocol_rounds_in_fit", None):
             # a streaming protocol answers each round from that round's new rows; the
@@ -273,6 +284,23 @@ def _roll_call(grid, settings):
     return nodes
 
 
+def with_model(estimator, model, path):
+    """The run config's evaluator with the fitted ``model`` (read from ``path``) to evaluate.
+
+    The sites build the model's class and parameters from the run config and
+    receive its fitted state in the task, so the run config must describe the
+    model that was loaded: write it with ``estimator_to_config(FederatedEvaluator(model))``.
+    """
+    template = estimator.get_params(deep=False).get("estimator")
+    if template is None or estimator_to_config(template) != estimator_to_config(model):
+        raise ValueError(
+            f"evaluate-model={path!r} holds {type(model).__name__} with parameters "
+            f"{estimator_to_config(model)['estimator-params']}, but the run config's "
+            f"{type(estimator).__name__} names {template!r}; write the run config with "
+            "estimator_to_config(FederatedEvaluator(load_model(path), ...)).")
+    return estimator.set_params(estimator=model)
+
+
 def run_server(grid, run_config):
     """Fit the run config's estimator over the grid's SuperNodes; returns it fitted.
 
@@ -291,6 +319,9 @@ def run_server(grid, run_config):
     if settings.model_path:
         import_skops_in_background()  # while the sites compute
     estimator = estimator_from_config(run_config)
+    if settings.evaluate_model:
+        estimator = with_model(estimator, load_model(settings.evaluate_model),
+                               settings.evaluate_model)
     server = estimator.make_server(**settings.server_kwargs())
     nodes = _roll_call(grid, settings)
     sites = sorted_labels(nodes)

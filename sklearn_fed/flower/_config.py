@@ -34,6 +34,7 @@ from ..protocol._policy import (
     DEFAULT_MIN_COUNT,
     DEFAULT_MIN_ROWS,
 )
+from ._trust import check_depth
 
 __all__ = [
     "NODE_CONFIG_KEYS",
@@ -62,6 +63,7 @@ RUN_CONFIG_DEFAULTS = {
     "max-rounds": 0,
     "feature-names": "",
     "node-sites": "",
+    "evaluate-model": "",
 }
 
 #: Node-config keys a SuperNode may set (``--node-config 'site="a" data-path="..."'``).
@@ -73,6 +75,18 @@ NODE_CONFIG_KEYS = (
 )
 
 _ARRAY_TAG = "ndarray"
+#: The dtypes a run config's array may have (what ``dtype.str`` writes for them): a dtype
+#: string is never parsed by numpy as given, so "(1099511627776,)f8" (8 TB per element) is
+#: refused before anything is allocated.
+CONFIG_ARRAY_DTYPES = frozenset(
+    np.dtype(name).str for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float32", "float64",
+    )
+)
+#: Most values in a run config's array, and deepest nesting of ``estimator-params``.
+MAX_CONFIG_ARRAY_SIZE = 1_000_000
+MAX_CONFIG_DEPTH = 32
 #: A composite's part: ``{"estimator": class name, "params": {changed parameters}}``.
 _PART_KEYS = frozenset({"estimator", "params"})
 
@@ -132,10 +146,37 @@ def _encode_value(value, where):
     )
 
 
+def _decode_array(value, where="run config 'estimator-params'"):
+    dtype = value["dtype"]
+    if not (isinstance(dtype, str) and dtype in CONFIG_ARRAY_DTYPES):
+        raise ValueError(f"{where}: an array's dtype is {str(dtype)[:60]!r}; a run config's "
+                         f"arrays have one of {sorted(CONFIG_ARRAY_DTYPES)}.")
+    items, size, stack = value[_ARRAY_TAG], 0, [value[_ARRAY_TAG]]
+    while stack:  # count the values before numpy allocates anything
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        size += 1
+        if size > MAX_CONFIG_ARRAY_SIZE:
+            raise ValueError(f"{where}: an array of more than {MAX_CONFIG_ARRAY_SIZE} values.")
+        number = isinstance(item, (int, float)) and not isinstance(item, bool)
+        if not (number or (isinstance(item, bool) and dtype == "|b1")):
+            raise ValueError(f"{where}: an array holds {str(item)[:40]!r}, not a number.")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            array = np.array(items, dtype=np.dtype(dtype))
+    except (ValueError, TypeError, OverflowError, FloatingPointError) as exc:
+        raise ValueError(f"{where}: an array that is not {np.dtype(dtype)} ({exc}).") from None
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ValueError(f"{where}: an array with values beyond {np.dtype(dtype)}.")
+    return array
+
+
 def _decode_value(value):
     if isinstance(value, dict):
         if set(value) == {_ARRAY_TAG, "dtype"}:
-            return np.asarray(value[_ARRAY_TAG], dtype=np.dtype(value["dtype"]))
+            return _decode_array(value)
         if set(value) == _PART_KEYS:
             return _build(value["estimator"], value["params"], part=True)
         return {key: _decode_value(item) for key, item in value.items()}
@@ -258,10 +299,11 @@ def estimator_from_config(run_config):
     try:
         params = json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"run config 'estimator-params' is not valid JSON: {exc}") from exc
+        raise ValueError(f"run config 'estimator-params' is not valid JSON: {exc}") from None
     if not isinstance(params, dict):
         raise ValueError(  # noqa: TRY004 (a bad run config is a ValueError)
             "run config 'estimator-params' must be a JSON object.")
+    check_depth(params, "run config 'estimator-params'", limit=MAX_CONFIG_DEPTH)
     return _build(name, params)
 
 
@@ -332,6 +374,7 @@ class ServerSettings:
     max_rounds: int
     feature_names: tuple
     node_sites: dict
+    evaluate_model: str = ""
 
     @classmethod
     def from_run_config(cls, config):
@@ -360,6 +403,7 @@ class ServerSettings:
             max_rounds=_number(config, "max-rounds", 0, int, 0),
             feature_names=names,
             node_sites={int(key): label for key, label in node_sites.items()},
+            evaluate_model=str(config.get("evaluate-model", "")),
         )
 
     def server_kwargs(self):

@@ -29,7 +29,7 @@ import tomli_w
 
 from ..datasets import save_site_data
 from ._config import RUN_CONFIG_DEFAULTS, estimator_to_config, site_text
-from ._persist import load_model
+from ._persist import load_model, save_model
 
 __all__ = ["LocalFederation", "run_local_federation"]
 
@@ -493,6 +493,12 @@ class LocalFederation:
             "reply-timeout": float(timeout),
             "node-sites": json.dumps(self._node_sites) if self._node_sites else "",
         })
+        if getattr(estimator, "_evaluates_fitted_model", False):
+            # an evaluator: the server reads the fitted model from a file, the sites get
+            # its class and parameters from the run config and its state in the task
+            evaluated = run_dir / "evaluated-model.skops"
+            save_model(estimator.estimator, evaluated)
+            config["evaluate-model"] = str(evaluated)
         config.update(run_config or {})
         unknown = sorted(set(config) - set(RUN_CONFIG_DEFAULTS))
         if unknown:

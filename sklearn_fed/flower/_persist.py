@@ -2,10 +2,14 @@
 
 skops writes a zip of JSON schemas and ``.npy`` arrays and, on load,
 rebuilds only the types the caller trusts; an untrusted type in a file is
-refused before anything is constructed. :func:`load_model` trusts exactly
-sklearn-fed's own classes and ``Counter``/``OrderedDict`` (plus skops'
-defaults: numpy, scipy, scikit-learn and builtins), so a model file from a
-server can be opened without running code from it.
+refused before anything is constructed. :func:`load_model` trusts exactly the
+types listed in :data:`~sklearn_fed.flower._trust.MODEL_TYPES` (sklearn-fed's
+estimators, the classes and numpy/builtin types their fitted attributes hold),
+not skops' wider defaults, and checks the archive's sizes and array headers
+first (:func:`~sklearn_fed.flower._trust.check_archive`), so a model file from
+a server can be opened without running code from it or allocating more than
+its cap. :func:`save_model` refuses to write what :func:`load_model` would
+refuse to read.
 
 A torch network (an estimator with ``module_``, e.g. FedMPDDClassifier) is
 not written as itself: skorch's own state is a pickle of the module. It is
@@ -15,14 +19,23 @@ writes with trusted types only; loading rebuilds the estimator, initializes
 its module and loads the arrays into it.
 """
 
-import importlib
+import io
 import os
 import threading
+import zipfile
 from pathlib import Path
 
 from ._config import estimator_from_config, estimator_to_config
+from ._trust import (
+    DEFAULT_MAX_BYTES,
+    MODEL_FUNCTIONS,
+    MODEL_TYPES,
+    SKOPS_LOADERS,
+    check_archive,
+    read_json,
+)
 
-__all__ = ["import_skops_in_background", "load_model", "our_class", "save_model"]
+__all__ = ["import_skops_in_background", "load_model", "save_model"]
 
 _NETWORK = "sklearn_fed_network"  # marks the dict a torch network is saved as
 # what skorch's initialize() builds or records itself; restored by initializing
@@ -30,8 +43,6 @@ _SKORCH_OWN = frozenset({
     "module_", "criterion_", "optimizer_", "callbacks_", "history_", "initialized_",
     "init_context_", "prefixes_", "cuda_dependent_attributes_", "virtual_params_",
 })
-# containers skops does not trust by default that rebuild as plain dicts, running no code
-_PLAIN_CONTAINERS = frozenset({"collections.Counter", "collections.OrderedDict"})
 
 
 def _skops():
@@ -60,39 +71,63 @@ def import_skops_in_background():
     threading.Thread(target=run, name="sklearn-fed-import-skops", daemon=True).start()
 
 
-def our_class(name):
-    """The class ``name`` ("module.Class") if it is one of sklearn-fed's, else None."""
-    module, _, attribute = name.rpartition(".")
-    if not (module == "sklearn_fed" or module.startswith("sklearn_fed.")):
-        return None
-    try:
-        found = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError):
-        return None
-    return found if isinstance(found, type) else None
+def _schema_types(schema, where):
+    """Every type a skops schema names, refused unless each is in :data:`MODEL_TYPES`.
 
-
-def _trusted_types(untrusted, where):
-    """The types skops must be told to trust: sklearn-fed's classes and plain containers."""
-    ours = [name for name in untrusted if our_class(name) is not None or name in _PLAIN_CONTAINERS]
-    others = sorted(set(untrusted) - set(ours))
-    if others:
+    The schema is walked without recursion (its depth is capped by ``read_json``);
+    a node with a loader that calls something from the file (functions,
+    methods, ``__reduce__`` constructors) is refused whatever its type.
+    """
+    names, refused, stack = set(), set(), [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        stack.extend(node.values())
+        if "__loader__" not in node:
+            continue
+        name = f"{node.get('__module__')}.{node.get('__class__')}"
+        if node["__loader__"] == "FunctionNode":
+            if name in MODEL_FUNCTIONS:
+                names.add(name)
+            else:
+                refused.add(name[:200])
+        elif node["__loader__"] in SKOPS_LOADERS and name in MODEL_TYPES:
+            names.add(name)
+        else:
+            refused.add(name[:200])
+    if refused:
         raise ValueError(
-            f"{where}: refusing to load types that are not sklearn-fed's: {others}. Inspect "
-            "them with skops.io.get_untrusted_types and pass the ones you trust to "
+            f"{where}: refusing to load types that are not sklearn-fed's or the numpy and "
+            f"builtin types its models hold: {sorted(refused)}. If you trust the file, "
+            "inspect it with skops.io.get_untrusted_types and load it with "
             "skops.io.load(path, trusted=...)."
         )
-    return ours
+    return names
+
+
+def _audited(data, where):
+    """The skops types ``data`` holds, once its sizes, arrays and types are checked."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            text = archive.read("schema.json")
+    except KeyError:
+        raise ValueError(f"{where}: not a skops file (no schema.json).") from None
+    return _schema_types(read_json(text, f"{where}: schema.json"), where)
 
 
 def _writable(value):
-    """Whether skops writes ``value`` with sklearn-fed's and its default types only."""
+    """Whether skops writes ``value`` with the types :func:`load_model` trusts only."""
     sio = _skops()
     try:
-        untrusted = sio.get_untrusted_types(data=sio.dumps(value))
-        return all(our_class(t) is not None or t in _PLAIN_CONTAINERS for t in untrusted)
-    except Exception:  # skops cannot write it at all (a torch object, a lock, ...)
-        return False
+        data = sio.dumps(value)
+        _audited(data, "value")
+        return True
+    except Exception:  # noqa: BLE001 - skops cannot write it (a torch object, a lock, ...)
+        return False  # or writes a type that would be refused on load
 
 
 def _network_payload(estimator):
@@ -110,6 +145,12 @@ def _network_payload(estimator):
 
 def _network_from_payload(payload):
     import torch
+
+    if not (isinstance(payload.get(_NETWORK), str) and isinstance(payload.get("params"), str)
+            and isinstance(payload.get("attributes"), dict)
+            and isinstance(payload.get("module"), dict)):
+        # ValueError: load_model reports every malformed file as one, naming it
+        raise ValueError("a torch network's entries are missing or of another type.")  # noqa: TRY004
 
     estimator = estimator_from_config(
         {"estimator": payload[_NETWORK], "estimator-params": payload["params"]})
@@ -141,17 +182,24 @@ def save_model(estimator, path):
     """
     sio = _skops()
     path = Path(path)
+    data = sio.dumps(_network_payload(estimator) if hasattr(estimator, "module_") else estimator)
+    _audited(data, f"{path} (not written)")  # never write what load_model refuses
     partial = path.with_name(path.name + ".partial")
-    sio.dump(_network_payload(estimator) if hasattr(estimator, "module_") else estimator, partial)
+    partial.write_bytes(data)
     os.replace(partial, path)  # a reader never sees half a file
 
 
-def load_model(path):
+def load_model(path, *, max_bytes=None):
     """Load a model written by :func:`save_model`, trusting only sklearn-fed's classes.
 
     Parameters
     ----------
     path : str or path-like
+    max_bytes : int, default=None
+        Cap on the file's decompressed size, checked before anything is
+        read; None means :data:`~sklearn_fed.flower._trust.DEFAULT_MAX_BYTES`
+        (256 MiB). A file that expands more than 32 times is refused
+        whatever the cap (see :doc:`/security`).
 
     Returns
     -------
@@ -160,12 +208,31 @@ def load_model(path):
     Raises
     ------
     ValueError
-        The file holds types other than sklearn-fed's classes and skops'
-        defaults; inspect them with ``skops.io.get_untrusted_types(file=path)``
-        and load with ``skops.io.load(path, trusted=[...])`` if you trust them.
+        Naming the file: it is larger than the cap, a compression bomb, not a
+        skops file, holds an array whose header does not match its data, or
+        holds types other than those of :data:`MODEL_TYPES`; inspect them
+        with ``skops.io.get_untrusted_types(file=path)`` and load with
+        ``skops.io.load(path, trusted=[...])`` if you trust them.
     """
     sio = _skops()
-    loaded = sio.load(path, trusted=_trusted_types(sio.get_untrusted_types(file=path), path))
-    if isinstance(loaded, dict) and _NETWORK in loaded:
-        return _network_from_payload(loaded)
+    where = os.fspath(path)
+    cap = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
+    try:
+        size = os.stat(path).st_size
+        if size > cap:
+            raise ValueError(f"{where}: {size} bytes, more than the cap of {cap} bytes "
+                             "(raise max_bytes if you trust it).")
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot be read ({exc}).") from None
+    check_archive(data, where, max_bytes=cap)
+    names = _audited(data, where)
+    try:
+        loaded = sio.loads(data, trusted=sorted(names))
+        if isinstance(loaded, dict) and _NETWORK in loaded:
+            return _network_from_payload(loaded)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a forged schema skops cannot rebuild: name the file
+        raise ValueError(f"{where}: cannot be rebuilt ({type(exc).__name__}: {exc}).") from None
     return loaded

@@ -11,10 +11,10 @@ from ..preprocessing._base import OneRoundServer, TransformerClient
 from ..preprocessing._private import (
     _PRIVACY_CONSTRAINTS,
     PrivateReleaseMixin,
+    _stream,
     privacy_task_fields,
     read_privacy_task,
 )
-from ..privacy import release_generator
 from ..privacy._releases import (
     check_bounds,
     moments_from_noisy_sums,
@@ -34,9 +34,9 @@ class PrivateSimpleImputerClient(TransformerClient):
 
     def compute(self, task, X, y, sample_weight, rows):
         estimator = self.estimator
-        epsilon, delta, calibration, release = read_privacy_task(task)
+        epsilon, delta, calibration, _ = read_privacy_task(task)
         X, _ = self._site_rows(X, None, rows)
-        generator = release_generator(estimator.random_state, release, task.site)
+        generator = _stream(estimator.random_state, task.site, self.protocol)
         fields = {"dtype": X.dtype.str}
         if estimator.strategy == "mean":
             try:

@@ -11,6 +11,7 @@ from ._federated_ridge_cv import FederatedRidgeCV
 from ._fesc import FESCRidge, fesc_weights
 from ._incremental import IncrementalFederatedRidge
 from ._logistic import FederatedLogisticRegression
+from ._logistic_cv import FederatedLogisticRegressionCV
 from ._private import PrivateFederatedRidge
 from ._projected import ProjectedFederatedRidge
 from ._ridge_classifier import FederatedRidgeClassifier, FederatedRidgeClassifierCV
@@ -21,15 +22,16 @@ __all__ = [
     "BaseFederatedRidge",
     "FESCRidge",
     "FederatedLogisticRegression",
+    "FederatedLogisticRegressionCV",
     "FederatedRidge",
     "FederatedRidgeCV",
     "FederatedRidgeClassifier",
     "FederatedRidgeClassifierCV",
     "IncrementalFederatedRidge",
-    "fesc_weights",
     "PrivateFederatedRidge",
     "ProjectedFederatedRidge",
     "RobustAggregation",
+    "fesc_weights",
     "solve_ridge",
     "solve_ridge_factor",
 ]

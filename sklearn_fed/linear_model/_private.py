@@ -108,9 +108,13 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     random_state : int, RandomState instance or None, default=None
         ``None`` (use it for privacy): every release of every site draws
         fresh noise from the operating system's entropy, which no seeding
-        elsewhere in the program can reproduce. An integer makes runs
-        reproducible (each release and site still gets its own stream), but
-        **anyone who knows it can subtract the noise**: for tests only.
+        elsewhere in the program can reproduce. An integer is a key: a
+        site's noise is drawn from a keyed hash of it, the site and the
+        exact sums it releases, so refitting the same rows gives the same
+        model while any change in the rows gives independent noise
+        (:func:`~sklearn_fed.privacy.noise_generator`). **Anyone who knows
+        the integer can recompute the noise**: keep it secret or use it for
+        tests only.
 
     Attributes
     ----------
@@ -245,7 +249,8 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     def fit(self, X, y, sample_weight=None, clients=None):
         """Fit from one private release of every client's statistics.
 
-        A refit is a new release with fresh noise, and is counted in
+        A refit is a new release (fresh noise with ``random_state=None``; with
+        an integer, the same rows give the same release), and is counted in
         ``privacy_spent_`` with every earlier release of this estimator.
 
         Parameters

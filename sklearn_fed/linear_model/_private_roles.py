@@ -17,7 +17,7 @@ import numpy as np
 from ..base import set_federation_attributes
 from ..privacy import PrivacyLedger
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
-from ..privacy._noise import release_generator, rounded_gaussian
+from ..privacy._noise import noise_generator, rounded_gaussian
 from ..privacy._secure_aggregation import (
     MaskingKey,
     check_public_keys,
@@ -138,11 +138,16 @@ class PrivateClient(BlockwiseClient):
             n_sharing=1 if public_keys is None else fields["n_sites"],
         )
         self.clipped_[label_key(task.site)] = (task.site, summary.n_clipped, summary.n_rows)
-        generator = release_generator(self.estimator.random_state, fields["release"], task.site)
-        noise = rounded_gaussian(generator, math.ldexp(plan.site_std, -plan.exponent), p)
         # Each site's |sums + noise| <= floor((2^63-1)/K) grid steps: K of them cannot overflow.
         encoded = fixed_point_encode(summary.sums, plan.exponent, fields["n_sites"],
                                      party=task.site)
+        # the noise is keyed by what is released (the sums on the grid and every parameter
+        # of the release but its number): a refit of the same rows is the same release
+        calibration = repr(sorted((k, v) for k, v in fields.items() if k != "release"))
+        generator = noise_generator(self.estimator.random_state, task.site, "private-ridge",
+                                    calibration, repr((plan.site_std, plan.exponent)),
+                                    encoded)
+        noise = rounded_gaussian(generator, math.ldexp(plan.site_std, -plan.exponent), p)
         encoded = _bounded(encoded + noise, fields["n_sites"], task.site)
         reply_fields = {"single_target": summary.single_target}
         if public_keys is None:

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from .._compat import Interval, StrOptions, _unique
-from ..privacy import PrivacyLedger, gaussian_noise_std, release_generator
+from ..privacy import PrivacyLedger, gaussian_noise_std, noise_generator
 from ..privacy._releases import (
     check_bounds,
     moments_from_noisy_sums,
@@ -60,6 +60,11 @@ def read_privacy_task(task):
             and 0 <= release < 2**32):
         raise InvalidClientMessage("server: malformed privacy budget in the task.", "server")
     return epsilon, delta, calibration, release
+
+
+def _stream(random_state, site, protocol):
+    """``generator_for(*released)``: the site's noise stream, keyed on what it releases."""
+    return lambda *released: noise_generator(random_state, site, protocol, *released)
 
 
 class PrivateReleaseMixin:
@@ -107,13 +112,13 @@ class PrivateStandardScalerClient(TransformerClient):
         if sample_weight is not None:
             raise ValueError(f"site {task.site!r}: a private scaler takes no sample weights "
                              "(a weight would change a row's sensitivity).")
-        epsilon, delta, calibration, release = read_privacy_task(task)
+        epsilon, delta, calibration, _ = read_privacy_task(task)
         try:
             low, high = check_bounds(task.fields.get("bounds"), X.shape[1])
         except ValueError as exc:
             raise InvalidClientMessage(f"server: {exc}", "server") from exc
         X, _ = self._site_rows(X, None, rows)
-        generator = release_generator(self.estimator.random_state, release, task.site)
+        generator = _stream(self.estimator.random_state, task.site, self.protocol)
         sums, _, _ = noisy_column_moments(X, low, high, 2, epsilon, delta, calibration,
                                           generator)
         return {}, {"sums": sums}
@@ -191,7 +196,7 @@ class PrivateFederatedStandardScaler(PrivateReleaseMixin, FederatedStandardScale
         The Gaussian calibration (:func:`~sklearn_fed.privacy.gaussian_noise_std`).
     random_state : None or int, default=None
         ``None`` for privacy; an int gives reproducible noise (see
-        :func:`~sklearn_fed.privacy.release_generator`).
+        :func:`~sklearn_fed.privacy.noise_generator`).
     copy, with_mean, with_std : bool, default=True
         As in :class:`~sklearn.preprocessing.StandardScaler`.
 
@@ -249,12 +254,12 @@ class PrivateOneHotEncoderClient(TransformerClient):
     protocol = "preprocessing.private_onehot_encoder"
 
     def compute(self, task, X, y, sample_weight, rows):
-        epsilon, delta, calibration, release = read_privacy_task(task)
+        epsilon, delta, calibration, _ = read_privacy_task(task)
         X, _ = self._site_rows(X, None, rows)
         columns, _, _ = self.estimator._check_X(X, ensure_all_finite="allow-nan")
         counted = [_unique(column, return_counts=True) for column in columns]
         policy = self.policy_in_force()
-        generator = release_generator(self.estimator.random_state, release, task.site)
+        generator = _stream(self.estimator.random_state, task.site, self.protocol)
         released, _, _, _ = noisy_value_counts(
             counted, epsilon, delta, calibration, generator,
             min_count=None if policy is None else policy.min_count)

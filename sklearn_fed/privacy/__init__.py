@@ -8,7 +8,7 @@ from ._calibration import (
     classic_gaussian_std,
     gaussian_noise_std,
 )
-from ._noise import release_generator
+from ._noise import noise_generator
 from ._secure_aggregation import MaskingKey, SecureAggregator
 
 # gradient-inversion audit (needs torch): loaded on first access
@@ -36,6 +36,6 @@ __all__ = [
     "gaussian_noise_std",
     "gradient_inversion",
     "inversion_audit",
+    "noise_generator",
     "reconstruction_ssim",
-    "release_generator",
 ]

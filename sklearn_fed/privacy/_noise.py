@@ -2,14 +2,22 @@
 
 Two rules protect the noise:
 
-* **Never reused, never predictable.** Every release of every site draws
-  from its own stream (:func:`release_generator`). With ``random_state=None``
-  the stream is seeded with 128 fresh bits from the operating system
-  (:class:`numpy.random.SeedSequence` without entropy), so no seeding
-  elsewhere in a program (``np.random.seed``) can reproduce it. An integer
-  ``random_state`` derives a *different* stream for each release and site
-  (``SeedSequence(random_state, spawn_key=(release, site))``): reproducible
-  for tests, but anyone who knows the seed can subtract the noise.
+* **Never reused across different data, never predictable.** The noise of a
+  release comes from its own stream (:func:`noise_generator`). With
+  ``random_state=None`` the stream is seeded with 128 fresh bits from the
+  operating system (:class:`numpy.random.SeedSequence` without entropy), so
+  no seeding elsewhere in a program (``np.random.seed``) can reproduce it. An
+  integer ``random_state`` is a *key*: the stream is seeded from a keyed
+  BLAKE2b hash of the key, the site's label and the exact values the site
+  releases (the statistics on the grid, before noise) with the release's
+  calibration. Refitting the same rows gives the same release (the same
+  model, as scikit-learn's ``check_fit_idempotent`` asks, and no more than
+  the first release revealed); any change in the rows or the calibration
+  gives a stream independent of the first, so two releases never share
+  noise unless they are the same release. Anyone who knows the integer can
+  recompute the noise of any candidate data set and test it against a
+  release: an integer ``random_state`` is a secret or there is no privacy
+  (see :doc:`/security`).
 * **No floating-point side channel.** Adding float noise to a float value
   leaks through the pattern of representable results (Mironov 2012; Jin et
   al. 2022 for Gaussian samplers). Here a site first rounds its exact
@@ -31,7 +39,7 @@ import numpy as np
 
 from ..protocol import label_key
 
-__all__ = ["discretized_sensitivity", "grid_exponent", "release_generator", "rounded_gaussian"]
+__all__ = ["discretized_sensitivity", "grid_exponent", "noise_generator", "rounded_gaussian"]
 
 # The grid spacing 2^k is chosen so that 2^k sqrt(p) <= 2^-NOISY_GRID_BITS * Delta
 # when noise is added, and 2^k <= 2^-EXACT_GRID_BITS * Delta when it is not.
@@ -39,25 +47,35 @@ NOISY_GRID_BITS = 10
 EXACT_GRID_BITS = 30
 
 
-def _site_words(site):
-    digest = hashlib.sha256(label_key(site).encode("utf-8")).digest()
-    return tuple(int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4))
+def _key(random_state):
+    """32 bytes from an int or RandomState ``random_state`` (the hash key of the noise)."""
+    if isinstance(random_state, np.random.RandomState):
+        entropy = int(random_state.randint(np.iinfo(np.int64).max, dtype=np.int64))
+    elif isinstance(random_state, Integral) and not isinstance(random_state, bool) \
+            and int(random_state) >= 0:
+        entropy = int(random_state)
+    else:
+        raise ValueError(f"random_state must be None, a non-negative int or a RandomState; "
+                         f"got {random_state!r}.")
+    return hashlib.sha256(b"sklearn-fed noise key\0" + str(entropy).encode()).digest()
 
 
-def release_generator(random_state, release, site):
-    """The random generator of one site's noise in one release.
+def noise_generator(random_state, site, *released):
+    """The random generator of the noise a site adds to one release.
 
     Parameters
     ----------
     random_state : None, int or numpy.random.RandomState
         ``None``: 128 bits of fresh operating-system entropy (use this for
-        privacy). An integer: a stream derived from it, the release number and
-        the site, so two releases never share noise. A ``RandomState``: an
-        integer drawn from it seeds the stream.
-    release : int
-        Number of the release (0, 1, ...).
+        privacy). An integer: a key; the stream is a keyed BLAKE2b hash of it,
+        the site and ``released``, so the same release gets the same noise and
+        any other release independent noise. A ``RandomState``: an integer
+        drawn from it is the key.
     site : hashable
         The site's label.
+    *released : bytes, str or ndarray
+        What determines the release: the exact values before noise (e.g. the
+        integers on the grid) and the calibration (noise scale, grid).
 
     Returns
     -------
@@ -65,23 +83,26 @@ def release_generator(random_state, release, site):
 
     Examples
     --------
-    >>> a = release_generator(0, 0, "a").standard_normal()
-    >>> b = release_generator(0, 1, "a").standard_normal()
-    >>> a == release_generator(0, 0, "a").standard_normal(), a == b
+    >>> import numpy as np
+    >>> a = noise_generator(0, "a", np.array([3, 4]), "std=2").standard_normal()
+    >>> b = noise_generator(0, "a", np.array([3, 5]), "std=2").standard_normal()
+    >>> a == noise_generator(0, "a", np.array([3, 4]), "std=2").standard_normal(), a == b
     (True, False)
     """
     if random_state is None:
-        sequence = np.random.SeedSequence()
-    else:
-        if isinstance(random_state, np.random.RandomState):
-            entropy = int(random_state.randint(np.iinfo(np.int64).max, dtype=np.int64))
-        elif isinstance(random_state, Integral):
-            entropy = int(random_state)
-        else:
-            raise ValueError(f"random_state must be None, an int or a RandomState; got "
-                             f"{random_state!r}.")
-        sequence = np.random.SeedSequence(entropy, spawn_key=(int(release), *_site_words(site)))
-    return np.random.Generator(np.random.PCG64(sequence))
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))
+    digest = hashlib.blake2b(key=_key(random_state), digest_size=32,
+                             person=b"sklearn-fed-dp")
+    for part in (label_key(site), *released):
+        if isinstance(part, np.ndarray):
+            part = b"%s|%r|" % (part.dtype.str.encode(), part.shape) + \
+                np.ascontiguousarray(part).tobytes()
+        elif isinstance(part, str):
+            part = part.encode("utf-8")
+        # each part's length first: no two sequences of parts hash the same bytes
+        digest.update(len(part).to_bytes(8, "little") + bytes(part))
+    entropy = int.from_bytes(digest.digest(), "little")
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
 
 def grid_exponent(sensitivity, n_values, noisy):

@@ -61,7 +61,7 @@ def check_bounds(bounds, n_features):
     return array[:, 0], array[:, 1]
 
 
-def gaussian_release(total, sensitivity, epsilon, delta, calibration, generator):
+def gaussian_release(total, sensitivity, epsilon, delta, calibration, generator_for):
     """``total`` plus Gaussian noise on a grid: ``(noisy, std, sensitivity)``.
 
     The values are rounded to the grid ``2^k`` (:func:`grid_exponent`),
@@ -74,7 +74,7 @@ def gaussian_release(total, sensitivity, epsilon, delta, calibration, generator)
     --------
     >>> import numpy as np
     >>> noisy, std, sens = gaussian_release(np.zeros(3), 1.0, 1.0, 1e-5, "analytic",
-    ...                                     np.random.default_rng(0))
+    ...                                     lambda *released: np.random.default_rng(0))
     >>> noisy.shape, round(std / sens, 3)
     ((3,), 3.731)
     """
@@ -87,11 +87,14 @@ def gaussian_release(total, sensitivity, epsilon, delta, calibration, generator)
     if np.any(np.abs(grid) > 2.0**52):
         raise OverflowError("the statistics are too large for the noise grid; "
                             "state tighter bounds.")
-    noisy = grid.astype(np.int64) + rounded_gaussian(generator, math.ldexp(std, -exponent), p)
+    grid = grid.astype(np.int64)
+    # the stream is keyed on the exact released values and the calibration
+    generator = generator_for(grid, f"std={std!r};grid={exponent}")
+    noisy = grid + rounded_gaussian(generator, math.ldexp(std, -exponent), p)
     return np.ldexp(noisy.astype(np.float64), exponent), std, sensitivity
 
 
-def noisy_column_moments(X, low, high, order, epsilon, delta, calibration, generator):
+def noisy_column_moments(X, low, high, order, epsilon, delta, calibration, generator_for):
     """Noisy per-column ``(count, sum, sum of squares)`` of ``X`` clipped to ``[low, high]``.
 
     Values are clipped, then mapped onto ``[-1, 1]`` (``v = (x - c) / h``
@@ -109,7 +112,7 @@ def noisy_column_moments(X, low, high, order, epsilon, delta, calibration, gener
     total = np.concatenate(parts)
     sensitivity = math.sqrt(len(parts) * X.shape[1])
     noisy, std, sensitivity = gaussian_release(total, sensitivity, epsilon, delta, calibration,
-                                               generator)
+                                               generator_for)
     return noisy.reshape(len(parts), X.shape[1]), std, sensitivity
 
 
@@ -153,7 +156,7 @@ def selection_threshold(std, n_columns, delta_selection):
     return 1.0 + std * float(norm.isf(delta_selection / n_columns))
 
 
-def noisy_value_counts(columns, epsilon, delta, calibration, generator, min_count=None):
+def noisy_value_counts(columns, epsilon, delta, calibration, generator_for, min_count=None):
     """Per column, the values whose noisy count reaches the selection threshold.
 
     Parameters
@@ -163,7 +166,9 @@ def noisy_value_counts(columns, epsilon, delta, calibration, generator, min_coun
     epsilon, delta, calibration
         The release's budget: ``delta / 2`` for the Gaussian noise, ``delta / 2``
         for the selection.
-    generator : numpy.random.Generator
+    generator_for : callable
+        ``generator_for(*released)``: the noise stream of these released values
+        (:func:`~sklearn_fed.privacy.noise_generator` of the site).
     min_count : int, default=None
         A site policy's threshold: the release threshold is at least this
         (post-processing, free).
@@ -180,6 +185,10 @@ def noisy_value_counts(columns, epsilon, delta, calibration, generator, min_coun
     std = gaussian_noise_std(epsilon, delta / 2, sensitivity, calibration=calibration)
     threshold = max(selection_threshold(std, d, delta / 2), float(min_count or 0))
     released = []
+    generator = generator_for(
+        *[np.asarray(counts, dtype=np.int64) for _, counts in columns],
+        repr([np.asarray(values).tolist() for values, _ in columns]),
+        f"std={std!r};threshold={threshold!r}")
     for values, counts in columns:
         noisy = np.asarray(counts, dtype=np.int64) + rounded_gaussian(
             generator, std, len(counts))

@@ -143,6 +143,14 @@ ADDED_AFTER_RECORDING = {
     "FederatedEmpiricalCovariance": "added after the recording (the developers' guide's "
     "worked example); tests/covariance/test_empirical.py pins it to scikit-learn's "
     "EmpiricalCovariance and its hand-driven bytes run to fit",
+    "FederatedEvaluator": "added after the recording; tests/metrics/test_evaluate.py pins it to "
+    "sklearn.metrics on the pooled rows (1, 7, 100 sites, weights) and its bytes run to fit",
+    "FederatedGridSearchCV": "added after the recording; tests/model_selection/test_search.py "
+    "pins it to GridSearchCV with the equivalent PredefinedSplit",
+    "FederatedRandomizedSearchCV": "added after the recording; tests/model_selection/"
+    "test_search.py pins it to RandomizedSearchCV with the equivalent PredefinedSplit",
+    "FederatedLogisticRegressionCV": "added after the recording; tests/linear_model/"
+    "test_logistic_cv.py pins it to LogisticRegressionCV(solver='newton-cholesky')",
 }
 
 
