@@ -209,7 +209,8 @@ def answer_part(estimator, meta, arrays, prefix, X, y, sample_weight, *, site, p
     X, y, sample_weight, names = client.check_rows(X, y, sample_weight, schema, site)
     if policy is not None:
         policy.check_task(client.protocol, task, schema, X.shape[0], site)
-    reply = client.reply(task, X, y, sample_weight, None, names)
+    # The part's reply is screened by the site's policy as a reply of its own would be.
+    reply = client.screened_reply(policy, task, X, y, sample_weight, None, names)
     reply_arrays = {}
     return nest(reply, prefix, reply_arrays), reply_arrays
 

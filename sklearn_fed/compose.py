@@ -102,7 +102,7 @@ class ColumnTransformerClient(PipelineClient):
                 continue
             meta, part_arrays = answer_part(
                 templates[index], entry["task"], task.arrays, prefix, Xc, y, sample_weight,
-                site=task.site, policy=self.policy,
+                site=task.site, policy=self.policy_in_force(),
             )
             fields["parts"].append({"part": index, "reply": meta})
             arrays.update(part_arrays)

@@ -11,7 +11,9 @@ steps takes ``k`` rounds (a classifier adds its rounds); a
 transformers in the same rounds.
 """
 
+import math
 import time
+import types
 
 import numpy as np
 from sklearn.base import clone
@@ -38,6 +40,7 @@ from ._composite import (
     site_targets,
     take_prefixed,
 )
+from .privacy._budget import PrivacyBudget, planned_ledger, release_parts, spent_ledgers
 from .protocol import (
     Client,
     InvalidClientMessage,
@@ -115,7 +118,7 @@ class PipelineClient(Client):
             X = load_fitted(template, fields, take_prefixed(task.arrays, f"f{j}.")).transform(X)
         meta, arrays = answer_part(
             steps[index][1], task.fields.get("task"), task.arrays, "t.", X, y,
-            sample_weight if weighted else None, site=task.site, policy=self.policy,
+            sample_weight if weighted else None, site=task.site, policy=self.policy_in_force(),
         )
         return {"step": index, "reply": meta}, arrays
 
@@ -150,6 +153,11 @@ class PipelineServer(Server):
         if unknown:
             raise ValueError(f"weighted_steps names unknown steps {sorted(unknown)}.")
         self.weighted_steps = frozenset(weighted_steps)
+        # A budget is checked before any step releases anything (from each step's
+        # parameters), and charged when the pipeline is fitted.
+        self._budget = _as_budget(getattr(estimator, "privacy_budget", None))
+        if self._budget is not None:
+            self._budget.check(planned_ledger(estimator), "this pipeline's fit")
         self.parts = [step if _skipped(step) else clone(step) for _, step in estimator.steps]
         self._index = -1
         self._part = None  # the server of the step being fitted
@@ -227,6 +235,17 @@ class PipelineServer(Server):
 
     def _commit(self):
         estimator = self.estimator
+        fitted = types.SimpleNamespace(
+            steps=[(name, part) for (name, _), part in zip(estimator.steps, self.parts)])
+        by_step, privacy = spent_ledgers(fitted)
+        # a pipeline reports privacy when a step is private or a budget is set
+        private = self._budget is not None or any(
+            "_privacy" in part.__dict__ for _, part in release_parts("", fitted))
+        if self._budget is not None:
+            self._budget.charge(privacy, "this pipeline's fit")
+            delta = self._budget.delta
+        else:
+            delta = min(sum(d for _, d in by_step.values()), 0.5) if by_step else 0.0
         ledger = self._ledger
         ledger.n_parameters = sum(
             part.communication_.n_parameters for part in self.parts
@@ -236,6 +255,23 @@ class PipelineServer(Server):
         estimator.communication_ = ledger
         estimator.clients_ = known_labels([], self._sites)
         estimator.n_clients_ = len(estimator.clients_)
+        for name in ("_privacy", "_privacy_delta", "privacy_spent_by_step_"):
+            estimator.__dict__.pop(name, None)
+        if private:
+            estimator._privacy, estimator._privacy_delta = privacy, delta
+            estimator.privacy_spent_by_step_ = {
+                name: (part_ledger.epsilon(d) if d > 0 else math.inf, d)
+                for name, (part_ledger, d) in by_step.items()}
+
+
+def _as_budget(budget):
+    """A :class:`PrivacyBudget` from ``privacy_budget`` (None, a budget, or ``(epsilon, delta)``)."""
+    if budget is None or isinstance(budget, PrivacyBudget):
+        return budget
+    if isinstance(budget, tuple) and len(budget) == 2:
+        return PrivacyBudget(*budget)
+    raise ValueError(f"privacy_budget must be None, a PrivacyBudget or (epsilon, delta); "
+                     f"got {budget!r}.")
 
 
 class FederatedPipeline(FederatedCompositeMixin, Pipeline):
@@ -266,6 +302,12 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
         Pipeline's; ``memory`` is not used (steps are fitted on copies,
         then committed together); ``verbose`` prints Pipeline's line as
         each step is fitted.
+    privacy_budget : PrivacyBudget or tuple (epsilon, delta), default=None
+        The total the private releases of every step may spend: checked
+        before any step releases anything, and charged when fitted (a
+        :class:`~sklearn_fed.privacy.PrivacyBudget` is shared by the clones a
+        search makes, so every candidate is charged to it). A step that is
+        not differentially private releases exact statistics: infinite epsilon.
 
     Attributes
     ----------
@@ -274,6 +316,15 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
         its messages without the pipeline's envelope).
     clients_ : ndarray of shape (`n_clients_`,)
     n_clients_ : int
+    privacy_spent_ : tuple of (float, float)
+        Set when a step is differentially private or a budget is given:
+        ``(epsilon, delta)`` of every step's releases composed (the Gaussian
+        releases exactly, as one Gaussian mechanism; the deltas of noisy
+        selections added), at the budget's delta or else the sum of the
+        steps' deltas; ``inf`` when a step released exact statistics.
+    privacy_spent_by_step_ : dict
+        ``{step name: (epsilon, delta)}`` of each step alone (nested parts
+        named ``step__part``).
 
     See Also
     --------
@@ -296,6 +347,25 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
 
     _server_role = PipelineServer
     _client_role = PipelineClient
+    _parameter_constraints: dict = {**Pipeline._parameter_constraints,
+                                    "privacy_budget": [None, tuple, PrivacyBudget]}
+
+    def __init__(self, steps, *, transform_input=None, memory=None, verbose=False,
+                 privacy_budget=None):
+        super().__init__(steps, transform_input=transform_input, memory=memory,
+                         verbose=verbose)
+        self.privacy_budget = privacy_budget
+
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every step's releases, composed (see the class docstring)."""
+        privacy = self.__dict__.get("_privacy")
+        if privacy is None:
+            raise AttributeError("privacy_spent_ is set by fit when a step is differentially "
+                                 "private or privacy_budget is given.")
+        delta = self._privacy_delta
+        return (privacy.epsilon(delta) if delta > 0 else
+                (0.0 if len(privacy) == 0 else math.inf)), delta
 
     @property
     def _exact_federation(self):
@@ -404,7 +474,7 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
         return self
 
 
-def make_federated_pipeline(*steps, memory=None, verbose=False):
+def make_federated_pipeline(*steps, memory=None, verbose=False, privacy_budget=None):
     """A :class:`FederatedPipeline` from federated estimators, names generated as by make_pipeline.
 
     Examples
@@ -417,4 +487,5 @@ def make_federated_pipeline(*steps, memory=None, verbose=False):
     from sklearn.pipeline import make_pipeline
 
     template = make_pipeline(*steps, memory=memory, verbose=verbose)
-    return FederatedPipeline(template.steps, memory=memory, verbose=verbose)
+    return FederatedPipeline(template.steps, memory=memory, verbose=verbose,
+                             privacy_budget=privacy_budget)

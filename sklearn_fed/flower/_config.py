@@ -28,6 +28,12 @@ from ..compose import FederatedColumnTransformer
 from ..datasets import load_site_data
 from ..pipeline import FederatedPipeline
 from ..protocol import FederatedMixin, SitePolicy, plain_label
+from ..protocol._policy import (
+    DEFAULT_MAX_LEVELS,
+    DEFAULT_MAX_PARAMETERS_PER_ROW,
+    DEFAULT_MIN_COUNT,
+    DEFAULT_MIN_ROWS,
+)
 from ._trust import check_depth
 
 __all__ = [
@@ -65,6 +71,8 @@ NODE_CONFIG_KEYS = (
     "site", "data-path", "target", "features", "weight-column", "round-column", "key-file",
     "min-rows", "max-epsilon", "allowed-features", "allowed-kinds", "columns-in-order",
     "worker-socket",
+    # disclosure rules (SitePolicy); absent: the defaults, 0: off
+    "min-count", "max-parameters-per-row", "max-levels", "exact-extremes",
 )
 
 _ARRAY_TAG = "ndarray"
@@ -449,9 +457,17 @@ class NodeSettings:
             text = config.get(key)
             return None if not text else [p.strip() for p in str(text).split(",") if p.strip()]
 
+        def rule(key, default, kind):  # absent: SitePolicy's default; 0: the rule is off
+            return _number(config, key, default, kind, 0) or None
+
         max_epsilon = config.get("max-epsilon")
         policy = SitePolicy(
-            min_rows=_number(config, "min-rows", 0, int, 0) or None,
+            min_rows=rule("min-rows", DEFAULT_MIN_ROWS, int),
+            min_count=rule("min-count", DEFAULT_MIN_COUNT, int),
+            max_parameters_per_row=rule("max-parameters-per-row",
+                                        DEFAULT_MAX_PARAMETERS_PER_ROW, float),
+            max_levels=rule("max-levels", DEFAULT_MAX_LEVELS, int),
+            exact_extremes=_flag(config, "exact-extremes"),
             max_epsilon=None if max_epsilon is None else _number(config, "max-epsilon", 0.0,
                                                                  float, 0.0),
             allowed_features=listed("allowed-features"),

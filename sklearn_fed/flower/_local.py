@@ -192,6 +192,9 @@ class LocalFederation:
         Start one site worker per SuperNode (the sites' tasks are answered
         there, with the run's client role kept in memory between rounds);
         ``False``: every message is answered in its own ClientApp process.
+    node_config : dict, default=None
+        Node-config keys given to every site, e.g. its policy's disclosure
+        rules (``{"max-parameters-per-row": 0}``; see :doc:`/disclosure`).
 
     Attributes
     ----------
@@ -209,7 +212,8 @@ class LocalFederation:
     """
 
     def __init__(self, sites, *, target=None, features=None, weight=None, keys=True,
-                 workdir=None, startup_timeout=120.0, tls=True, node_auth=True, workers=True):
+                 workdir=None, startup_timeout=120.0, tls=True, node_auth=True, workers=True,
+                 node_config=None):
         self.sites = {  # numpy scalars (e.g. from np.unique) become plain labels
             label.item() if isinstance(label, np.generic) else label: data
             for label, data in dict(sites).items()
@@ -225,6 +229,7 @@ class LocalFederation:
             raise ValueError("site labels must be distinct (as text: 1 and '1' collide).")
         self.target, self.features, self.weight = target, features, weight
         self.keys = keys
+        self.node_config = dict(node_config or {})
         self.startup_timeout = float(startup_timeout)
         self.tls, self.node_auth, self.workers = bool(tls), bool(node_auth), bool(workers)
         self._workers = {}
@@ -327,7 +332,8 @@ class LocalFederation:
             self._keys_file = ""
         self._node_configs = {}
         for index, (label, data) in enumerate(self.sites.items()):
-            config = {"site": label, "data-path": self._write_data(index, label, data)}
+            config = {**self.node_config, "site": label,
+                      "data-path": self._write_data(index, label, data)}
             if isinstance(data, dict) and data.get("rounds") is not None:
                 config["round-column"] = "round"  # where save_site_data puts the rounds
             if isinstance(data, (str, os.PathLike)):

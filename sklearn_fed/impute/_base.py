@@ -11,6 +11,8 @@ from ..preprocessing._base import (
     TransformerClient,
 )
 from ..protocol import (
+    CountedColumns,
+    CountedValues,
     InvalidClientMessage,
     decode_state,
     decode_values,
@@ -39,6 +41,11 @@ class SimpleImputerClient(TransformerClient):
     """
 
     protocol = "impute.simple_imputer"
+    # A column mean of fewer rows than the site policy's min_count is not sent
+    # (the column counts as missing there); most_frequent's values counted fewer
+    # times are left out of its histogram.
+    disclosure = (CountedColumns("n_samples", ("weight_sum", "mean")),
+                  CountedValues("values", counts="k{i}"))
 
     def compute(self, task, X, y, sample_weight, rows):
         estimator = self.estimator
@@ -133,8 +140,10 @@ class SimpleImputerServer(OneRoundServer):
                 distinct = _unique(values).size == values.size
             except TypeError:
                 distinct = False
-            if not distinct or counts.sum() != moments.n_samples[i]:
-                fail(f"column {i}: values must be distinct and counted once per present row.")
+            # below the present rows when the site's policy suppressed rare values
+            if not distinct or counts.sum() > moments.n_samples[i]:
+                fail(f"column {i}: values must be distinct and counted at most once per "
+                     "present row.")
             parsed.append((values, counts))
         return parsed
 
@@ -166,7 +175,10 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
     sets ``statistics_`` and the ``indicator_`` of ``add_indicator=True``
     (columns with a missing value) as SimpleImputer on the pooled rows.
     ``"median"`` is not offered: an exact pooled median needs the sites'
-    values, not a fixed-size aggregate.
+    values, not a fixed-size aggregate. A deployed site's
+    :class:`~sklearn_fed.protocol.SitePolicy` leaves out of its histogram the
+    values it holds fewer than ``min_count`` times, and the mean of a column
+    with fewer values (see :doc:`/disclosure`).
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 
@@ -262,6 +274,11 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         # empty encoding would be a float index
         parts = [(values, counts) for values, counts in parts if values.size]
         values = np.concatenate([v for v, _ in parts])
+        if values.size == 0:
+            raise ValueError(
+                "most_frequent: no site released a value of a column with present values "
+                "(each was seen fewer times than the sites' disclosure threshold min_count); "
+                "use strategy='mean' or 'constant' there.")
         union = _unique(values)
         total = np.zeros(union.shape[0], dtype=np.int64)
         for site_values, counts in parts:

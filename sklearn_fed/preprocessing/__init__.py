@@ -2,5 +2,12 @@
 
 from ._data import FederatedMinMaxScaler, FederatedStandardScaler
 from ._encoders import FederatedOneHotEncoder
+from ._private import PrivateFederatedOneHotEncoder, PrivateFederatedStandardScaler
 
-__all__ = ["FederatedMinMaxScaler", "FederatedOneHotEncoder", "FederatedStandardScaler"]
+__all__ = [
+    "FederatedMinMaxScaler",
+    "FederatedOneHotEncoder",
+    "FederatedStandardScaler",
+    "PrivateFederatedOneHotEncoder",
+    "PrivateFederatedStandardScaler",
+]

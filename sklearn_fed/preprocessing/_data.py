@@ -13,7 +13,13 @@ from .._compat import (
     _is_constant_feature,
     validate_data,
 )
-from ..protocol import InvalidClientMessage, atomic, sorted_labels
+from ..protocol import (
+    ColumnExtremes,
+    CountedColumns,
+    InvalidClientMessage,
+    atomic,
+    sorted_labels,
+)
 from ..protocol._fields import reply_values, reply_within_dtype
 from ..statistics import ColumnMoments
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
@@ -37,6 +43,8 @@ class StandardScalerClient(TransformerClient):
     """
 
     protocol = "preprocessing.standard_scaler"
+    # Column moments of fewer rows than the site policy's min_count are not sent.
+    disclosure = (CountedColumns("n_samples", ("weight_sum", "mean", "m2")),)
 
     def compute(self, task, X, y, sample_weight, rows):
         order = self.estimator._moments_order()
@@ -218,6 +226,8 @@ class MinMaxScalerClient(TransformerClient):
     """A site of :class:`FederatedMinMaxScaler`: per column, its minimum and maximum value."""
 
     protocol = "preprocessing.minmax_scaler"
+    # Extremes are single rows' values: exact only where the site's policy opts in.
+    disclosure = (ColumnExtremes("data_min", "data_max"),)
 
     def compute(self, task, X, y, sample_weight, rows):
         X, _ = self._site_rows(X, None, rows)
@@ -279,7 +289,10 @@ class FederatedMinMaxScaler(FederatedTransformerMixin, MinMaxScaler):
     exactly as MinMaxScaler on the pooled rows. Unlike moments, an extreme
     is the value of one row: the model itself is made of such values, so
     a federated MinMaxScaler cannot hide them (use
-    :class:`FederatedStandardScaler` where that matters).
+    :class:`FederatedStandardScaler` where that matters). A deployed site
+    sends them only if its :class:`~sklearn_fed.protocol.SitePolicy` has
+    ``exact_extremes=True``; by default it sends its ``min_count``-th smallest
+    and largest values rounded outward (see :doc:`/disclosure`).
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 

@@ -12,7 +12,7 @@ from .._compat import (
     is_scalar_nan,
     validate_data,
 )
-from ..protocol import decode_values, encode_values, sorted_labels
+from ..protocol import CountedValues, decode_values, encode_values, sorted_labels
 from ..protocol._fields import reply_dtype
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
@@ -54,18 +54,19 @@ class OneHotEncoderClient(TransformerClient):
     """
 
     protocol = "preprocessing.onehot_encoder"
+    # Categories counted fewer than the site policy's min_count times are not sent
+    # (suppressed); the counts travel only when infrequent categories are grouped.
+    disclosure = (CountedValues("columns", counts="n{i}",
+                                send_counts=lambda role: role.estimator._needs_counts()),)
 
     def compute(self, task, X, y, sample_weight, rows):
         X, _ = self._site_rows(X, None, rows)
-        counts = self.estimator._needs_counts()
         columns, n_samples, _ = self.estimator._check_X(X, ensure_all_finite="allow-nan")
         fields, arrays = {"n_samples": int(n_samples), "columns": []}, {}
         for i, column in enumerate(columns):
-            result = _unique(column, return_counts=counts)
-            categories, frequency = result if counts else (result, None)
+            categories, frequency = _unique(column, return_counts=True)
             fields["columns"].append(encode_values(categories, f"c{i}", arrays))
-            if counts:
-                arrays[f"n{i}"] = np.asarray(frequency, dtype=np.int64)
+            arrays[f"n{i}"] = np.asarray(frequency, dtype=np.int64)
         return fields, arrays
 
 
@@ -101,13 +102,15 @@ class OneHotEncoderServer(OneRoundServer):
                      "dtype.")
             if counts:
                 frequency = frame.arrays[f"n{i}"]
+                # below n_samples when the site's policy suppressed rare categories
                 if (frequency.dtype != np.int64 or frequency.shape != categories.shape
-                        or np.any(frequency < 1) or frequency.sum() != n):
-                    fail(f"column {i}: counts must be positive and add up to n_samples.")
+                        or np.any(frequency < 1) or frequency.sum() > n):
+                    fail(f"column {i}: counts must be positive and add up to n_samples "
+                         "at most.")
             else:
                 frequency = None
-            if categories.size == 0 or categories.size > n:
-                fail(f"column {i}: between 1 and n_samples categories expected.")
+            if categories.size > n:
+                fail(f"column {i}: at most n_samples categories expected.")
             try:
                 if _unique(categories).size != categories.size:
                     fail(f"column {i}: its categories are not distinct.")
@@ -143,7 +146,11 @@ class FederatedOneHotEncoder(FederatedTransformerMixin, OneHotEncoder):
     infrequent-category mappings with OneHotEncoder's own code, so
     ``handle_unknown``, ``drop``, ``min_frequency`` and ``max_categories``
     behave exactly as on the pooled rows. Category sets are what this model
-    is made of; they are the only thing a site reveals.
+    is made of; they are the only thing a site reveals. A deployed site's
+    :class:`~sklearn_fed.protocol.SitePolicy` suppresses categories it holds
+    fewer than ``min_count`` times (3 by default): they are then unknown to
+    the model (``handle_unknown="ignore"`` encodes them as zeros); see
+    :doc:`/disclosure`.
 
     Read more in the :ref:`User Guide <federated_pipelines>`.
 
@@ -206,6 +213,11 @@ max_categories, feature_name_combiner
         categories_, all_counts = [], []
         for i, parts in enumerate(columns):
             seen = np.concatenate([categories for categories, _ in parts])
+            if seen.size == 0 and self.categories == "auto":
+                raise ValueError(
+                    f"column {i}: no site released a category (each was seen fewer times "
+                    "than the sites' disclosure threshold min_count); pass categories=, or "
+                    "fit with sites that hold more rows of each category.")
             if self.categories == "auto":
                 categories = _unique(seen)
             else:

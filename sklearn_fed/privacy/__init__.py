@@ -2,6 +2,7 @@
 
 from ._accounting import PrivacyLedger, composed_noise_multiplier
 from ._bounds import ClippingWarning, RangeScaler
+from ._budget import PrivacyBudget
 from ._calibration import (
     analytic_gaussian_std,
     classic_gaussian_std,
@@ -25,6 +26,7 @@ def __getattr__(name):
 __all__ = [
     "ClippingWarning",
     "MaskingKey",
+    "PrivacyBudget",
     "PrivacyLedger",
     "RangeScaler",
     "SecureAggregator",

@@ -68,7 +68,10 @@ class PrivacyLedger:
     clients. Full-batch releases compose in closed form (see the module
     docstring): ``record`` is O(1) and ``epsilon`` costs one call of the
     analytic Gaussian curve, however many releases there were. A release with
-    no noise (multiplier 0) makes the total infinite.
+    no noise (multiplier 0) makes the total infinite. A release may also
+    spend a fixed ``extra_delta`` (values released above a noisy threshold);
+    ``epsilon(delta)`` is then that of the Gaussian releases at ``delta``
+    minus the extra deltas.
 
     Examples
     --------
@@ -88,8 +91,11 @@ class PrivacyLedger:
         self._noiseless = False
         self._sampled = Counter()  # (multiplier, probability) -> count
         self._epsilons = {}  # delta -> epsilon of the releases recorded so far
+        # delta spent outside the Gaussian curve (thresholded selection of released
+        # values): it adds to the delta of every guarantee.
+        self.extra_delta = 0.0
 
-    def record(self, noise_multiplier, count=1, *, sampling_probability=1.0):
+    def record(self, noise_multiplier, count=1, *, sampling_probability=1.0, extra_delta=0.0):
         """Add ``count`` Gaussian releases with this noise multiplier (0: no noise).
 
         Parameters
@@ -101,7 +107,12 @@ class PrivacyLedger:
         sampling_probability : float, default=1.0
             Probability with which each record takes part in a release
             (Poisson subsampling); 1 for a release over every row.
+        extra_delta : float, default=0.0
+            Delta each release spends besides its Gaussian noise (a value
+            released only above a noisy threshold); adds up.
         """
+        if not 0 <= extra_delta < 1:
+            raise ValueError(f"extra_delta must be in [0, 1); got {extra_delta!r}.")
         if not noise_multiplier >= 0:
             raise ValueError(f"noise_multiplier must be >= 0; got {noise_multiplier!r}.")
         if not (isinstance(count, (int, np.integer)) and count >= 0):
@@ -114,6 +125,7 @@ class PrivacyLedger:
             return
         self._epsilons = {}
         self._count += int(count)
+        self.extra_delta += int(count) * float(extra_delta)
         if noise_multiplier == 0:
             self._noiseless = True
         elif sampling_probability == 1:
@@ -143,6 +155,8 @@ class PrivacyLedger:
         """
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1); got {delta!r}.")
+        if self._count and not delta > self.extra_delta:
+            return math.inf  # the selections alone spend this delta
         if delta not in self._epsilons:
             self._epsilons[delta] = self._epsilon(delta)
         return self._epsilons[delta]
@@ -150,6 +164,7 @@ class PrivacyLedger:
     def _epsilon(self, delta):
         if self._count == 0:
             return 0.0
+        delta = delta - self.extra_delta  # what the Gaussian releases may spend
         if self._noiseless:
             return math.inf
         dp_accounting = import_dp_accounting()
@@ -191,4 +206,32 @@ class PrivacyLedger:
         other = PrivacyLedger()
         other._count, other._inverse_squares = self._count, self._inverse_squares
         other._noiseless, other._sampled = self._noiseless, Counter(self._sampled)
+        other.extra_delta = self.extra_delta
         return other
+
+    def compose(self, other):
+        """A new ledger of this ledger's releases and ``other``'s (on the same rows).
+
+        Examples
+        --------
+        >>> a, b = PrivacyLedger(), PrivacyLedger()
+        >>> a.record(2.0); b.record(2.0)
+        >>> round(a.compose(b).noise_multiplier, 6), len(a.compose(b))
+        (1.414214, 2)
+        """
+        total = self.copy()
+        total._count += other._count
+        total._inverse_squares += other._inverse_squares
+        total._noiseless = total._noiseless or other._noiseless
+        total._sampled.update(other._sampled)
+        total.extra_delta += other.extra_delta
+        return total
+
+    def multipliers(self):
+        """``[(noise_multiplier, sampling_probability, count)]`` of the recorded releases,
+        full-batch ones as the one multiplier they compose to (for other accountants)."""
+        entries = [(m, q, k) for (m, q), k in sorted(self._sampled.items())]
+        full = self._count - sum(self._sampled.values())
+        if full:
+            entries.insert(0, (self.noise_multiplier, 1.0, 1))
+        return entries

@@ -10,7 +10,9 @@ with the messages travelling as bytes (see :doc:`/deploying`).
   (versioned, schema-carrying, checksummed or HMAC-authenticated, no pickle).
 - :class:`Server`, :class:`Client`: the roles, subclassed per estimator family
   (:class:`BlockwiseClient` for answers that are reductions over rows).
-- :class:`SitePolicy`: what a site agrees to compute.
+- :class:`SitePolicy`: what a site agrees to compute and release (disclosure
+  rules applied to every reply, from what each role declares:
+  :class:`CountedValues`, :class:`CountedColumns`, :class:`ColumnExtremes`).
 - :class:`FeatureSchema`: the features a task expects.
 - :func:`run_rounds`: the one round loop; a :class:`Transport` carries each
   round (:class:`BytesTransport`: sites in this process through bytes).
@@ -19,10 +21,11 @@ with the messages travelling as bytes (see :doc:`/deploying`).
   attributes on the wire; :func:`nest`: a step's message inside a pipeline's.
 """
 
+from ._disclosure import ColumnExtremes, CountedColumns, CountedValues
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
 from ._nested import nest, unnest
-from ._policy import SitePolicy
+from ._policy import SitePolicy, simulated_policy
 from ._replies import FoldedReplies
 from ._roles import BlockwiseClient, Client, FederatedMixin, Server
 from ._runtime import BytesTransport, RowsElsewhere, Transport, run_rounds
@@ -43,7 +46,10 @@ __all__ = [
     "BlockwiseClient",
     "BytesTransport",
     "Client",
+    "ColumnExtremes",
     "CommunicationLedger",
+    "CountedColumns",
+    "CountedValues",
     "FeatureSchema",
     "FederatedMixin",
     "FoldedReplies",
@@ -71,6 +77,7 @@ __all__ = [
     "run_rounds",
     "run_simulation",
     "simulate_through_bytes",
+    "simulated_policy",
     "sorted_labels",
     "unnest",
 ]

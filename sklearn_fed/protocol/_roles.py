@@ -44,8 +44,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ._disclosure import screen_reply
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger
+from ._policy import SitePolicy, current_simulated_policy
 from ._replies import FoldedReplies, FramesOnDemand
 from ._schema import (
     FeatureSchema,
@@ -85,7 +87,7 @@ class Client(ABC):
         Shared key of this site (at least 16 bytes): tasks must be signed
         with it, and replies are.
     policy : SitePolicy, default=None
-        Tasks this site refuses.
+        What the site refuses and releases; ``None``: ``SitePolicy()`` in :meth:`respond`.
     site : hashable, default=None
         This site's label; when set, a task addressed to another site is refused.
     """
@@ -108,6 +110,9 @@ class Client(ABC):
     def describes_targets(cls):
         """Whether every reply describes targets (True), none does (False), or either (None)."""
         return True if cls.needs_y else cls.targets_in_reply
+    #: What a reply is made of, for the site's disclosure rules (``CountedValues``,
+    #: ``CountedColumns``, ``ColumnExtremes``; see :doc:`/disclosure`).
+    disclosure = ()
 
     def __init__(self, estimator, *, key=None, policy=None, site=None):
         self.estimator = estimator
@@ -180,9 +185,23 @@ class Client(ABC):
                 self.policy is not None and self.policy.columns_in_order):
             raise ValueError(unnamed_columns_message(schema, task.site))
         X, y, sample_weight, names = self.check_rows(X, y, sample_weight, schema, task.site)
-        if self.policy is not None:
-            self.policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
-        return self.reply(task, X, y, sample_weight, None, names)
+        # A deployed site applies its policy, the DataSHIELD-like defaults when given none.
+        policy = SitePolicy() if self.policy is None else self.policy
+        policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
+        self._in_force = policy  # what a composite's parts apply (see policy_in_force)
+        try:
+            return self.screened_reply(policy, task, X, y, sample_weight, None, names)
+        finally:
+            del self._in_force
+
+    def policy_in_force(self):
+        """The policy replies are screened with now (None: nothing held back): in :meth:`respond`
+        the site's (``SitePolicy()`` if none); in ``fit``'s simulation its own or
+        :func:`~sklearn_fed.protocol.simulated_policy`'s."""
+        in_force = self.__dict__.get("_in_force")
+        if in_force is not None:
+            return in_force
+        return self.policy if self.policy is not None else current_simulated_policy()
 
     def check_rows(self, X, y, sample_weight, schema, site):
         """Validate this site's rows against the task's schema, before anything is computed.
@@ -212,8 +231,26 @@ class Client(ABC):
 
     def reply(self, task, X, y, sample_weight, rows, names):
         """Build the reply frame; ``rows`` selects this site's rows of a shared ``X``."""
-        fields, arrays = self.compute(task, X, y, sample_weight, rows)
-        return self.reply_frame(task, X, y, names, fields, arrays)
+        return self.screened_reply(self.policy_in_force(), task, X, y, sample_weight, rows,
+                                   names)
+
+    def screened_reply(self, policy, task, X, y, sample_weight, rows, names):
+        """The reply frame, with ``policy``'s disclosure rules applied before it leaves."""
+        frame = self.reply_frame(task, X, y, names, *self.compute(task, X, y, sample_weight, rows))
+        if policy is None and not self.disclosure:
+            return frame
+        return screen_reply(self, policy, task, frame, X, rows, count_rows(X.shape[0], rows))
+
+    def released_parameters(self, task, frame):
+        """Model parameters the reply fits (the policy's parameters-per-row rule): by default
+        ``(n_features + 1) * n_targets`` when supervised (a model fit), else None."""
+        schema = frame.schema or {}
+        return (int(schema.get("n_features", 0)) + 1) * max(
+            1, int(schema.get("n_targets", 1))) if self.needs_y else None
+
+    def reads_rows(self, task):
+        """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
+        return True
 
     def reply_frame(self, task, X, y, names, fields, arrays):
         """The reply frame to ``task`` carrying ``fields`` and ``arrays``."""
@@ -322,10 +359,6 @@ class BlockwiseClient(Client):
         is not replaced), so its rows may be summarized in blocks."""
         owner = next(base for base in cls.__mro__ if "compute" in base.__dict__)
         return owner is BlockwiseClient
-
-    def reads_rows(self, task):
-        """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
-        return True
 
     @abstractmethod
     def summarize(self, task, X, y, sample_weight, rows):

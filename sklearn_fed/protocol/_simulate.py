@@ -250,7 +250,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     round must run site by site.
     """
     if not (isinstance(X, np.ndarray) and sample_weight is None and client.key is None
-            and client.policy is None and not server.keys and len(labels) > 1):
+            and client.policy_in_force() is None and not server.keys and len(labels) > 1):
         return False
     plan = server.next_plan(labels) if server.pools_round(None) else {}
     if not plan:

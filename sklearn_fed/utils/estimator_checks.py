@@ -43,6 +43,7 @@ from .._clients import group_rows_by_client
 from ..protocol import (
     BytesTransport,
     InvalidClientMessage,
+    SitePolicy,
     decode,
     encode,
     run_rounds,
@@ -76,7 +77,7 @@ def _data(estimator, n=90, d=4, seed=0):
 
 
 def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=None,
-                         tamper=None, max_rounds=None):
+                         tamper=None, max_rounds=None, policy=None):
     """Drive ``estimator``'s roles with bytes, one site per client label.
 
     Parameters
@@ -90,6 +91,10 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
         ``tamper(site, reply_bytes) -> bytes``, applied to every reply.
     max_rounds : int, default=None
         Stop after this many rounds (streaming protocols never finish).
+    policy : SitePolicy, default=None
+        Every site's policy. ``None``: :meth:`SitePolicy.permissive
+        <sklearn_fed.protocol.SitePolicy.permissive>`, as the sites that
+        ``fit`` simulates, so that the run and ``fit`` can be compared.
 
     Returns
     -------
@@ -106,7 +111,9 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
     if columns is not None and all(isinstance(c, str) for c in columns):
         named["feature_names"] = [str(c) for c in columns]
     server = estimator.make_server(keys=keys, max_rounds=max_rounds, **named)
-    sites = {label: estimator.make_client(key=keys.get(label)) for label in labels}
+    policy = SitePolicy.permissive() if policy is None else policy
+    sites = {label: estimator.make_client(key=keys.get(label), policy=policy)
+             for label in labels}
     data = {}
     for label, r in zip(labels, rows):
         weight = None if sample_weight is None else sample_weight[r]
@@ -341,7 +348,9 @@ def check_hostile_replies_are_refused(estimator, max_rounds_attacked=2):
     index = dict(zip(labels, rows))
     target = labels[1]
     server = clone(estimator).make_server(max_rounds=_rounds_of(estimator))
-    sites = {label: server.estimator.make_client() for label in labels}
+    # permissive sites, as fit's: the check is about what the server accepts
+    sites = {label: server.estimator.make_client(policy=SitePolicy.permissive())
+             for label in labels}
     tasks = server.next_tasks(labels)
     for _ in range(max_rounds_attacked):
         if not tasks:

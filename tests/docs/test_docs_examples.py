@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["docs/deploying.rst", "docs/user_guide/pipelines.rst", "docs/developers.rst",
-         "docs/user_guide/evaluation.rst"]
+         "docs/user_guide/evaluation.rst", "docs/disclosure.rst"]
 TIME_LIMIT = 180
 
 

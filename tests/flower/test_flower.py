@@ -413,13 +413,19 @@ def task_identity():
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
 
 
+# Sites compared with the in-process fit release as fit's simulated sites do
+# (permissive; the default rules would refuse a 67-row streaming round of 64 features).
+PERMISSIVE_NODE = {"min-rows": 0, "min-count": 0, "max-parameters-per-row": 0.0,
+                   "max-levels": 0, "exact-extremes": True}
+
+
 def _node_configs(tmp_path, sites, keys=None, **extra):
     configs = []
     for site, data in sites.items():
         path = tmp_path / f"{site}.npz"
         save_site_data(path, data["X"], data["y"], rounds=data["rounds"])
         config = {"site": site, "data-path": str(path), "round-column": "round",
-                  **extra.get(site, {})}
+                  **PERMISSIVE_NODE, **extra.get(site, {})}
         if keys:
             (tmp_path / f"{site}.key").write_text(keys[site])
             config["key-file"] = str(tmp_path / f"{site}.key")
@@ -761,7 +767,7 @@ def _fit_side_by_side(federation, runs):
 def _differences_from_in_process(cases):
     """Fit ``cases`` on a new federation; what differs from the in-process fits."""
     sites = _site_rows()
-    with LocalFederation(sites) as federation:
+    with LocalFederation(sites, node_config=PERMISSIVE_NODE) as federation:
         fitted = _fit_side_by_side(federation, [
             ((estimator,), {"timeout": 600, "run_config": _flower_config(estimator)})
             for estimator in cases

@@ -559,7 +559,13 @@ def run_by_hand(estimator, X, y, clients, max_rounds=None):
     sites = sorted({label.item() for label in clients})
     rows = {site: np.flatnonzero(clients == site) for site in sites}
     server = estimator.make_server(n_features=X.shape[1], max_rounds=max_rounds)
-    roles = {site: estimator.make_client(site=site) for site in sites}
+    # Permissive sites: the corpus records the protocols' messages as they are built
+    # (a deployed site's default disclosure rules would hold some back; a checkout
+    # older than those rules has no permissive policy and holds nothing back).
+    from sklearn_fed.protocol import SitePolicy
+
+    policy = SitePolicy.permissive() if hasattr(SitePolicy, "permissive") else None
+    roles = {site: estimator.make_client(site=site, policy=policy) for site in sites}
     messages = []
     tasks = server.next_tasks(sites)
     for round_ in range(10_000):

@@ -17,7 +17,7 @@ from sklearn_fed import (
     InvalidClientMessage,
 )
 from sklearn_fed.linear_model._ridge_cv_client import CVClient
-from sklearn_fed.protocol import simulate_through_bytes
+from sklearn_fed.protocol import SitePolicy, simulate_through_bytes
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
 ALPHAS = (0.01, 0.3, 3.0, 30.0)
@@ -201,7 +201,8 @@ def _deploy(estimator, X, y, clients, folds=None, *, server_folds=None, n_folds=
     server.n_folds = n_folds
     if server_folds is not None:
         server.folds = {site: server_folds[clients == site] for site in labels}
-    make_client = client_role or estimator.make_client
+    make_client = client_role or (  # permissive sites: small ones, compared with fit
+        lambda folds: estimator.make_client(folds=folds, policy=SitePolicy.permissive()))
     sites = {site: make_client(folds=None if folds is None else folds[clients == site])
              for site in labels}
     tasks = server.next_tasks(labels)
@@ -362,7 +363,7 @@ def test_site_fold_statistics_beyond_its_rows_are_refused():
     estimator = FederatedRidgeCV(cv=3)
 
     def make_client(folds=None):
-        client = estimator.make_client(folds=folds)
+        client = estimator.make_client(folds=folds, policy=SitePolicy.permissive())
         original = client._statistics
 
         def statistics(task, X, y, sample_weight, folds):
@@ -528,7 +529,8 @@ def test_robust_aggregation_guards_the_cv_server_too():
                                        on_invalid="drop")
         tasks = server.next_tasks(list(sites))
         while tasks:
-            replies = {s: estimator.make_client().respond(tasks[s], *sites[s]) for s in tasks}
+            replies = {s: estimator.make_client(policy=SitePolicy.permissive()).respond(tasks[s], *sites[s])
+                       for s in tasks}
             server.receive(replies)
             tasks = server.next_tasks(list(sites))
         assert "evil" in server.dropped_ and "evil" not in estimator.clients_.tolist()

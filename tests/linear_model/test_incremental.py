@@ -15,6 +15,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fed import IncrementalFederatedRidge
+from sklearn_fed.protocol import SitePolicy
 from sklearn_fed.simulation import elect_leader
 
 RTOL = 1e-8
@@ -392,7 +393,7 @@ def _hand_driven_stream(estimator, batches, keys=None):
     for X, y, clients in batches:
         labels = sorted(set(clients.tolist()) | {s for s, c in sites.items() if c.n_pending})
         for label in labels:
-            sites.setdefault(label, estimator.make_client(key=keys.get(label), site=label))
+            sites.setdefault(label, estimator.make_client(key=keys.get(label), site=label, policy=SitePolicy.permissive()))
         tasks = server.next_tasks(labels)
         replies = {}
         for site, task in tasks.items():
@@ -448,7 +449,7 @@ def test_site_keeps_rows_below_min_samples():
     X, y, _ = stream(n=12, d=3)
     estimator = IncrementalFederatedRidge(min_samples=5)
     server = estimator.make_server()
-    site = estimator.make_client(site="a")
+    site = estimator.make_client(site="a", policy=SitePolicy.permissive())
     for start in (0, 2):  # 2 + 2 rows: held by the site, the server gets counts only
         reply = site.respond(server.next_tasks(["a"])["a"], X[start : start + 2],
                              y[start : start + 2])
@@ -518,7 +519,7 @@ def _round_with_hostile_reply(X, y, change, **server_params):
 
     estimator = IncrementalFederatedRidge()
     server = estimator.make_server(**server_params)
-    sites = {s: estimator.make_client(site=s) for s in ("a", "b")}
+    sites = {s: estimator.make_client(site=s, policy=SitePolicy.permissive()) for s in ("a", "b")}
     tasks = server.next_tasks(["a", "b"])
     replies = {s: sites[s].respond(tasks[s], X[i::2], y[i::2]) for i, s in enumerate("ab")}
     replies["b"] = encode(_frame_of(replies["b"], **change))
@@ -534,7 +535,7 @@ def test_replies_are_client_statistics():
     X, y, _ = stream(n=40, d=6)
     estimator = IncrementalFederatedRidge()
     server = estimator.make_server()
-    site = estimator.make_client(site="a")
+    site = estimator.make_client(site="a", policy=SitePolicy.permissive())
     for rows, form in ((slice(0, 4), "factor"), (slice(4, 40), "gram")):
         reply = site.respond(server.next_tasks(["a"])["a"], X[rows], y[rows])
         frame = decode(reply)
@@ -626,7 +627,7 @@ def test_hostile_gram_replies_are_refused_naming_the_site(change, match):
 
     X, y, _ = stream(n=30, d=3)
     estimator = IncrementalFederatedRidge()
-    reply = estimator.make_client(site="b").respond(
+    reply = estimator.make_client(site="b", policy=SitePolicy.permissive()).respond(
         estimator.make_server().next_tasks(["b"])["b"], X[1::2], y[1::2])
     arrays = decode(reply).arrays
     assert "gram" in arrays  # 15 rows of 3 features: the Gram form
@@ -645,7 +646,7 @@ def test_hostile_reply_in_a_later_round_leaves_the_model_as_it_was():
     X, y, _ = stream(n=60, d=8)
     estimator = IncrementalFederatedRidge(random_state=0)
     server = estimator.make_server()
-    sites = {s: estimator.make_client(site=s) for s in ("a", "b")}
+    sites = {s: estimator.make_client(site=s, policy=SitePolicy.permissive()) for s in ("a", "b")}
 
     def round_of(rows, change=None):
         tasks = server.next_tasks(["a", "b"])
@@ -759,7 +760,7 @@ def test_each_failing_site_is_named_among_many():
     estimator = IncrementalFederatedRidge()
     server = estimator.make_server(on_invalid="drop")
     labels = ["a", "b", "c", "d"]
-    sites = {s: estimator.make_client(site=s) for s in labels}
+    sites = {s: estimator.make_client(site=s, policy=SitePolicy.permissive()) for s in labels}
     tasks = server.next_tasks(labels)
     replies = {s: sites[s].respond(tasks[s], X[i::4], y[i::4]) for i, s in enumerate(labels)}
     from sklearn_fed.protocol import encode

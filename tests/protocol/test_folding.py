@@ -11,6 +11,7 @@ from sklearn_fed.linear_model._federated_ridge import FederatedRidgeServer
 from sklearn_fed.protocol import (
     FoldedReplies,
     InvalidClientMessage,
+    SitePolicy,
     decode,
     encode,
     simulate_through_bytes,
@@ -60,7 +61,7 @@ def test_receive_unpacks_one_reply_at_a_time(peak_memory):
 
 def _round(estimator, X, y, clients, **kwargs):
     server = estimator.make_server(**kwargs)
-    client = estimator.make_client()
+    client = estimator.make_client(policy=SitePolicy.permissive())  # as fit's sites
     tasks = server.next_tasks(list(range(N_SITES)))
     replies = {s: client.respond(tasks[s], X[clients == s], y[clients == s]) for s in tasks}
     return server, replies

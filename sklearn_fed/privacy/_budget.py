@@ -1,0 +1,173 @@
+"""A privacy budget that every private release of a fit, a pipeline or a search is charged to.
+
+Every differentially private estimator of the package records its releases
+in a :class:`~sklearn_fed.privacy.PrivacyLedger`. A
+:class:`~sklearn_fed.pipeline.FederatedPipeline` composes its steps' ledgers
+into one (``privacy_spent_``); a :class:`PrivacyBudget` given to it as
+``privacy_budget`` is checked **before** any release (from what each step
+will release) and charged after. The budget object is shared, not copied,
+by :func:`sklearn.base.clone`, so a search over hyperparameters
+(``GridSearchCV(pipeline)``, run with ``n_jobs=None``) charges every
+candidate and every fold to the same budget and stops when it is spent.
+"""
+
+import math
+
+from ._accounting import PrivacyLedger
+from ._calibration import gaussian_noise_std
+
+__all__ = ["PrivacyBudget", "planned_ledger", "planned_release", "release_parts", "spent_ledgers"]
+
+
+class PrivacyBudget:
+    """A total ``(epsilon, delta)`` that private fits are charged to, refusing to exceed it.
+
+    Parameters
+    ----------
+    epsilon : float
+        Total epsilon allowed, > 0.
+    delta : float
+        The delta at which the total is measured, in (0, 1).
+
+    Attributes
+    ----------
+    ledger_ : PrivacyLedger
+        Every release charged so far, composed.
+    charges_ : list of (str, float)
+        What was charged (a description) and the total epsilon after it.
+
+    Examples
+    --------
+    >>> from sklearn_fed.privacy import PrivacyBudget, PrivacyLedger
+    >>> budget = PrivacyBudget(epsilon=1.5, delta=1e-5)
+    >>> release = PrivacyLedger()
+    >>> release.record(3.73)   # about epsilon=1 at delta=1e-5
+    >>> budget.charge(release, "first fit")
+    >>> round(budget.spent()[0], 2)
+    1.0
+    >>> budget.charge(release, "second fit")
+    >>> round(budget.spent()[0], 2)   # two releases compose to less than 2
+    1.47
+    >>> budget.charge(release, "third fit")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: privacy budget exceeded: third fit would bring the total to epsilon=1.8...
+    """
+
+    def __init__(self, epsilon, delta):
+        if not (isinstance(epsilon, (int, float)) and 0 < epsilon < math.inf):
+            raise ValueError(f"PrivacyBudget: epsilon must be positive and finite; got "
+                             f"{epsilon!r}.")
+        if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+            raise ValueError(f"PrivacyBudget: delta must be in (0, 1); got {delta!r}.")
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self.ledger_ = PrivacyLedger()
+        self.charges_ = []
+
+    def __deepcopy__(self, memo):
+        # clone() deep-copies parameters: a budget is shared by every clone of the
+        # estimator it is given to (the fits of a search), never copied.
+        return self
+
+    def spent(self):
+        """``(epsilon, delta)`` of everything charged so far."""
+        return self.ledger_.epsilon(self.delta), self.delta
+
+    def check(self, ledger, what):
+        """Raise ValueError when charging ``ledger`` would exceed the budget; nothing changes."""
+        total = self.ledger_.compose(ledger).epsilon(self.delta)
+        if not total <= self.epsilon:
+            raise ValueError(
+                f"privacy budget exceeded: {what} would bring the total to "
+                f"epsilon={total:.3g} at delta={self.delta:g}, over the budget's "
+                f"epsilon={self.epsilon:g} (spent so far: {self.spent()[0]:.3g}). "
+                "What you can do: lower the private steps' epsilon, release fewer "
+                "statistics (fewer private steps or candidates), or give a larger budget."
+            )
+        return total
+
+    def charge(self, ledger, what):
+        """Add ``ledger``'s releases, after :meth:`check`."""
+        total = self.check(ledger, what)
+        self.ledger_ = self.ledger_.compose(ledger)
+        self.charges_.append((str(what), total))
+
+    def __repr__(self):
+        return f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r})"
+
+
+def planned_release(estimator):
+    """``(noise_multiplier, extra_delta)`` of one ``fit`` of a private estimator, or None.
+
+    Read from its parameters before it runs (the multiplier of a Gaussian
+    release calibrated for (epsilon, delta) does not depend on the
+    sensitivity): an estimator defines ``_planned_release()``, or is
+    private as :class:`~sklearn_fed.PrivateFederatedRidge` (one Gaussian
+    release at its ``epsilon``, ``delta`` and ``calibration``).
+    """
+    plan = getattr(estimator, "_planned_release", None)
+    if plan is not None:
+        return plan()
+    if isinstance(getattr(type(estimator), "privacy_spent_", None), property) and all(
+            hasattr(estimator, name) for name in ("epsilon", "delta")):
+        epsilon = estimator.epsilon
+        if epsilon == math.inf:
+            return 0.0, 0.0
+        calibration = getattr(estimator, "calibration", "analytic")
+        return gaussian_noise_std(epsilon, estimator.delta, 1.0, calibration=calibration), 0.0
+    return None
+
+
+def release_parts(name, estimator):
+    """``[(name, part)]``: the parts of ``estimator`` that release statistics of rows.
+
+    A pipeline's steps and a column transformer's transformers are searched
+    (names joined by ``__``); ``"passthrough"``, ``"drop"``, ``None`` and
+    what is not federated (a fitted passthrough runs at the site) release
+    nothing.
+    """
+    if estimator is None or isinstance(estimator, str):
+        return []
+    steps = getattr(estimator, "steps", None)
+    if isinstance(steps, list):
+        return [part for step_name, step in steps
+                for part in release_parts(f"{name}__{step_name}" if name else step_name, step)]
+    parts = getattr(estimator, "transformers_", None) or getattr(estimator, "transformers", None)
+    if isinstance(parts, list):
+        return [part for entry in parts
+                for part in release_parts(f"{name}__{entry[0]}" if name else entry[0], entry[1])]
+    return [(name, estimator)] if hasattr(estimator, "make_server") else []
+
+
+def planned_ledger(estimator):
+    """The ledger of one ``fit`` of every part of ``estimator``, before it runs.
+
+    A part without a private release (:func:`planned_release` is None)
+    releases exact statistics: a release without noise (infinite epsilon).
+    """
+    ledger = PrivacyLedger()
+    for _, part in release_parts("", estimator):
+        plan = planned_release(part)
+        multiplier, extra = (0.0, 0.0) if plan is None else plan
+        ledger.record(multiplier, extra_delta=extra)
+    return ledger
+
+
+def spent_ledgers(estimator):
+    """``({name: (ledger, delta)}, composed ledger)`` of a fitted ``estimator``'s parts.
+
+    A part without a privacy ledger released exact statistics (infinite epsilon).
+    """
+    by_part, total = {}, PrivacyLedger()
+    for name, part in release_parts("", estimator):
+        ledger = part.__dict__.get("_privacy")
+        if ledger is None:
+            ledger = PrivacyLedger()
+            ledger.record(0.0)  # exact statistics: no noise
+            delta = 0.0
+        else:
+            delta = float(part.delta_)
+        by_part[name] = (ledger, delta)
+        total = total.compose(ledger)
+    return by_part, total
