@@ -46,15 +46,15 @@ def sites_on_threads(monkeypatch):
     threads that run ``role.method`` from then on (emptied at each call)."""
     import threading
 
-    from sklearn_fed.protocol import _roles, _simulate
+    from sklearn_fed.protocol import _client, _simulate
 
     threads, spied = set(), set()
 
     def run(role, workers, method="summarize"):
-        # where they are read: Client.site_workers (_roles) and pooled rounds (_simulate)
-        for module in (_roles, _simulate):
+        # where they are read: Client.site_workers (_client) and pooled rounds (_simulate)
+        for module in (_client, _simulate):
             monkeypatch.setattr(module, "blas_threads", lambda: workers)
-        monkeypatch.setattr(_roles, "MIN_VALUES_PER_THREAD", 1)
+        monkeypatch.setattr(_client, "MIN_VALUES_PER_THREAD", 1)
         if (role, method) not in spied:
             original = getattr(role, method)
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from ._errors import InvalidClientMessage
 from ._replies import FoldedReplies, FramesOnDemand
-from ._roles import BlockwiseClient
+from ._client import BlockwiseClient
 from ._runtime import RowsElsewhere, Transport, run_rounds
 from ._threads import (
     MIN_ROWS_PER_THREAD,
