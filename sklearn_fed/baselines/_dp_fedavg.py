@@ -1,9 +1,10 @@
 """DP-FedAvg for linear regression: every release clipped and noised by the site itself.
 
 What a site releases, for add/remove-one-row adjacency (rows of weight at
-most 1), each a Gaussian mechanism with the same noise multiplier ``z``:
+most ``max_sample_weight``, 1 by default), each a Gaussian mechanism with the
+same noise multiplier ``z``:
 
-* at setup, its total weight ``S_k`` (sensitivity 1) plus noise: the server
+* at setup, its total weight ``S_k`` (sensitivity ``max_sample_weight``) plus noise: the server
   weights sites by these noisy values (no means are announced: the intercept
   is learned as an unpenalized coordinate of the model instead);
 * each round, its model update ``w_k - w_t`` clipped to L2 norm ``C`` plus
@@ -102,17 +103,27 @@ class DPClient(SGDClient):
             raise InvalidClientMessage("server: malformed privacy parameters.", "server")
         return noise_multiplier(epsilon, delta, releases)
 
+    @staticmethod
+    def _weight_bound(task):
+        bound = task_field(task, "max_sample_weight", float)
+        if not 0 < bound < math.inf:
+            raise InvalidClientMessage("server: max_sample_weight must be positive.", "server")
+        return bound
+
     def _check_weights(self, task, weights):
-        if np.any(weights > 1):
+        bound = self._weight_bound(task)
+        if weights is not None and np.any(weights > bound):
             raise ValueError(
                 f"site {task.site!r}: differentially private training needs sample weights "
-                "in [0, 1] (a row's weight bounds how much it changes what is released)."
+                f"in [0, max_sample_weight={bound:g}] (a row's weight bounds how much it "
+                "changes what is released); raise max_sample_weight, which adds noise in "
+                "proportion, or rescale the weights."
             )
 
     def _setup(self, task, Xk, yk, sk, y_ndim):
         self._check_weights(task, sk)
         fields, arrays = super()._setup(task, Xk, yk, sk, y_ndim)
-        release = _Release(1.0, 1, self._multiplier(task))
+        release = _Release(self._weight_bound(task), 1, self._multiplier(task))
         _check_release(task)
         fields["weight_sum"] = int(release.noised(
             [fields["weight_sum"]], self.estimator.random_state, task.site, "weight_sum")[0])
@@ -148,7 +159,7 @@ class DPServer(SGDServer):
         self._multiplier = noise_multiplier(
             float(estimator.epsilon), float(estimator.delta), int(estimator.n_rounds) + 1
         )
-        self._weight_release = _Release(1.0, 1, self._multiplier)
+        self._weight_release = _Release(float(estimator.max_sample_weight), 1, self._multiplier)
 
     def _private_fields(self, step):
         estimator = self.estimator
@@ -156,6 +167,7 @@ class DPServer(SGDServer):
             "epsilon": float(estimator.epsilon),
             "delta": float(estimator.delta),
             "n_releases": int(estimator.n_rounds) + 1,
+            "max_sample_weight": float(estimator.max_sample_weight),
             # releases are numbered across fits for the accounting; a site keys its noise
             # by what it releases, not by this number (see noise_generator)
             "release": len(self._privacy),
@@ -220,7 +232,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
     means (with ``fit_intercept`` the intercept is an unpenalized coordinate
     of the model, trained and noised with it). Each of the ``n_rounds + 1``
     releases about a row (adjacency: adding or removing one row of weight at
-    most 1) is a Gaussian mechanism of noise multiplier ``z = sqrt(n_rounds +
+    most ``max_sample_weight``) is a Gaussian mechanism of noise multiplier ``z = sqrt(n_rounds +
     1) * sigma(epsilon, delta)``, ``sigma`` the analytic calibration
     (:func:`~sklearn_fed.privacy.gaussian_noise_std`, valid for any epsilon):
     Gaussian mechanisms compose exactly, so ``fit`` is ``(epsilon,
@@ -274,6 +286,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
         "clip_norm": [Interval(Real, 0, None, closed="neither")],
+        "max_sample_weight": [Interval(Real, 0, None, closed="neither")],
     }
 
     _protocol = "sgd.dpfedavg"
@@ -288,6 +301,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         epsilon=1.0,
         delta=1e-5,
         clip_norm=1.0,
+        max_sample_weight=1.0,
         fit_intercept=True,
         learning_rate=0.1,
         local_epochs=5,
@@ -301,6 +315,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         self.epsilon = epsilon
         self.delta = delta
         self.clip_norm = clip_norm
+        self.max_sample_weight = max_sample_weight
         self.fit_intercept = fit_intercept
         self.learning_rate = learning_rate
         self.local_epochs = local_epochs
@@ -328,7 +343,12 @@ _fill_docstring(
     delta : float in (0, 1), default=1e-5
         Delta of one ``fit``.
     clip_norm : float, default=1.0
-        L2 bound C on each client's update per round (intercept included).""",
+        L2 bound C on each client's update per round (intercept included).
+    max_sample_weight : float, default=1.0
+        The largest sample weight a row may have (a site refuses heavier
+        rows): the sensitivity of a site's noised total weight, whose noise
+        grows in proportion. The updates' sensitivity does not depend on it
+        (a clipped update stays in its ball whatever the weights).""",
     attributes="""
     noise_multiplier_ : float
         ``z``: noise std per unit of sensitivity, of every release.

@@ -27,33 +27,13 @@ from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 ALL = [FedAvgRegressor, FedProxRegressor, FedNovaRegressor, DPFedAvgRegressor]
 NOT_PRIVATE = ALL[:3]
 
-_WEIGHTS_ABOVE_ONE = (
-    "differential privacy bounds each row's weight by 1 (a heavier row would change the "
-    "release by more than the calibrated sensitivity); this check uses weights above 1"
-)
-
-
-
-
-def _expected_failures(estimator):
-    if isinstance(estimator, DPFedAvgRegressor):
-        return {
-            **dict.fromkeys(
-                ["check_sample_weights_list", "check_sample_weights_not_overwritten",
-                 "check_sample_weight_equivalence_on_dense_data",
-                 "check_sample_weight_equivalence_on_sparse_data"],
-                _WEIGHTS_ABOVE_ONE,
-            ),
-        }
-    return {}
-
-
 # DP-FedAvg's default epsilon=1 adds noise of std 75 per coordinate: no model
 # fits the 200-row check data then (check_regressors_train wants R^2 > 0.5),
 # so the checks run it with a huge budget; the noise code path still runs.
+# scikit-learn's weight checks use weights above 1: DP-FedAvg's checks declare a bound.
 @parametrize_with_checks(
-    [FedAvgRegressor(), FedProxRegressor(), FedNovaRegressor(), DPFedAvgRegressor(epsilon=1e7)],
-    expected_failed_checks=_expected_failures,
+    [FedAvgRegressor(), FedProxRegressor(), FedNovaRegressor(),
+     DPFedAvgRegressor(epsilon=1e7, max_sample_weight=100.0)],
 )
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
@@ -491,11 +471,19 @@ def test_site_policy_bounds_what_a_site_releases():
     assert type(reply.fields["weight_sum"]) is int
 
 
-def test_dp_refuses_weights_above_one():
+def test_dp_refuses_weights_above_its_bound_and_noises_the_weight_in_proportion():
     X, y, clients = _data(n=30, d=3)
-    with pytest.raises(ValueError, match="sample weights in \\[0, 1\\]"):
+    with pytest.raises(ValueError, match=r"sample weights in \[0, max_sample_weight=1\].*"
+                                         r"raise max_sample_weight"):
         DPFedAvgRegressor(n_rounds=1).fit(X, y, sample_weight=np.full(30, 2.0),
                                           clients=clients)
+    heavy = DPFedAvgRegressor(n_rounds=1, max_sample_weight=2.0, random_state=0).fit(
+        X, y, sample_weight=np.full(30, 2.0), clients=clients)
+    assert np.all(np.isfinite(heavy.coef_))
+    # the setup release's sensitivity is the bound: the same multiplier, twice the noise
+    light, doubled = (DPFedAvgRegressor(max_sample_weight=b).make_server()._weight_release
+                      for b in (1.0, 2.0))
+    assert doubled.std == pytest.approx(2 * light.std)
 
 
 # ---------------------------------------------------------------- bad input
