@@ -257,7 +257,7 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         else:
             statistics = np.empty(len(present), dtype=object if dtype.kind == "O" else None)
             for i, parts in enumerate(value_counts):
-                statistics[i] = self._most_frequent(parts, empty[i])
+                statistics[i] = self._most_frequent(i, parts, empty[i])
         return {
             "statistics_": statistics,
             "_fit_dtype": dtype,
@@ -265,7 +265,7 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
             "indicator_": self._indicator(n_rows > present),
         }
 
-    def _most_frequent(self, parts, empty):
+    def _most_frequent(self, column, parts, empty):
         """The most frequent value of the merged counts; ties: the smallest, as SimpleImputer."""
         if empty:
             return 0 if self.keep_empty_features else np.nan
@@ -273,12 +273,15 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         # a numeric dtype, even for object columns): nothing to count, and its
         # empty encoding would be a float index
         parts = [(values, counts) for values, counts in parts if values.size]
-        values = np.concatenate([v for v, _ in parts])
-        if values.size == 0:
+        if not parts:
+            # the column has present values, but the sites' disclosure control
+            # suppressed every one of them: there is no mode to take
             raise ValueError(
-                "most_frequent: no site released a value of a column with present values "
-                "(each was seen fewer times than the sites' disclosure threshold min_count); "
-                "use strategy='mean' or 'constant' there.")
+                f"column {column}: most_frequent: no site released a value of a column with "
+                "present values (each was seen fewer times than the sites' disclosure "
+                "threshold min_count); use strategy='mean' or 'constant' for it, or fit "
+                "with sites that hold more rows of each value.")
+        values = np.concatenate([v for v, _ in parts])
         union = _unique(values)
         total = np.zeros(union.shape[0], dtype=np.int64)
         for site_values, counts in parts:

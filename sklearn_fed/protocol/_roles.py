@@ -372,16 +372,29 @@ class Server(ABC):
         (:meth:`commit_round` of each part): when a later part fails, the parts
         applied before it are restored, so the round is applied whole or not at
         all. Fitted attributes are replaced, never mutated in place; containers
-        one level deep (``dropped_``, per-site dicts) are copied.
+        one level deep (``dropped_``, per-site dicts) may be mutated in place:
+        their contents are saved too. ``restore()`` puts back the very objects
+        saved, their contents refilled, so attributes that shared one object
+        (``leaders_`` and the stream state holding it) still share it: a copy
+        put back instead would leave two equal objects and a state that no
+        longer pickles as it did.
         """
         def state(obj):
-            return {name: value.copy() if isinstance(value, (dict, list, set)) else value
-                    for name, value in vars(obj).items()}
+            attributes = dict(vars(obj))
+            contents = [(value, list(value.items()) if isinstance(value, dict) else list(value))
+                        for value in attributes.values() if isinstance(value, (dict, list, set))]
+            return attributes, contents
 
         saved = [(obj, state(obj)) for obj in (self, self.estimator)]
 
         def restore():
-            for obj, attributes in saved:
+            for obj, (attributes, contents) in saved:
+                for container, items in contents:
+                    if isinstance(container, list):
+                        container[:] = items
+                    else:
+                        container.clear()
+                        container.update(items)
                 obj.__dict__.clear()
                 obj.__dict__.update(attributes)
 

@@ -18,7 +18,11 @@ from sklearn_fed import (
     FederatedSimpleImputer,
     FederatedStandardScaler,
 )
-from sklearn_fed.protocol import InvalidClientMessage, simulate_through_bytes
+from sklearn_fed.protocol import (
+    InvalidClientMessage,
+    SitePolicy,
+    simulate_through_bytes,
+)
 from sklearn_fed.statistics import ColumnMoments, merge_statistics
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
 
@@ -282,7 +286,7 @@ def test_onehot_encoder_sites_of_different_kinds_are_refused():
     encoder = FederatedOneHotEncoder()
     server = encoder.make_server()
     tasks = server.next_tasks(["a", "b"])
-    client = encoder.make_client()
+    client = encoder.make_client(policy=SitePolicy.permissive())  # two rows a site
     replies = {"a": client.respond(tasks["a"], np.array([["x"], ["y"]])),
                "b": client.respond(tasks["b"], np.array([[b"x"], [b"y"]]))}
     with pytest.raises(ValueError, match="different kinds: bytes at \\['b'\\]"):

@@ -198,8 +198,8 @@ def test_most_frequent_histograms_only_above_the_threshold():
     replies, _ = replies_of(imputer, X, None, np.zeros(8, dtype=int), SitePolicy())
     (_, frame), = replies
     assert frame.arrays["v0"].tolist() == [2.0] and frame.arrays["k0"].tolist() == [3]
-    with pytest.raises(ValueError, match="no site released a value"), simulated_policy(
-            SitePolicy(min_count=4)):
+    with pytest.raises(ValueError, match="column 0: most_frequent: no site released a value"
+                       ".*min_count.*strategy='mean'"), simulated_policy(SitePolicy(min_count=4)):
         clone(imputer).fit(X, clients=np.zeros(8, dtype=int))
 
 

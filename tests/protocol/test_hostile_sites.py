@@ -27,6 +27,8 @@ estimator); ``make fuzz`` runs all of them
 issue 27 has a named regression test at the end of this file.
 """
 
+import pickle
+
 import numpy as np
 import pytest
 from hostile_harness import (  # tests/protocol, on sys.path as pytest imports this file
@@ -134,7 +136,7 @@ def test_zero_d_x_mean_is_refused_naming_the_site(estimator):
                                       client="evil")
     sites = _site_rows(estimator, False, False)
     server = clone(estimator).make_server()
-    client = server.estimator.make_client()
+    client = server.estimator.make_client(policy=IN_ORDER)
     while True:  # honest rounds up to the one of the statistics (a classifier's classes first)
         tasks = server.next_tasks(list(LABELS))
         replies = {s: client.respond(tasks[s], *sites[s]) for s in LABELS}
@@ -161,7 +163,7 @@ def test_minmax_float32_overflowing_minimum_is_refused_naming_the_site():
         _refused(server, replies, hostile, "data_min.*float32")
         server = FederatedMinMaxScaler().make_server(on_invalid="drop")
         tasks = server.next_tasks(list(LABELS))
-        client = server.estimator.make_client()
+        client = server.estimator.make_client(policy=IN_ORDER)
         replies = {s: client.respond(tasks[s], *sites[s]) for s in LABELS}
         replies[hostile] = _mutated(replies[hostile], lambda f: f.arrays.update(
             data_min=_put(f.arrays["data_min"].astype(np.float64), -1e300)))
@@ -273,6 +275,32 @@ def test_refused_receive_restores_every_server_attribute():
     assert server.round_dtype == np.float32 and server.estimator.n_samples_seen_.sum() == 90
 
 
+def test_refused_receive_puts_back_the_objects_the_attributes_shared():
+    """Finding: the savepoint put back copies of list and dict attributes, so attributes that
+    shared one object (IncrementalFederatedRidge's ``leaders_`` and its stream state, FedMPDD's
+    net) held two equal ones after a refused round, and the model no longer pickled as it did."""
+    sites = _site_rows(FederatedStandardScaler(), False, False)
+    server, replies = _three_sites(FederatedStandardScaler(), sites)
+    estimator = server.estimator
+    shared = [1]
+    estimator.log_, estimator.state_ = shared, {"log": shared}
+    state = estimator.state_
+    before = pickle.dumps(estimator)
+
+    def failing_apply(replies, ledger):
+        shared.append(2)  # mutated in place, then replaced
+        state["log"] = None
+        estimator.log_, estimator.state_ = [3], {}
+        raise ValueError("the hook failed after changing state")
+
+    server.apply = failing_apply
+    with pytest.raises(ValueError, match="hook failed"):
+        server.receive(replies)
+    del server.apply
+    assert estimator.log_ is shared and estimator.state_ is state and state["log"] is shared
+    assert shared == [1] and pickle.dumps(estimator) == before
+
+
 def test_column_transformer_part_two_failure_commits_nothing_and_retry_recovers():
     """Finding: FederatedColumnTransformer committed its parts one after another; when part 2
     failed (a category outside fixed ``categories``, a ValueError naming no site) part 1
@@ -288,7 +316,7 @@ def test_column_transformer_part_two_failure_commits_nothing_and_retry_recovers(
     estimator = clone(transformer)
     server = estimator.make_server()
     labels = list(LABELS)
-    client = estimator.make_client()
+    client = estimator.make_client(policy=IN_ORDER)
     tasks = server.next_tasks(labels)
     while tasks:  # the schema round, then the fit round
         replies = {s: client.respond(tasks[s], *bad[s]) for s in tasks}
