@@ -2,8 +2,7 @@
 
 Start one next to each SuperNode, and give the SuperNode the same path in
 its node config (``worker-socket="PATH"``); the app's ClientApp component
-is ``sklearn_fed_site:clientapp``. See :mod:`sklearn_fed.flower._worker`
-and :doc:`/deploying_flower`.
+is ``sklearn_fed_site:clientapp``. See :doc:`/deploying_flower`.
 """
 
 from . import _require

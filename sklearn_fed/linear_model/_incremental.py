@@ -139,22 +139,24 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
     >>> from sklearn.linear_model import Ridge
     >>> from sklearn_fed import IncrementalFederatedRidge
     >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(90, 4)), rng.normal(size=90)
+    >>> X, y = rng.normal(size=(180, 4)), rng.normal(size=180)
     >>> model = IncrementalFederatedRidge(alpha=0.5, random_state=0)
-    >>> for batch in np.split(np.arange(90), 3):
+    >>> for batch in np.split(np.arange(180), 3):
     ...     _ = model.partial_fit(X[batch], y[batch], clients=batch % 5)
     >>> bool(np.allclose(model.coef_, Ridge(alpha=0.5).fit(X, y).coef_, rtol=1e-10))
     True
     >>> model.n_rounds_, len(model.leaders_), model.n_samples_seen_
-    (3, 3, 90)
+    (3, 3, 180)
 
     The same rounds deployed: three sites, each with its own client object
-    kept across rounds, and a server that runs one round per ``receive``:
+    kept across rounds (20 new rows a round each: a deployed site's
+    disclosure rules refuse a model of more than 0.33 parameters per row, see
+    :doc:`/disclosure`), and a server that runs one round per ``receive``:
 
     >>> estimator = IncrementalFederatedRidge(alpha=0.5, random_state=0)
     >>> server = estimator.make_server()
     >>> sites = {s: estimator.make_client(site=s) for s in ("a", "b", "c")}
-    >>> for batch in np.split(np.arange(90), 3):       # new rows arrive at every site
+    >>> for batch in np.split(np.arange(180), 3):       # new rows arrive at every site
     ...     tasks = server.next_tasks(list(sites))     # {site: bytes}
     ...     replies = {s: sites[s].respond(tasks[s], X[batch][i::3], y[batch][i::3])
     ...                for i, s in enumerate(tasks)}

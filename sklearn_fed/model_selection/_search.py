@@ -84,9 +84,12 @@ def _split_parts(arrays, n_parts):
 def _best_has(method):
     """``available_if`` check, as scikit-learn's searches: the best (or the base) estimator has it."""
     def check(self):
-        if not self.refit:
+        if "best_estimator_" in self.__dict__:  # fitted: what _check_refit gives, if it allows
+            getattr(self._check_refit(method), method)
+        elif not self.refit:
             raise AttributeError(f"{method} needs refit=True.")
-        getattr(getattr(self, "best_estimator_", None) or self.estimator, method)
+        else:
+            getattr(self._base_estimator(), method)
         return True
 
     return check

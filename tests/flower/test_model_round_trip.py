@@ -86,6 +86,27 @@ COMPOSITES = {
         [("scale", S.FederatedStandardScaler(), [0]), ("impute", S.FederatedSimpleImputer(), [1])],
         remainder="passthrough").fit(X_missing, clients=clients),
 }
+# the private transformers, exported by their own subpackages
+def _private(module, name, **params):
+    import importlib
+
+    return lambda: getattr(importlib.import_module(f"sklearn_fed.{module}"), name)(
+        epsilon=1e3, random_state=0, **params)
+
+
+PRIVATE = {
+    "PrivateFederatedStandardScaler": lambda: _private(
+        "preprocessing", "PrivateFederatedStandardScaler", bounds=(-5.0, 5.0))().fit(
+        X, clients=clients),
+    "PrivateFederatedOneHotEncoder": lambda: _private(
+        "preprocessing", "PrivateFederatedOneHotEncoder")().fit(X_text, clients=clients),
+    "PrivateFederatedSimpleImputer": lambda: _private(
+        "impute", "PrivateFederatedSimpleImputer", bounds=(-5.0, 5.0))().fit(
+        X_missing, clients=clients),
+    "PrivateFederatedPCA": lambda: _private(
+        "decomposition", "PrivateFederatedPCA", n_components=2, feature_bound=5.0)().fit(
+        X, clients=clients),
+}
 # exported names that are no models: an exception, a warning, a function, a string
 NOT_MODELS = {"InvalidClientMessage", "MissingClientsWarning", "merge_statistics", "__version__"}
 
@@ -135,9 +156,9 @@ def _outputs(model):
     return out
 
 
-@pytest.mark.parametrize("name", sorted(FITTED) + sorted(COMPOSITES))
+@pytest.mark.parametrize("name", sorted(FITTED) + sorted(COMPOSITES) + sorted(PRIVATE))
 def test_saved_model_loads_back_the_same(name, tmp_path):
-    model = {**FITTED, **COMPOSITES}[name]()
+    model = {**FITTED, **COMPOSITES, **PRIVATE}[name]()
     save_model(model, tmp_path / "model.skops")
     loaded = load_model(tmp_path / "model.skops")
     if hasattr(model, "module_"):  # a torch network is rebuilt from its arrays

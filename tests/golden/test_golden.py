@@ -112,6 +112,16 @@ TOLERANCES.update({
     if "logistic" in case.id or case.id.startswith("FederatedLogisticRegression")
 })
 
+_CLASSES_ROUND = (
+    "issue 27: the ridge classifiers' classes round says how many output columns a site's "
+    "labels have (a multilabel 2-D y agrees on its outputs there), so each reply of that round "
+    "is a few bytes longer; the models are the same bit for bit (rtol 0)")
+TOLERANCES.update({
+    case.id: {"rtol": 0.0, "bytes_rtol": 0.05, "digests": False, "reason": _CLASSES_ROUND}
+    for case in [*record.cases("FederatedRidgeClassifier"),
+                 *record.cases("FederatedRidgeClassifierCV")]
+})
+
 _NOISE_REDRAWN = (
     "issue 27: with an integer random_state a release's noise is drawn from a keyed hash of "
     "the seed, the site and the values released (privacy.noise_generator), so a refit of the "
@@ -395,7 +405,7 @@ def test_tolerances_give_reasons():
                                                     "values"}
         assert entry["reason"].strip(), case_id
         # a tolerance is round-off, or (values=False) a release whose noise is redrawn by design
-        assert 0 < entry["rtol"] < 1e-3 or entry.get("values") is False, case_id
+        assert 0 <= entry["rtol"] < 1e-3 or entry.get("values") is False, case_id
     for key, reason in ENVIRONMENT_SENSITIVE.items():
         assert reason.strip(), key
         assert key in record.GROUP_BY_NAME or any(
