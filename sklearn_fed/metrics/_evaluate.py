@@ -387,11 +387,17 @@ def _table(X):
     return X if hasattr(X, "iloc") else np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
 
 
-def run_evaluation(evaluator, X, y, sample_weight, clients, **server_kwargs):
-    """The in-process run of an evaluator's roles, one simulated site per label."""
+def sites_of_rows(estimator, X, y, sample_weight, clients):
+    """The rows of an in-process run of a meta-protocol (evaluation, search), grouped by site.
+
+    Checks ``clients``, ``y``'s length and the weights; each site validates its
+    own rows as the wrapped estimator does. Returns ``(X, y, sample_weight,
+    labels, rows, names)``, ``names`` the string column names of a DataFrame
+    (else None).
+    """
     n_samples = _num_samples(X)
     clients = np.zeros(n_samples, dtype=int) if clients is None else take_clients(
-        evaluator, X, clients)
+        estimator, X, clients)
     X, y = _table(X), np.asarray(y)
     if y.shape[0] != n_samples:
         raise ValueError(f"X has {n_samples} rows but y has {y.shape[0]}.")
@@ -403,6 +409,13 @@ def run_evaluation(evaluator, X, y, sample_weight, clients, **server_kwargs):
     names = None
     if columns is not None and all(isinstance(c, str) for c in columns):
         names = [str(c) for c in columns]
+    return X, y, sample_weight, labels, rows, names
+
+
+def run_evaluation(evaluator, X, y, sample_weight, clients, **server_kwargs):
+    """The in-process run of an evaluator's roles, one simulated site per label."""
+    X, y, sample_weight, labels, rows, names = sites_of_rows(
+        evaluator, X, y, sample_weight, clients)
     server = evaluator.make_server(**server_kwargs)
     if names is not None:
         match_columns(X, server.schema)  # the model's features, by name, or a clear error

@@ -25,14 +25,13 @@ from sklearn.utils._available_if import available_if
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
-from .._clients import group_rows_by_client, take_clients
-from .._compat import _check_sample_weight
 from ..metrics._evaluate import (
     answer_evaluation,
     default_metric,
     evaluation_task,
     read_spec,
     site_rows,
+    sites_of_rows,
 )
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
 from ..protocol import (
@@ -471,19 +470,8 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
         self
         """
         self._validate_params()
-        n_samples = _num_samples(X)
-        clients = np.zeros(n_samples, dtype=int) if clients is None else take_clients(
-            self, X, clients)
-        X = X if hasattr(X, "iloc") else np.asarray(X)
-        y = np.asarray(y)
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, np.empty((n_samples, 0)),
-                                                 dtype=np.float64, ensure_non_negative=True)
-        labels, rows = group_rows_by_client(clients, n_samples)
-        columns = getattr(X, "columns", None)
-        names = None
-        if columns is not None and all(isinstance(c, str) for c in columns):
-            names = [str(c) for c in columns]
+        X, y, sample_weight, labels, rows, names = sites_of_rows(
+            self, X, y, sample_weight, clients)
         server = self.make_server(feature_names=names)
         run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
         return self
