@@ -1,6 +1,7 @@
 """FederatedPCA: PCA (``svd_solver="covariance_eigh"``) from the merged centered Gram."""
 
 from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 from sklearn.decomposition import PCA
@@ -31,6 +32,9 @@ class PCAClient(TransformerClient):
 
     def compute(self, task, X, y, sample_weight, rows):
         return ClientStatistics.from_data(X, None, rows=rows, check_input=False).to_payload()
+
+    def replies_are_independent(self, tasks):
+        return True  # a reply reads only its task and rows: simulated sites may use threads
 
 
 class PCAServer(OneRoundServer):
@@ -115,7 +119,7 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
     ['pca0', 'pca1']
     """
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         "n_components": [
             Interval(Integral, 0, None, closed="left"),
             Interval(Real, 0, 1, closed="neither"),
