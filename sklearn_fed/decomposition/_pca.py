@@ -20,7 +20,14 @@ from ..preprocessing._base import (
     OneRoundServer,
     TransformerClient,
 )
-from ..statistics import ClientStatistics, check_aggregate, most_extreme_client
+from ..protocol._threads import MIN_ROWS_PER_THREAD
+from ..statistics import (
+    ClientStatistics,
+    StreamingMerge,
+    check_aggregate,
+    most_extreme_client,
+)
+from ..statistics._validation import parts_within_caps
 
 __all__ = ["FederatedPCA"]
 
@@ -36,6 +43,9 @@ class PCAClient(TransformerClient):
     def replies_are_independent(self, tasks):
         return True  # a reply reads only its task and rows: simulated sites may use threads
 
+    def fields_of_rows(self, fields, n_rows):
+        return dict(fields, n_samples=n_rows, weight_sum=float(n_rows))
+
 
 class PCAServer(OneRoundServer):
     """Server of :class:`FederatedPCA`: merge the Grams exactly, eigendecompose once."""
@@ -49,6 +59,25 @@ class PCAServer(OneRoundServer):
         if stats.n_features != frame.schema["n_features"] or not stats.centered:
             self._fail(site, "statistics must be centered, one entry per feature.")
         return stats
+
+    def reply_fold(self):
+        # apply reads the replies only through their merge: fold them as they come
+        # (the tree of merge_statistics, so the same bits)
+        return StreamingMerge(owned=True)
+
+    def pools_round(self, fields):
+        return fields is None or fields == {}
+
+    def pooled_fold(self, site, reply, fewest_rows):
+        # The merged Gram is the pooled rows' (Chan et al.), so the model equals the
+        # per-site run's to round-off. Only where that pays: a smaller fit runs per
+        # site, and gives exactly the bits of the sites' own messages.
+        stats = self.read_reply(site, reply)
+        if stats.n_samples < MIN_ROWS_PER_THREAD or not parts_within_caps(stats, fewest_rows):
+            return None
+        fold = self.reply_fold()
+        fold.add(stats)
+        return fold
 
     def apply(self, replies, ledger):
         estimator = self.estimator

@@ -395,6 +395,30 @@ def test_pca_equals_pooled_covariance_eigh(n_sites, n_components, whiten):
     np.testing.assert_array_equal(fed.get_feature_names_out(), pooled.get_feature_names_out())
 
 
+def test_pca_pools_a_large_fit_with_the_per_site_ledger(monkeypatch):
+    # From MIN_ROWS_PER_THREAD rows, fit computes one reply from every site's rows:
+    # the model equals the per-site run's to round-off, the ledger byte for byte.
+    import sklearn_fed.protocol._simulate as simulate
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 6)) @ rng.normal(size=(6, 6)) + 3.0
+    sites = rng.choice(np.array(["a", "bb", "ccc"]), size=len(X))
+    pooled_rounds = []
+    pool_round = simulate.pool_round
+    monkeypatch.setattr(simulate, "pool_round", lambda *args: pooled_rounds.append(
+        pool_round(*args)) or pooled_rounds[-1])
+    fed = FederatedPCA(n_components=3).fit(X, clients=sites)
+    assert pooled_rounds == [True, False]  # the round pooled, then none is left
+    with simulate_through_bytes():  # never pooled: each site's message, as sent
+        per_site = FederatedPCA(n_components=3).fit(X, clients=sites)
+    assert pooled_rounds == [True, False]
+    assert fed.communication_ == per_site.communication_
+    _assert_same(per_site, fed, ["components_", "explained_variance_", "singular_values_",
+                                 "mean_", "noise_variance_"], rtol=1e-12)
+    fed = FederatedPCA(n_components=3).fit(X[:300], clients=sites[:300])  # small: per site
+    assert True not in pooled_rounds[2:]
+
+
 def test_pca_keeps_digits_at_large_offsets():
     """The merged centered Gram has no cancellation: offsets of 1e4 lose nothing.
 
