@@ -53,6 +53,14 @@ def _scratch(n_rows, n_cols, name="buffer"):
     return cached[:size].reshape(n_rows, n_cols)
 
 
+def gathered(X, take):
+    """``X[take]`` for an index array ``take``: C-ordered, float64 rows in reused memory
+    (``np.take`` into it is ~1.6x faster than ``X[take]``)."""
+    if isinstance(X, np.ndarray) and X.dtype == np.float64:
+        return np.take(X, take, axis=0, out=_scratch(len(take), X.shape[1], "rows"), mode="clip")
+    return X[take]
+
+
 def _triangular_factor(rows):
     """The ``R`` of a QR decomposition of ``rows`` (``min(m, p)`` rows, upper trapezoidal).
 
@@ -212,9 +220,7 @@ def _shifted_statistics(X, y, centered, rows):
                 Xb = np.copyto(out, Xb) or out  # BLAS always sees one layout
             return Xb, yb
         take = index[start:stop]
-        if out is None:
-            return X[take], y[take]
-        return np.take(X, take, axis=0, out=out, mode="clip"), y[take]
+        return (X[take] if out is None else gathered(X, take)), y[take]
 
     head_X, head_y = block_of(0, min(_HEAD_ROWS, n), None)
     # C order: the reductions below then add in the same order for any layout of X.
@@ -357,10 +363,7 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
             take = slice(first + start, first + min(start + block, n))
         else:
             take = rows[start : start + block]
-        if contiguous or not (isinstance(X, np.ndarray) and X.dtype == np.float64):
-            Xv = X[take]
-        else:  # gathered into reused memory (np.take is ~1.6x faster than X[take])
-            Xv = np.take(X, take, axis=0, out=_scratch(len(take), d, "rows"), mode="clip")
+        Xv = X[take] if contiguous else gathered(X, take)
         yv = y[take]
         wv = None if sample_weight is None else sample_weight[take]
         if wv is not None and not np.all(wv > 0):  # rows of weight 0 add nothing

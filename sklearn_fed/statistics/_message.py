@@ -276,7 +276,7 @@ class ClientStatistics:
         scale = wa * wb / w if shifted else 0.0
         dx = other.x_mean - self.x_mean
         dy = other.y_mean - self.y_mean
-        common = dict(centered=self.centered, single_target=self.single_target)
+        common = {"centered": self.centered, "single_target": self.single_target}
         if self.factor is not None and other.factor is not None:
             parts = [self.factor, other.factor]
             if shifted:
@@ -382,7 +382,7 @@ class ClientStatistics:
             fail("x_mean and y_mean must be non-empty vectors.")
         if fields["single_target"] and t != 1:
             fail(f"declares a single target but has {t}.")
-        common = dict(centered=fields["centered"], single_target=fields["single_target"])
+        common = {"centered": fields["centered"], "single_target": fields["single_target"]}
         if factored:
             p, packed = fields["factor_rows"], values["factor"]
             if not (type(p) is int and 0 <= p <= d + t):
@@ -392,17 +392,8 @@ class ClientStatistics:
                      f"({_trapezoid_size(p, d + t)},) for {p} rows of {d + t} columns.")
             stats = cls(n_samples, float(weight_sum), values["x_mean"], values["y_mean"],
                         factor=_unpack_trapezoid(packed, p, d + t), **common)
-        else:
-            stats = cls(
-                n_samples,
-                float(weight_sum),
-                values["x_mean"],
-                values["y_mean"],
-                values["gram"],
-                values["moment"],
-                values["target_ss"],
-                **common,
-            )
+        else:  # the arrays in the order of the fields
+            stats = cls(n_samples, float(weight_sum), *(values[name] for name in names), **common)
         if validate:
             validate_statistics(stats, client, n_features, n_targets, psd, symmetric=symmetric)
         return stats

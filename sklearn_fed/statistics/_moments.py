@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from .._compat import _get_mask
 from ..protocol._errors import InvalidClientMessage
 from ..protocol._errors import who as _who
-from ._kernels import _BLOCK_BYTES, _HEAD_ROWS, _scratch
+from ._kernels import _BLOCK_BYTES, _HEAD_ROWS, _scratch, gathered
 from ._merge import merge_statistics
 from ._validation import MAX_MEAN, MAX_SECOND
 
@@ -109,37 +109,23 @@ class ColumnMoments:
         """
         if order not in (0, 1, 2):
             raise ValueError(f"order must be 0, 1 or 2; got {order!r}.")
+        if rows is not None and (sp.issparse(X) or isinstance(rows, slice)):
+            X = X[rows]  # a view of contiguous dense rows
+            sample_weight = None if sample_weight is None else sample_weight[rows]
+            rows = None
         if sp.issparse(X):
-            if rows is not None:
-                X = X[rows]
-                sample_weight = None if sample_weight is None else sample_weight[rows]
             return cls._from_sparse(sp.csc_matrix(X), sample_weight, order, missing_values)
-        if rows is None or isinstance(rows, slice):
-            index, first = None, 0 if rows is None else rows
-            n = X.shape[0] if rows is None else len(range(X.shape[0])[rows])
-        else:
-            index = np.asarray(rows)
-            n = len(index)
         block = max(1, _BLOCK_BYTES // (8 * max(X.shape[1], 1)))
 
         def block_of(start):
-            """Rows start:start + block of the client, as ``X[rows][start:start + block]``
-            (the same array, so the same bits); gathered block by block, so that the
-            passes over it find it in cache."""
-            if index is None:
-                whole = X if rows is None else X[first]
-                return whole[start : start + block], None if sample_weight is None else (
-                    sample_weight if rows is None else sample_weight[first])[start:start + block]
-            take = index[start : start + block]
-            if X.dtype == np.float64:  # X[take] is C-ordered for any X: so is this
-                Xb = np.take(X, take, axis=0, out=_scratch(len(take), X.shape[1], "gathered"),
-                             mode="clip")
-            else:
-                Xb = X[take]
+            """Rows start:start + block of ``X[rows]``, gathered block by block (in cache
+            for the passes over them) in C order, as ``X[rows]`` is: the same bits."""
+            take = slice(start, start + block) if rows is None else rows[start : start + block]
+            Xb = X[take] if rows is None else gathered(X, take)
             return Xb, None if sample_weight is None else sample_weight[take]
 
         parts = [cls._from_dense(*block_of(start), order, missing_values)
-                 for start in range(0, n, block)]
+                 for start in range(0, X.shape[0] if rows is None else len(rows), block)]
         if not parts:  # no rows: the moments of none
             parts = [cls._from_dense(*block_of(0), order, missing_values)]
         return merge_statistics(parts)

@@ -49,7 +49,7 @@ def from_v1_bytes(cls, data, *, client, validate):
             "the fixed header).",
             client,
         )
-    magic, version, flags, d, t, n_samples, weight_sum = _V1_HEADER.unpack_from(data)
+    _, version, flags, d, t, n_samples, weight_sum = _V1_HEADER.unpack_from(data)
     if version != _V1_VERSION or flags & ~_V1_FLAGS:
         raise InvalidClientMessage(
             f"{who}: unsupported statistics message (version {version}, flags "
