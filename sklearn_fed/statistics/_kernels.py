@@ -1,7 +1,8 @@
 """Row kernels: one client's rows reduced to its statistics, block by block.
 
-The Gram form of dense rows (one shift and one accumulator,
-:func:`_shifted_statistics`, else the blocked Chan path,
+The Gram form of dense rows (unweighted float rows: one shift and one
+accumulator, :func:`_shifted_statistics`; weighted rows, and the rare rows on
+which one shift would cancel digits: the blocked Chan path,
 :func:`_chan_statistics`), of sparse rows (:func:`_sparse_statistics`), and
 the factor form (:func:`_factor_statistics`, a TSQR of the blocks); why the
 rows are shifted and how blocks are combined is told in the docstring of
@@ -163,20 +164,6 @@ def _chan_add(total, mean, weight, block_products, block_mean, block_weight, cen
             delta, delta
         )
     return total + block_products, mean + (block_weight / new_weight) * (block_mean - mean), new_weight
-
-
-def _dense_statistics(X, y, sample_weight, centered, rows):
-    """Statistics of dense rows: one shift and one accumulator, else the Chan path.
-
-    Unweighted float rows take :func:`_shifted_statistics`; weighted rows,
-    and the rare rows on which one shift would cancel digits, the blocked
-    Chan path :func:`_chan_statistics`.
-    """
-    if sample_weight is None and isinstance(X, np.ndarray):
-        parts = _shifted_statistics(X, y, centered, rows)
-        if parts is not None:
-            return parts
-    return _chan_statistics(X, y, sample_weight, centered, rows)
 
 
 # Rows of a client that choose its shift (a few cache lines per column).

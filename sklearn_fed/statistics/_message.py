@@ -20,9 +20,10 @@ from ..protocol._schema import check_site_data, count_rows
 from ..protocol._wire import Frame, SymmetricMatrix, decode, encode
 from ._inplace import _update_by_outer, upper_mask
 from ._kernels import (
-    _dense_statistics,
+    _chan_statistics,
     _DenseRows,
     _factor_statistics,
+    _shifted_statistics,
     _sparse_statistics,
     _triangular_factor,
 )
@@ -244,9 +245,13 @@ class ClientStatistics:
             sw = None if sample_weight is None else sample_weight[rows]
             parts = _sparse_statistics(X[rows], y2[rows], sw, centered)
             if parts is None:  # offsets: centering the products would cancel digits
-                parts = _dense_statistics(_DenseRows(X), y2, sample_weight, centered, rows)
-        else:
-            parts = _dense_statistics(X, y2, sample_weight, centered, rows)
+                parts = _chan_statistics(_DenseRows(X), y2, sample_weight, centered, rows)
+        else:  # unweighted rows in one pass, unless a single shift would cancel digits
+            parts = None
+            if sample_weight is None and isinstance(X, np.ndarray):
+                parts = _shifted_statistics(X, y2, centered, rows)
+            if parts is None:
+                parts = _chan_statistics(X, y2, sample_weight, centered, rows)
         return cls(n_samples, *parts, centered=centered, single_target=single_target)
 
     # -------------------------------------------------------------------- merge
