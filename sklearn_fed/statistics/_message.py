@@ -362,13 +362,11 @@ class ClientStatistics:
             fail(f"statistics fields must be {sorted(expected_fields)}; got {sorted(fields)}.")
         if arrays.keys() != (_FACTOR_ARRAY_NAMES if factored else _ARRAY_NAMES):
             fail(f"statistics arrays must be {list(names)}; got {sorted(arrays)}.")
+        # The count, the flags and the dimensions are checked by validate; the weight
+        # sum's type here, before it is read as a float.
         n_samples, weight_sum = fields["n_samples"], fields["weight_sum"]
-        if not (type(n_samples) is int and 0 < n_samples < 2**63):
-            fail(f"n_samples must be a positive integer, got {n_samples!r}.")
         if not (type(weight_sum) in (int, float) and math.isfinite(weight_sum)):
             fail(f"weight_sum must be a finite number, got {weight_sum!r}.")
-        if not all(type(fields[k]) is bool for k in ("centered", "single_target")):
-            fail("centered and single_target must be booleans.")
         values = {}
         # A Gram handed over in process as a SymmetricMatrix is symmetric by construction.
         symmetric = isinstance(arrays.get("gram"), SymmetricMatrix)
@@ -383,10 +381,6 @@ class ClientStatistics:
         if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1:
             fail("x_mean and y_mean must be non-empty vectors.")
         d, t = values["x_mean"].shape[0], values["y_mean"].shape[0]
-        if not (0 < d and (0 < t or n_targets == 0)):
-            fail("x_mean and y_mean must be non-empty vectors.")
-        if fields["single_target"] and t != 1:
-            fail(f"declares a single target but has {t}.")
         common = {"centered": fields["centered"], "single_target": fields["single_target"]}
         if factored:
             p, packed = fields["factor_rows"], values["factor"]
