@@ -103,24 +103,12 @@ def _check_seed(seed):
     return int(seed)
 
 
-def _as_rows(G):
-    """Gradients as a C-contiguous float64 array of shape (n, d), from float32 values."""
-    if isinstance(G, torch.Tensor):
-        G = G.detach().cpu().numpy()
-    G = np.asarray(G)
-    if G.ndim == 1:
-        raise ValueError("encode_many needs a 2-D array of gradients, one per row")
-    if G.ndim != 2:
-        raise ValueError(f"gradients must have shape (n, d), got {G.shape}")
-    return np.ascontiguousarray(G.astype(np.float32, copy=False), dtype=np.float64)
-
-
-def _as_flat(g):
+def _as_array(g, ndim, error):
     if isinstance(g, torch.Tensor):
         g = g.detach().cpu().numpy()
     g = np.asarray(g)
-    if g.ndim != 1:
-        raise ValueError(f"a gradient must be a flat vector, got shape {g.shape}")
+    if g.ndim != ndim:
+        raise ValueError(f"{error}, got shape {g.shape}")
     return g
 
 
@@ -160,7 +148,8 @@ class _Codec(ABC):
             seed of the client's own randomness (QSGD rounding, local noise;
             ``None`` draws it from the operating system).
         """
-        fields, arrays = self.encode_many(_as_flat(g)[None], [seed])[0]
+        fields, arrays = self.encode_many(
+            _as_array(g, 1, "a gradient must be a flat vector")[None], [seed])[0]
         return Frame(kind=self.kind, fields=fields, arrays=arrays)
 
     def encode_many(self, G, seeds):
@@ -173,7 +162,9 @@ class _Codec(ABC):
         seeds : sequence of int
             One seed per row (see :meth:`encode`).
         """
-        G = _as_rows(G)
+        G = _as_array(G, 2, "encode_many needs a 2-D array of gradients, one per row")
+        # float32 values, as a C-contiguous float64 array
+        G = np.ascontiguousarray(G.astype(np.float32, copy=False), dtype=np.float64)
         seeds = [seed if seed is None and not self.seeded else _check_seed(seed)
                  for seed in seeds]
         if len(seeds) != G.shape[0]:
@@ -556,7 +547,7 @@ class TopKCodec(_Codec):
             out[frame.arrays["indices"]] += frame.arrays["values"]
 
 
-class LDPCodec(_Codec):
+class LDPCodec(FullCodec):
     """FedSGD with local noise: the client adds Gaussian or Laplace noise before sending.
 
     Parameters
@@ -585,10 +576,6 @@ class LDPCodec(_Codec):
     def settings(self):
         return {"uplink": self.name, "noise_scale": self.scale}
 
-    def nbytes(self, d):
-        """Payload bytes of one message: ``4 d``."""
-        return _FLOAT32 * int(d)
-
     def _payloads(self, G, seeds):
         out = []
         for g, seed in zip(G, seeds):
@@ -600,11 +587,17 @@ class LDPCodec(_Codec):
             out.append(({}, {"g": (g + noise).astype(np.float32)}))
         return out
 
-    _check = FullCodec._check
-    _add = FullCodec._add
 
-
-UPLINKS = ("mpdd", "full", "qsgd", "topk", "gaussian", "laplace")
+#: The settings (``make_codec``'s arguments) each uplink's codec is built from.
+_SETTINGS = {
+    "mpdd": ("n_directions", "direction"),
+    "full": (),
+    "qsgd": ("levels",),
+    "topk": ("k",),
+    "gaussian": ("noise_scale",),
+    "laplace": ("noise_scale",),
+}
+UPLINKS = tuple(_SETTINGS)
 
 
 def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, k=400,
@@ -629,16 +622,6 @@ def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, 
     raise ValueError(f"uplink must be one of {UPLINKS}, got {uplink!r}")
 
 
-_SETTING_NAMES = {
-    "mpdd": {"n_directions": "n_directions", "direction": "direction"},
-    "full": {},
-    "qsgd": {"levels": "levels"},
-    "topk": {"k": "k"},
-    "gaussian": {"noise_scale": "noise_scale"},
-    "laplace": {"noise_scale": "noise_scale"},
-}
-
-
 def codec_from_settings(settings):
     """The codec a task's fields describe (the inverse of ``codec.settings()``).
 
@@ -650,13 +633,12 @@ def codec_from_settings(settings):
     12
     """
     uplink = settings.get("uplink")
-    if uplink not in _SETTING_NAMES:
+    if uplink not in _SETTINGS:
         raise ValueError(f"unknown uplink {uplink!r}")
-    names = _SETTING_NAMES[uplink]
-    missing = [name for name in names if name not in settings]
+    missing = [name for name in _SETTINGS[uplink] if name not in settings]
     if missing:
         raise ValueError(f"the {uplink!r} codec needs the settings {missing}")
-    kwargs = {argument: settings[name] for name, argument in names.items()}
+    kwargs = {name: settings[name] for name in _SETTINGS[uplink]}
     for name in ("n_directions", "levels", "k"):
         if name in kwargs and (not isinstance(kwargs[name], int) or isinstance(kwargs[name], bool)):
             raise ValueError(f"codec setting {name!r} must be an integer, got {kwargs[name]!r}")
