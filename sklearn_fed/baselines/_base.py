@@ -382,16 +382,14 @@ class SGDServer(Server):
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
         state = getattr(estimator, "_sgd_state", None) if self.warm_start else None
-        if state is None:
-            self._coef = None
-            self._rng = copy.deepcopy(check_random_state(estimator.random_state))
-            self._rounds = 0
-            self._history = []
-        else:  # copies: a failed round must leave the estimator's state alone
-            self._coef = state["coef"]
-            self._rng = copy.deepcopy(state["rng"])
-            self._rounds = state["rounds"]
-            self._history = list(state["history"])
+        if state is None:  # a new model
+            state = {"coef": None, "rng": check_random_state(estimator.random_state),
+                     "rounds": 0, "history": []}
+        # copies: a failed round must leave the estimator's state alone
+        self._coef = state["coef"]
+        self._rng = copy.deepcopy(state["rng"])
+        self._rounds = state["rounds"]
+        self._history = list(state["history"])
         self._rounds_left = 1 if self.warm_start else int(estimator.n_rounds)
         self._setup = None
         self._warned = False

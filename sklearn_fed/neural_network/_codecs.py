@@ -298,33 +298,21 @@ class MPDDCodec(_Codec):
         groups = (BLOCK_ELEMENTS // 8) // max(int(d), 1) // 8 * 8
         return 8 * max(8, groups)
 
-    def direction_bytes(self, seed, d):
-        """Yield ``(start, C)``: Rademacher signs packed 8 directions per byte.
-
-        ``C`` has shape ``(groups, d)``; bit ``t`` (big-endian, as
-        :func:`numpy.unpackbits`) of ``C[q, k]`` is 1 when entry ``k`` of
-        direction ``start + 8 q + t`` is ``+1`` and 0 when it is ``-1``
-        (see :mod:`~sklearn_fed.neural_network._sign_kernels`). Each group is
-        generated on its own from the seed, so direction ``j`` is the same
-        whatever the block size.
-        """
-        d = int(d)
-        rows = self.block_rows(d)
-        for start in range(0, self.n_directions, rows):
-            first = start // 8
-            stop = first + (min(rows, self.n_directions - start) + 7) // 8
-            yield start, sign_rows(seed, d, first, stop)
-
     def directions(self, seed, d):
         """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
 
         Used by the Gaussian variant and to inspect directions; the Rademacher
-        encoder and decoder work on the packed bits directly.
+        encoder and decoder work on the packed bits directly. Each group of 8
+        Rademacher directions is generated on its own from the seed (see
+        :mod:`~sklearn_fed.neural_network._sign_kernels`), so direction ``j``
+        is the same whatever the block size.
         """
         d = int(d)
         if self.direction == "rademacher":
-            for start, packed in self.direction_bytes(seed, d):
-                n = min(8 * packed.shape[0], self.n_directions - start)
+            rows = self.block_rows(d)
+            for start in range(0, self.n_directions, rows):
+                n = min(rows, self.n_directions - start)
+                packed = sign_rows(seed, d, start // 8, start // 8 + (n + 7) // 8)
                 bits = np.unpackbits(packed.T[:, :, None], axis=2).reshape(d, -1)[:, :n]
                 yield start, torch.from_numpy(bits.T.astype(np.float32) * 2.0 - 1.0)
             return
