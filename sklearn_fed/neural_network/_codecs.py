@@ -115,10 +115,8 @@ def _as_array(g, ndim, error):
 class _Codec(ABC):
     """What every codec shares: standalone frames, validation, averaging on the server.
 
-    Subclasses implement ``_payloads(G, seeds)`` (the client: one ``(fields,
-    arrays)`` per row of ``G``), ``_check(fields, arrays, d, fail)`` (the
-    server: validate one message) and ``_add(frames, out)`` (``out += `` the
-    sum of the decoded estimates, float64).
+    Subclasses implement ``_check``, and ``_payload`` and ``_add_one`` for one
+    message (or ``_payloads`` and ``_add`` for many at once).
     """
 
     name = None
@@ -216,17 +214,18 @@ class _Codec(ABC):
     def _divisor(self):
         return 1.0
 
-    @abstractmethod
     def _payloads(self, G, seeds):
         """The client: one ``(fields, arrays)`` per row of ``G`` (float64 of float32 values)."""
+        return [self._payload(g, seed) for g, seed in zip(G, seeds)]
 
     @abstractmethod
     def _check(self, fields, arrays, d, fail):
         """The server: validate one message's fields and arrays; ``fail(reason)`` raises."""
 
-    @abstractmethod
     def _add(self, frames, out):
         """``out += `` the sum of the decoded estimates of checked ``frames`` (float64)."""
+        for frame in frames:
+            self._add_one(frame.arrays, out)
 
 
 def _float_array(arrays, name, shape, fail):
@@ -384,16 +383,15 @@ class FullCodec(_Codec):
         """Payload bytes of one message: ``4 d``."""
         return _FLOAT32 * int(d)
 
-    def _payloads(self, G, seeds):
-        return [({}, {"g": g.astype(np.float32)}) for g in G]
+    def _payload(self, g, seed):
+        return {}, {"g": g.astype(np.float32)}
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("g",), fail)
         _float_array(arrays, "g", (d,), fail)
 
-    def _add(self, frames, out):
-        for frame in frames:
-            out += frame.arrays["g"]
+    def _add_one(self, arrays, out):
+        out += arrays["g"]
 
 
 class QSGDCodec(_Codec):
@@ -438,22 +436,17 @@ class QSGDCodec(_Codec):
     def _shifts(self):
         return np.arange(self.bits_per_coordinate() - 1, -1, -1, dtype=np.uint32)
 
-    def _payloads(self, G, seeds):
-        b = self.bits_per_coordinate() - 1
-        out = []
-        for g, seed in zip(G, seeds):
-            norm = np.float32(np.sqrt(g @ g))
-            level = np.zeros(g.shape[0], dtype=np.uint32)
-            if norm > 0:
-                scaled = np.minimum(np.abs(g) / float(norm) * self.levels, self.levels)
-                low = np.floor(scaled)
-                up = np.random.default_rng(seed).random(g.shape[0]) < scaled - low
-                level = (low + up).astype(np.uint32)
-            code = ((g < 0).astype(np.uint32) << np.uint32(b)) | level
-            bits = ((code[:, None] >> self._shifts()) & 1).astype(np.uint8)
-            out.append(({}, {"norm": np.array([norm], dtype=np.float32),
-                             "bits": np.packbits(bits.ravel())}))
-        return out
+    def _payload(self, g, seed):
+        norm = np.float32(np.sqrt(g @ g))
+        level = np.zeros(g.shape[0], dtype=np.uint32)
+        if norm > 0:
+            scaled = np.minimum(np.abs(g) / float(norm) * self.levels, self.levels)
+            low = np.floor(scaled)
+            up = np.random.default_rng(seed).random(g.shape[0]) < scaled - low
+            level = (low + up).astype(np.uint32)
+        code = ((g < 0).astype(np.uint32) << np.uint32(self.bits_per_coordinate() - 1)) | level
+        bits = ((code[:, None] >> self._shifts()) & 1).astype(np.uint8)
+        return {}, {"norm": np.array([norm], dtype=np.float32), "bits": np.packbits(bits.ravel())}
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("norm", "bits"), fail)
@@ -479,11 +472,9 @@ class QSGDCodec(_Codec):
         code = np.unpackbits(bits)[:d * (b + 1)].reshape(d, -1).astype(np.uint32) @ weights
         return code >> np.uint32(b), code & np.uint32((1 << b) - 1)
 
-    def _add(self, frames, out):
-        for frame in frames:
-            negative, level = self._unpack(frame.arrays["bits"], out.shape[0])
-            sign = 1.0 - 2.0 * negative
-            out += float(frame.arrays["norm"][0]) * sign * level / self.levels
+    def _add_one(self, arrays, out):
+        negative, level = self._unpack(arrays["bits"], out.shape[0])
+        out += float(arrays["norm"][0]) * (1.0 - 2.0 * negative) * level / self.levels
 
 
 class TopKCodec(_Codec):
@@ -511,14 +502,10 @@ class TopKCodec(_Codec):
         """Payload bytes of one message: ``8 min(k, d)``."""
         return (_FLOAT32 + _INT32) * min(self.k, int(d))
 
-    def _payloads(self, G, seeds):
-        k = min(self.k, G.shape[1])
-        out = []
-        for g in G:
-            idx = np.sort(np.argpartition(-np.abs(g), k - 1)[:k])
-            out.append(({}, {"values": g[idx].astype(np.float32),
-                             "indices": idx.astype(np.int32)}))
-        return out
+    def _payload(self, g, seed):
+        k = min(self.k, g.shape[0])
+        idx = np.sort(np.argpartition(-np.abs(g), k - 1)[:k])
+        return {}, {"values": g[idx].astype(np.float32), "indices": idx.astype(np.int32)}
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("values", "indices"), fail)
@@ -530,9 +517,8 @@ class TopKCodec(_Codec):
         if k and (idx[0] < 0 or idx[-1] >= d or (np.diff(idx) <= 0).any()):
             fail(f"indices must be increasing and in [0, {d}).")
 
-    def _add(self, frames, out):
-        for frame in frames:
-            out[frame.arrays["indices"]] += frame.arrays["values"]
+    def _add_one(self, arrays, out):
+        out[arrays["indices"]] += arrays["values"]
 
 
 class LDPCodec(FullCodec):
@@ -564,16 +550,13 @@ class LDPCodec(FullCodec):
     def settings(self):
         return {"uplink": self.name, "noise_scale": self.scale}
 
-    def _payloads(self, G, seeds):
-        out = []
-        for g, seed in zip(G, seeds):
-            rng = np.random.default_rng(seed)
-            if self.noise == "gaussian":
-                noise = rng.standard_normal(g.shape[0]) * self.scale
-            else:
-                noise = rng.laplace(0.0, self.scale, g.shape[0])
-            out.append(({}, {"g": (g + noise).astype(np.float32)}))
-        return out
+    def _payload(self, g, seed):
+        rng = np.random.default_rng(seed)
+        if self.noise == "gaussian":
+            noise = rng.standard_normal(g.shape[0]) * self.scale
+        else:
+            noise = rng.laplace(0.0, self.scale, g.shape[0])
+        return {}, {"g": (g + noise).astype(np.float32)}
 
 
 #: The settings (``make_codec``'s arguments) each uplink's codec is built from.
