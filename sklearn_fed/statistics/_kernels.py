@@ -155,17 +155,6 @@ def few_rows_factor(X, y, sample_weight, centered):
     return weight_sum, x_mean, y_mean, factor
 
 
-def _chan_add(total, mean, weight, block_products, block_mean, block_weight, centered):
-    """Add one block's (centered) products to the running ones (Chan et al.)."""
-    new_weight = weight + block_weight
-    if centered and weight > 0:
-        delta = block_mean - mean
-        block_products = block_products + (weight * block_weight / new_weight) * np.outer(
-            delta, delta
-        )
-    return total + block_products, mean + (block_weight / new_weight) * (block_mean - mean), new_weight
-
-
 # Rows of a client that choose its shift (a few cache lines per column).
 _HEAD_ROWS = 64
 
@@ -393,9 +382,14 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
             if constant.size:
                 block_products[constant, :] = 0.0
                 block_products[:, constant] = 0.0
-        total, mean, weight_sum = _chan_add(
-            total, mean, weight_sum, block_products, shift + sums / wsum, wsum, centered
-        )
+        # the block added to the running products (Chan et al.)
+        block_mean, new_weight = shift + sums / wsum, weight_sum + wsum
+        if centered and weight_sum > 0:
+            delta = block_mean - mean
+            block_products = block_products + (weight_sum * wsum / new_weight) * np.outer(
+                delta, delta)
+        total = total + block_products
+        mean, weight_sum = mean + (wsum / new_weight) * (block_mean - mean), new_weight
     gram = np.ascontiguousarray(total[:d, :d])
     moment = np.ascontiguousarray(total[:d, d:])
     # Sums of squares: round-off of a (near-)constant target must not make them negative.

@@ -269,7 +269,12 @@ class ClientStatistics:
         """:meth:`merge`; with ``reuse``, the result takes over ``self``'s Gram and
         adds ``other``'s into it in place (same bits, no d x d allocation): only for
         a ``self`` that nothing else will read."""
-        _check_compatible(self, other)
+        for what, a, b in (("features", self.n_features, other.n_features),
+                           ("targets", self.n_targets, other.n_targets)):
+            if a != b:
+                raise ValueError(f"cannot merge statistics with {a} and {b} {what}.")
+        if self.centered != other.centered:
+            raise ValueError("cannot merge centered with uncentered statistics.")
         wa, wb = self.weight_sum, other.weight_sum
         w = wa + wb
         if w > 0:
@@ -492,19 +497,6 @@ class ClientStatistics:
         """
         return validate_statistics(self, client, n_features, n_targets, psd,
                                    symmetric=False)
-
-
-def _check_compatible(a, b):
-    if a.n_features != b.n_features:
-        raise ValueError(
-            f"cannot merge statistics with {a.n_features} and {b.n_features} features."
-        )
-    if a.n_targets != b.n_targets:
-        raise ValueError(
-            f"cannot merge statistics with {a.n_targets} and {b.n_targets} targets."
-        )
-    if a.centered != b.centered:
-        raise ValueError("cannot merge centered with uncentered statistics.")
 
 
 def _trapezoid_size(n_rows, n_cols):
