@@ -20,6 +20,7 @@ from ..preprocessing._base import (
     OneRoundServer,
     TransformerClient,
 )
+from ..protocol import BlockwiseClient
 from ..protocol._threads import MIN_ROWS_PER_THREAD
 from ..statistics import (
     ClientStatistics,
@@ -32,13 +33,23 @@ from ..statistics._validation import parts_within_caps
 __all__ = ["FederatedPCA"]
 
 
-class PCAClient(TransformerClient):
-    """A site of :class:`FederatedPCA`: its row count, mean and centered Gram (no targets)."""
+class PCAClient(TransformerClient, BlockwiseClient):
+    """A site of :class:`FederatedPCA`: its row count, mean and centered Gram (no targets).
+
+    A reduction over its rows (blockwise), so a pooled round is computed in
+    parts on threads.
+    """
 
     protocol = "decomposition.pca"
 
-    def compute(self, task, X, y, sample_weight, rows):
-        return ClientStatistics.from_data(X, None, rows=rows, check_input=False).to_payload()
+    def summarize(self, task, X, y, sample_weight, rows):
+        return ClientStatistics.from_data(X, None, rows=rows, check_input=False)
+
+    def merge(self, first, second):  # two blocks of one site's rows (Chan et al.)
+        return first.merge(second)
+
+    def finish(self, task, summary):
+        return summary.to_payload()
 
     def replies_are_independent(self, tasks):
         return True  # a reply reads only its task and rows: simulated sites may use threads
