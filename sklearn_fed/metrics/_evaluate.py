@@ -7,6 +7,7 @@ pooled over all sites' rows and per site.
 """
 
 import numbers
+import types
 import warnings
 from typing import ClassVar
 
@@ -20,8 +21,10 @@ from .._clients import group_rows_by_client, take_clients
 from .._compat import _check_sample_weight
 from ..protocol import (
     Client,
+    CountedTable,
     FederatedMixin,
     InvalidClientMessage,
+    ScoreBins,
     Server,
     atomic,
     decode_values,
@@ -30,6 +33,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
+from ..protocol._disclosure import screen_reply
 from ._ship import load_model_state, model_state
 from ._stats import (
     METRICS,
@@ -151,6 +155,19 @@ def answer_evaluation(template, fields, arrays, X, y, sample_weight, site):
         raise ValueError(f"site {site!r}: cannot evaluate the model on its rows: {exc}") from exc
 
 
+def screened_evaluation(template, fields, arrays, X, y, sample_weight, site, policy):
+    """:func:`answer_evaluation` with ``policy``'s disclosure rules applied, as an evaluator's
+    own reply would be (a search's scoring parts: the same sums, the same rules)."""
+    out_fields, out_arrays = answer_evaluation(template, fields, arrays, X, y, sample_weight,
+                                               site)
+    if policy is None:
+        return out_fields, out_arrays
+    frame = types.SimpleNamespace(fields=out_fields, arrays=out_arrays)
+    screen_reply(EvaluatorClient(None), policy, types.SimpleNamespace(site=site, fields={}),
+                 frame, X, None, _num_samples(X))
+    return frame.fields, frame.arrays
+
+
 def evaluation_task(model, metrics, pos_label, score_decimals):
     """``(fields, arrays)`` of an evaluation task for ``model``."""
     spec, spec_arrays = evaluation_spec(model, metrics, pos_label, score_decimals)
@@ -160,11 +177,28 @@ def evaluation_task(model, metrics, pos_label, score_decimals):
     return {"model_class": type(model).__name__, "model": fields, "spec": spec}, arrays
 
 
+#: What an evaluation's reply is made of, for the site's disclosure rules (see
+#: :doc:`/disclosure`): the confusion matrix is a table of counts (no cell of 1 or 2
+#: rows), the ROC table counts rows at each distinct score (merged into bins).
+EVALUATION_DISCLOSURE = (
+    CountedTable("cm_counts", "confusion matrix",
+                 "Evaluate on more rows per site (fewer folds), or with metrics read from "
+                 "sums (log_loss, brier_score)."),
+    ScoreBins("scores", ("pos_counts", "neg_counts"), ("pos_weights", "neg_weights"),
+              "Evaluate on more rows per site (fewer folds), or with metrics read from "
+              "sums (log_loss, brier_score)."),
+)
+
+
 class EvaluatorClient(Client):
     """A site: predicts its rows with the server's model and sends the metrics' sums."""
 
     protocol = "metrics.evaluate"
     y_numeric = False
+    disclosure = EVALUATION_DISCLOSURE
+
+    def released_parameters(self, task, frame):
+        return None  # it fits no model: the parameters-per-row rule does not apply
 
     def check_rows(self, X, y, sample_weight, schema, site):
         return site_rows(X, y, sample_weight, schema, site)

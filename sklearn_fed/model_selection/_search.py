@@ -26,10 +26,10 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
 from ..metrics._evaluate import (
-    answer_evaluation,
     default_metric,
     evaluation_task,
     read_spec,
+    screened_evaluation,
     site_rows,
     sites_of_rows,
 )
@@ -108,8 +108,14 @@ class SearchClient(Client):
     def check_rows(self, X, y, sample_weight, schema, site):
         return site_rows(X, y, sample_weight, schema, site)
 
+    def released_parameters(self, task, frame):
+        return None  # each part's own role applies the rule to the model it fits
+
     def compute(self, task, X, y, sample_weight, rows):
         search = self.estimator
+        # every part is screened by the policy this site's reply is: each fit part by its own
+        # role's declarations, each scoring part as an evaluator's reply
+        policy = self.policy_in_force()
         if rows is not None:
             X, y = _safe_indexing(X, rows), y[rows]
             sample_weight = None if sample_weight is None else sample_weight[rows]
@@ -145,8 +151,8 @@ class SearchClient(Client):
                 estimator = clone(search._base_estimator()).set_params(**candidates[index])
                 self._estimators[index] = estimator
             if part.get("evaluate") is True:
-                fields, part_arrays = answer_evaluation(
-                    estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site)
+                fields, part_arrays = screened_evaluation(
+                    estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site, policy)
                 for name, value in part_arrays.items():
                     arrays[f"p{j}.{name}"] = value
                 out.append({"candidate": i, "fold": k, "reply": fields})
@@ -169,9 +175,9 @@ class SearchClient(Client):
                 checked = client.check_rows(Xk, yk, wk, schema, task.site)
                 self._checked[key] = (Xk, checked)
             Xc, yc, wc, names = checked
-            if self.policy is not None:
-                self.policy.check_task(client.protocol, inner, schema, Xc.shape[0], task.site)
-            reply = client.reply(inner, Xc, yc, wc, None, names)
+            if policy is not None:
+                policy.check_task(client.protocol, inner, schema, Xc.shape[0], task.site)
+            reply = client.screened_reply(policy, inner, Xc, yc, wc, None, names)
             out.append({"candidate": i, "fold": k, "reply": nest(reply, f"p{j}.", arrays)})
         return {"parts": out}, arrays
 

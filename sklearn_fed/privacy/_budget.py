@@ -93,6 +93,39 @@ class PrivacyBudget:
         self.ledger_ = self.ledger_.compose(ledger)
         self.charges_.append((str(what), total))
 
+    def charge_site_release(self, fields, what):
+        """Charge one private release a site answers, read from its task's ``fields``.
+
+        A site's :class:`~sklearn_fed.protocol.SitePolicy` calls it (its
+        ``privacy_budget``) for every task with an ``epsilon`` that it
+        answers: the release is one Gaussian mechanism calibrated for the
+        task's ``epsilon`` and ``delta`` (``calibration``, ``"analytic"`` if
+        the task names none), or, for a task that is one of ``n_releases``
+        (DP-FedAvg's rounds), one of that many releases sharing the
+        ``(epsilon, delta)``. Raises ValueError, charging nothing, beyond the
+        budget.
+
+        Examples
+        --------
+        >>> site = PrivacyBudget(epsilon=1.5, delta=1e-5)
+        >>> site.charge_site_release({"epsilon": 1.0, "delta": 1e-5}, "a release")
+        >>> round(site.spent()[0], 2)
+        1.0
+        """
+        epsilon, delta = fields.get("epsilon"), fields.get("delta")
+        calibration = fields.get("calibration", "analytic")
+        releases = fields.get("n_releases", 1)
+        if not (isinstance(epsilon, float) and 0 < epsilon < math.inf
+                and isinstance(delta, float) and 0 < delta < 1
+                and calibration in ("analytic", "classic")
+                and type(releases) is int and 1 <= releases <= 10**9):
+            raise ValueError("the task's epsilon, delta, calibration or n_releases are not "
+                             "those of a private release this site can account.")
+        ledger = PrivacyLedger()
+        ledger.record(math.sqrt(releases) * gaussian_noise_std(
+            epsilon, delta, 1.0, calibration=calibration))
+        self.charge(ledger, what)
+
     def __repr__(self):
         return f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r})"
 
