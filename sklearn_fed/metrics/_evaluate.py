@@ -268,7 +268,38 @@ class EvaluatorServer(Server):
         estimator.communication_ = ledger
 
 
-class FederatedEvaluator(FederatedMixin, BaseEstimator):
+class InProcessFitMixin:
+    """``fit`` of a meta-protocol (an evaluation, a search): its roles run in process, one
+    simulated site per ``clients`` label (:func:`run_in_process`)."""
+
+    def _in_process_server_kwargs(self, names):
+        """What the server is told of an in-process run's rows (their column ``names``)."""
+        return {}
+
+    @atomic
+    def fit(self, X, y, sample_weight=None, clients=None):
+        """Run this protocol on rows split among sites by ``clients`` (in process).
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Used by every fit and score the protocol makes.
+        clients : array-like of shape (n_samples,), default=None
+            Site label of each row; None: one site.
+
+        Returns
+        -------
+        self
+            Fitted (``scores_`` of an evaluator, ``cv_results_`` of a search).
+        """
+        self._validate_params()
+        run_in_process(self, X, y, sample_weight, clients)
+        return self
+
+
+class FederatedEvaluator(InProcessFitMixin, FederatedMixin, BaseEstimator):
     """Scores of a fitted model over rows that stay at their sites, pooled and per site.
 
     One round: the server sends the fitted model's state and the metrics;
@@ -395,26 +426,6 @@ class FederatedEvaluator(FederatedMixin, BaseEstimator):
         return {"average": self.average, "multioutput": self.multioutput,
                 "zero_division": self.zero_division, "beta": self.beta}
 
-    @atomic
-    def fit(self, X, y, sample_weight=None, clients=None):
-        """Evaluate ``estimator`` on rows split among sites by ``clients`` (in process).
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row; None: one site.
-
-        Returns
-        -------
-        self : FederatedEvaluator
-            With ``scores_`` and ``site_scores_``.
-        """
-        self._validate_params()
-        run_evaluation(self, X, y, sample_weight, clients)
-        return self
 
 
 def _table(X):
@@ -446,14 +457,14 @@ def sites_of_rows(estimator, X, y, sample_weight, clients):
     return X, y, sample_weight, labels, rows, names
 
 
-def run_evaluation(evaluator, X, y, sample_weight, clients, **server_kwargs):
-    """The in-process run of an evaluator's roles, one simulated site per label."""
+def run_in_process(estimator, X, y, sample_weight, clients):
+    """The in-process run of a meta-protocol's roles (evaluation, search), one site per label."""
     X, y, sample_weight, labels, rows, names = sites_of_rows(
-        evaluator, X, y, sample_weight, clients)
-    server = evaluator.make_server(**server_kwargs)
+        estimator, X, y, sample_weight, clients)
+    server = estimator.make_server(**estimator._in_process_server_kwargs(names))
     if names is not None:
         match_columns(X, server.schema)  # the model's features, by name, or a clear error
-    return run_simulation(server, evaluator.make_client(), X, y, sample_weight, labels, rows,
+    return run_simulation(server, estimator.make_client(), X, y, sample_weight, labels, rows,
                           names)
 
 

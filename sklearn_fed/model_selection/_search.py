@@ -26,12 +26,12 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
 from ..metrics._evaluate import (
+    InProcessFitMixin,
     default_metric,
     evaluation_task,
     read_spec,
     screened_evaluation,
     site_rows,
-    sites_of_rows,
 )
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
 from ..protocol import (
@@ -40,10 +40,8 @@ from ..protocol import (
     FederatedMixin,
     InvalidClientMessage,
     Server,
-    atomic,
     label_key,
     nest,
-    run_simulation,
     sorted_labels,
     unnest,
 )
@@ -398,7 +396,7 @@ class SearchServer(Server):
         self.phase = "done"
 
 
-class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
+class _FederatedSearchCV(InProcessFitMixin, FederatedMixin, MetaEstimatorMixin, BaseEstimator):
     """What the grid and randomized searches share: the protocol and the results."""
 
     _server_role = SearchServer
@@ -458,29 +456,8 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
         return {"cv_results_": results, "best_index_": best,
                 "best_params_": candidates[best], "best_score_": float(means[best])}
 
-    @atomic
-    def fit(self, X, y, sample_weight=None, clients=None):
-        """Search over rows split among sites by ``clients``: one protocol run, in process.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        sample_weight : array-like of shape (n_samples,), default=None
-            Used to fit and to score.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row; None: one site.
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        X, y, sample_weight, labels, rows, names = sites_of_rows(
-            self, X, y, sample_weight, clients)
-        server = self.make_server(feature_names=names)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
-        return self
+    def _in_process_server_kwargs(self, names):
+        return {"feature_names": names}
 
     def _check_refit(self, name):
         if not self.refit:
