@@ -158,7 +158,10 @@ class SearchClient(Client):
             inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=_server_error)
             client = self._clients.get(index)
             if client is None:
-                client = self._clients[index] = estimator.make_client(policy=self.policy)
+                client = self._clients[index] = estimator.make_client()
+            # the part's role, and the parts it nests (a pipeline's steps), apply the policy
+            # this site's reply is screened with (SitePolicy() when deployed without one)
+            client.policy = policy
             client.check_task(inner)
             try:
                 schema = FeatureSchema.from_json(inner.schema)
