@@ -24,6 +24,7 @@ from sklearn_fed.neural_network._roles import minibatch  # noqa: E402
 from sklearn_fed.protocol import (  # noqa: E402
     InvalidClientMessage,
     SitePolicy,
+    TaskRefused,
     decode,
     encode,
     simulate_through_bytes,
@@ -557,3 +558,23 @@ def test_missing_torch_names_the_extra(monkeypatch):
                         lambda name, *a: None if name == "skorch" else real(name, *a))
     with pytest.raises(ImportError, match=r"sklearn-fed\[nn\]"):
         nn_pkg.__getattr__("FedMPDDClassifier")
+
+
+def test_the_parameters_per_row_rule_counts_the_networks_parameters(iris):
+    # an MLP of 4 features, 8 hidden units, 3 classes: 4*8+8 + 8*3+3 = 67 parameters, not
+    # the (4 + 1) * 1 of a linear model; 0.33 * 150 rows allow 49
+    X, y = iris
+    net = FedMPDDClassifier(module__hidden_units=8, n_directions=4, max_epochs=1,
+                            random_state=0)
+    server = net.make_server()
+    labels = [0]
+    describe = server.next_tasks(labels)
+    server.receive({0: net.make_client().respond(describe[0], X, y)})  # labels only: answered
+    train = server.next_tasks(labels)[0]
+    with pytest.raises(TaskRefused, match=(
+            r"rule max_parameters_per_row=0\.33: a model of 67 parameters from 150 rows "
+            r"exceeds 0\.33 parameters per row\. What you can do: use fewer features, or at "
+            r"least 204 rows")):
+        net.make_client().respond(train, X, y)
+    assert sum(p.numel() for p in server.estimator.module_.parameters()) == 67
+    net.make_client(policy=SitePolicy(max_parameters_per_row=0.5)).respond(train, X, y)
