@@ -41,6 +41,7 @@ from ._composite import (
     take_prefixed,
 )
 from .privacy._budget import PrivacyBudget, planned_ledger, release_parts, spent_ledgers
+from .privacy._budget import as_budget as _as_budget
 from .protocol import (
     Client,
     InvalidClientMessage,
@@ -262,16 +263,6 @@ class PipelineServer(Server):
             estimator.privacy_spent_by_step_ = {
                 name: (part_ledger.epsilon(d) if d > 0 else math.inf, d)
                 for name, (part_ledger, d) in by_step.items()}
-
-
-def _as_budget(budget):
-    """A :class:`PrivacyBudget` from ``privacy_budget`` (None, a budget, or ``(epsilon, delta)``)."""
-    if budget is None or isinstance(budget, PrivacyBudget):
-        return budget
-    if isinstance(budget, tuple) and len(budget) == 2:
-        return PrivacyBudget(*budget)
-    raise ValueError(f"privacy_budget must be None, a PrivacyBudget or (epsilon, delta); "
-                     f"got {budget!r}.")
 
 
 class FederatedPipeline(FederatedCompositeMixin, Pipeline):

@@ -34,6 +34,14 @@ from ..metrics._evaluate import (
     site_rows,
 )
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
+from ..privacy import PrivacyBudget, PrivacyLedger
+from ..privacy._budget import (
+    as_budget,
+    planned_ledger,
+    release_parts,
+    spent,
+    spent_ledgers,
+)
 from ..protocol import (
     Client,
     FeatureSchema,
@@ -209,6 +217,8 @@ class SearchServer(Server):
         self.refit_server = None
         self._sites, self._site_fold, self._planned = None, None, None
         self._started = None
+        # checked when the folds are known, before any task is sent; charged at the end
+        self._budget = as_budget(estimator.privacy_budget)
 
     # ----------------------------------------------------------- planning
     def _inner_server(self, params):
@@ -235,6 +245,7 @@ class SearchServer(Server):
                 self.n_splits = self.cv.get_n_splits(self._sites)
             else:
                 self.n_splits = self.cv.get_n_splits()
+            self._check_budget()
             self.pairs = {(i, k): self._inner_server(params)
                           for i, params in enumerate(self.candidates)
                           for k in range(self.n_splits)}
@@ -260,6 +271,48 @@ class SearchServer(Server):
                                    for site, frame in frames.items()})
             self._commit()
         return {}
+
+    # ----------------------------------------------------------- privacy
+    def _fits_named(self):
+        """``[(name, fitted model)]`` of every fit of the search, the refit last."""
+        fits = [(f"candidate{i}__fold{k}", model) for (i, k), model in sorted(self.fitted.items())]
+        if self.refit_server is not None:
+            fits.append(("refit", self.refit_server.estimator))
+        return fits
+
+    def _check_budget(self):
+        """Refuse, before any release, a search whose fits could exceed the budget: every
+        candidate on every fold, and the refit of whichever candidate wins."""
+        if self._budget is None:
+            return
+        base, folds = self.estimator._base_estimator(), PrivacyLedger()
+        plans = [planned_ledger(clone(base).set_params(**params)) for params in self.candidates]
+        for planned in plans:
+            for _ in range(self.n_splits):
+                folds = folds.compose(planned)
+        refit = self.estimator.refit
+        what = (f"this search's fits ({len(self.candidates)} candidates x {self.n_splits} "
+                f"folds{' and the refit of the best' if refit else ''})")
+        for planned in plans if refit else [PrivacyLedger()]:
+            self._budget.check(folds.compose(planned), what)
+
+    def _privacy(self):
+        """``(total ledger, delta, {fit__step: (ledger, delta)})`` of the search's fits, or
+        None when no fit is private and no budget is given."""
+        fits = self._fits_named()
+        private = self._budget is not None or any(
+            "_privacy" in part.__dict__ for _, model in fits for _, part in release_parts("", model))
+        if not private:
+            return None
+        by_step, total = {}, PrivacyLedger()
+        for name, model in fits:
+            parts, ledger = spent_ledgers(model)
+            by_step.update({f"{name}__{part}" if part else name: value
+                            for part, value in parts.items()})
+            total = total.compose(ledger)
+        delta = self._budget.delta if self._budget is not None else min(
+            sum(d for _, d in by_step.values()), 0.5)
+        return total, delta, by_step
 
     def _wrap(self, tasks):
         self._planned = "fit"
@@ -379,6 +432,26 @@ class SearchServer(Server):
 
     def _commit(self):
         estimator = self.estimator
+        privacy = self._privacy()
+        if privacy is not None and self._budget is not None:  # raises: nothing is committed
+            self._budget.charge(privacy[0], "this search's fits")
+        for name in ("_privacy", "_privacy_delta", "privacy_spent_by_step_",
+                     "privacy_spent_by_candidate_"):
+            estimator.__dict__.pop(name, None)
+        if privacy is not None:
+            total, delta, by_step = privacy
+            estimator._privacy, estimator._privacy_delta = total, delta
+            estimator.privacy_spent_by_step_ = {
+                name: spent(ledger, d) for name, (ledger, d) in by_step.items()}
+            estimator.privacy_spent_by_candidate_ = []
+            for i in range(len(self.candidates)):
+                mine = [value for name, value in by_step.items()
+                        if name.startswith(f"candidate{i}__")]
+                ledger = PrivacyLedger()
+                for part_ledger, _ in mine:
+                    ledger = ledger.compose(part_ledger)
+                estimator.privacy_spent_by_candidate_.append(
+                    spent(ledger, min(sum(d for _, d in mine), 0.5)))
         for name, value in self._results.items():
             setattr(estimator, name, value)
         if self.refit_server is not None:
@@ -410,13 +483,24 @@ class _FederatedSearchCV(InProcessFitMixin, FederatedMixin, MetaEstimatorMixin, 
         "refit": ["boolean"],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), StrOptions({"sites"}),
                SiteKFold, LeaveSitesOut],
+        "privacy_budget": [None, tuple, PrivacyBudget],
     }
 
-    def __init__(self, estimator, *, scoring=None, refit=True, cv=5):
+    def __init__(self, estimator, *, scoring=None, refit=True, cv=5, privacy_budget=None):
         self.estimator = estimator
         self.scoring = scoring
         self.refit = refit
         self.cv = cv
+        self.privacy_budget = privacy_budget
+
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every private release of every fit of the search."""
+        privacy = self.__dict__.get("_privacy")
+        if privacy is None:
+            raise AttributeError("privacy_spent_ is set by fit when a fit is differentially "
+                                 "private or privacy_budget is given.")
+        return spent(privacy, self._privacy_delta)
 
     def _metrics(self):
         """The metrics each fold is scored with; the first ranks the candidates."""
@@ -515,6 +599,13 @@ _DOC_COMMON = """
     cv : int, "sites", SiteKFold or LeaveSitesOut, default=5
         An int: each site splits its own rows with ``KFold(cv)``; ``"sites"``:
         leave one site out.
+    privacy_budget : PrivacyBudget or tuple (epsilon, delta), default=None
+        Refuse, before any task is sent, a search whose differentially private
+        releases (every candidate on every fold, and the refit of any
+        candidate) could exceed it; charged with what the fits spent. A
+        :class:`~sklearn_fed.privacy.PrivacyBudget` object is shared, not
+        copied. The scores the sites send are exact sums under their
+        disclosure rules, not private releases (see :doc:`/disclosure`).
 """
 
 
@@ -546,6 +637,16 @@ class FederatedGridSearchCV(_FederatedSearchCV):
     n_clients_ : int
     communication_ : CommunicationLedger
         Bytes of the whole search.
+    privacy_spent_ : tuple of (float, float)
+        Set when a fit is differentially private or a budget is given: the
+        ``(epsilon, delta)`` of every private release of every candidate,
+        fold and the refit, composed exactly (as a pipeline's); infinite
+        epsilon when a fit releases exact statistics.
+    privacy_spent_by_candidate_ : list of tuple
+        ``(epsilon, delta)`` of each candidate's fits on every fold.
+    privacy_spent_by_step_ : dict
+        ``"candidate<i>__fold<k>[__<step>]"`` and ``"refit[__<step>]"`` ->
+        ``(epsilon, delta)``: which fit and which step spent what.
 
     Examples
     --------
@@ -569,8 +670,10 @@ class FederatedGridSearchCV(_FederatedSearchCV):
     _parameter_constraints: ClassVar[dict] = {**_FederatedSearchCV._parameter_constraints,
                               "param_grid": [dict, list]}
 
-    def __init__(self, estimator, param_grid, *, scoring=None, refit=True, cv=5):
-        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv)
+    def __init__(self, estimator, param_grid, *, scoring=None, refit=True, cv=5,
+                 privacy_budget=None):
+        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv,
+                         privacy_budget=privacy_budget)
         self.param_grid = param_grid
 
     def _candidates(self):
@@ -616,8 +719,9 @@ class FederatedRandomizedSearchCV(_FederatedSearchCV):
     }
 
     def __init__(self, estimator, param_distributions, *, n_iter=10, scoring=None, refit=True,
-                 cv=5, random_state=None):
-        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv)
+                 cv=5, random_state=None, privacy_budget=None):
+        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv,
+                         privacy_budget=privacy_budget)
         self.param_distributions = param_distributions
         self.n_iter = n_iter
         self.random_state = random_state

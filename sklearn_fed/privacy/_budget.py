@@ -16,7 +16,8 @@ import math
 from ._accounting import PrivacyLedger
 from ._calibration import gaussian_noise_std
 
-__all__ = ["PrivacyBudget", "planned_ledger", "planned_release", "release_parts", "spent_ledgers"]
+__all__ = ["PrivacyBudget", "as_budget", "planned_ledger", "planned_release", "release_parts",
+           "spent_ledgers"]
 
 
 class PrivacyBudget:
@@ -128,6 +129,25 @@ class PrivacyBudget:
 
     def __repr__(self):
         return f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r})"
+
+
+def as_budget(budget):
+    """A :class:`PrivacyBudget` from a ``privacy_budget`` parameter: None, a budget, or
+    ``(epsilon, delta)``."""
+    if budget is None or isinstance(budget, PrivacyBudget):
+        return budget
+    if isinstance(budget, tuple) and len(budget) == 2:
+        return PrivacyBudget(*budget)
+    raise ValueError(f"privacy_budget must be None, a PrivacyBudget or (epsilon, delta); "
+                     f"got {budget!r}.")
+
+
+def spent(ledger, delta):
+    """``(epsilon, delta)`` of a composed ``ledger`` reported at ``delta`` (no release: 0;
+    a release without noise, or a delta of 0: infinite epsilon)."""
+    if len(ledger) == 0:
+        return 0.0, delta
+    return (ledger.epsilon(delta) if delta > 0 else math.inf), delta
 
 
 def planned_release(estimator):
