@@ -6,7 +6,10 @@ import pytest
 from sklearn_fed import FederatedRidge, PrivateFederatedRidge
 from sklearn_fed.model_selection import FederatedGridSearchCV, federated_cross_validate
 from sklearn_fed.pipeline import make_federated_pipeline
-from sklearn_fed.preprocessing import FederatedStandardScaler, PrivateFederatedStandardScaler
+from sklearn_fed.preprocessing import (
+    FederatedStandardScaler,
+    PrivateFederatedStandardScaler,
+)
 from sklearn_fed.privacy import PrivacyBudget, gaussian_noise_std
 from sklearn_fed.protocol import SitePolicy, TaskRefused
 
