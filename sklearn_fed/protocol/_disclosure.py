@@ -245,9 +245,10 @@ class ScoreBins:
     """Declares ``values`` (increasing distinct scores) with per-class row ``counts`` at each.
 
     Unless the policy has ``exact_scores`` (or no ``min_count``), consecutive
-    values are merged, lowest first, into bins in which every count is 0 or
-    at least ``min_count`` (so no bin is backed by fewer rows, and no class
-    within a bin either, the ``nfilter.tab`` rule of a table of bin x class);
+    values are merged into bins in which every count is 0 or at least
+    ``min_count`` (so no bin is backed by fewer rows, and no class within a
+    bin either: the ``nfilter.tab`` rule of a table of bin x class), tying as
+    few rows of different classes as possible (:func:`merged_bins`);
     a bin is released as the mean of its rows' values, its counts and
     ``sums`` (per-class weight sums) added up. A site whose rows cannot make
     one such bin (1 or 2 rows of a class) is refused.
@@ -295,40 +296,73 @@ class ScoreBins:
         frame.arrays = out
 
 
+#: How many distinct values back a bin may reach (bounds the search's cost to values x this).
+_MAX_BIN_VALUES = 512
+
+
 def merged_bins(counts, k):
     """End indices of consecutive bins of ``counts`` (classes x values) whose every class count
-    is 0 or at least ``k``; None when even one bin of everything is not.
+    is 0 or at least ``k``, tying as few pairs of rows of different classes as possible;
+    None when even one bin of everything does not qualify.
 
-    Greedy from the lowest value: a bin closes as soon as it qualifies; what is
-    left at the end joins the bins before it until the merge qualifies.
+    The rows of two classes in one bin become ties for ROC AUC and average
+    precision (the metrics lose what orders them), so the partition minimises
+    the sum over bins of the products of their class counts (dynamic
+    programming over the end of the last bin; among partitions that tie the
+    fewest pairs, the finest). A bin spans at most 512 distinct values
+    (the cost is then linear in the values); where that allows no partition,
+    the bins are grown greedily from the lowest value instead.
 
     Examples
     --------
-    >>> merged_bins(np.array([[1, 0, 2, 0, 0, 3], [0, 3, 0, 1, 1, 1]]), 3)
-    [3, 6]
-    >>> merged_bins(np.array([[5, 1], [3, 0]]), 3)   # the tail [1, 0] joins the bin before
-    [2]
+    >>> merged_bins(np.array([[3, 1, 0, 2, 0], [0, 0, 3, 0, 3]]), 3)   # the lone 1 joins the 2
+    [1, 4, 5]
     >>> merged_bins(np.array([[1, 1], [3, 0]]), 3) is None
     True
     """
     def ok(c):
-        return bool(((c == 0) | (c >= k)).all())
+        return ((c == 0) | (c >= k)).all(axis=0)
 
+    n_values = counts.shape[1]
+    if not ok(counts.sum(axis=1)):
+        return None
+    cumulative = np.concatenate([np.zeros((counts.shape[0], 1), dtype=np.int64),
+                                 np.cumsum(counts, axis=1)], axis=1)
+    cost = np.full(n_values + 1, np.inf)
+    cost[0], back = 0.0, np.zeros(n_values + 1, dtype=np.intp)
+    for end in range(1, n_values + 1):
+        first = max(0, end - _MAX_BIN_VALUES)
+        inside = cumulative[:, end:end + 1] - cumulative[:, first:end]
+        tied = np.prod(inside, axis=0, dtype=np.float64) if counts.shape[0] == 2 else (
+            (inside.sum(axis=0, dtype=np.float64) ** 2 - (inside.astype(np.float64) ** 2).sum(
+                axis=0)) / 2)
+        total = np.where(ok(inside), cost[first:end] + tied, np.inf)
+        best = len(total) - 1 - int(np.argmin(total[::-1]))  # the last start: the finest
+        cost[end], back[end] = total[best], first + best
+    if not np.isfinite(cost[n_values]):
+        return _greedy_bins(counts, ok)
+    ends, end = [], n_values
+    while end > 0:
+        ends.append(end)
+        end = int(back[end])
+    return ends[::-1]
+
+
+def _greedy_bins(counts, ok):
+    """Bins closed as soon as they qualify, lowest value first; the tail joins the bins before
+    it until the merge qualifies (the whole qualifies: checked by the caller)."""
     ends, running = [], np.zeros(counts.shape[0], dtype=np.int64)
     for j in range(counts.shape[1]):
         running = running + counts[:, j]
         if ok(running):
             ends.append(j + 1)
             running[:] = 0
+    while running.any() and ends:
+        start = ends[-2] if len(ends) > 1 else 0
+        running = running + counts[:, start:ends.pop()].sum(axis=1)
+        if ok(running):
+            break
     if running.any():
-        while ends:  # the tail joins the bins before it until the merge qualifies
-            start = ends[-2] if len(ends) > 1 else 0
-            running = running + counts[:, start:ends[-1]].sum(axis=1)
-            ends.pop()
-            if ok(running):
-                break
-        if not ok(running):
-            return None
         ends.append(counts.shape[1])
     return ends
 

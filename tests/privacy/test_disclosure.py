@@ -1,6 +1,7 @@
 """Disclosure control: every reply of every estimator, decoded, under the default site policy."""
 
 import importlib.util
+import itertools
 import math
 
 import numpy as np
@@ -370,28 +371,26 @@ def test_default_policy_screens_every_evaluation_and_search_message(case):
     assert case != 0 or scores_seen > 0
 
 
-def _site_binned_scores(scores, labels, k=3):
-    """Each row's score replaced by the mean score of its bin, binned as the docs say."""
+def _binned_from_the_release(scores, labels, frame, k=3):
+    """Each row's score replaced by the mean score of the bin the site released it in.
+
+    The released bins are read back onto the site's rows (sorted by score, whole
+    groups of equal scores), checking that they partition them and that every
+    class count of every bin is 0 or at least ``k``.
+    """
+    counts = frame.arrays["pos_counts"] + frame.arrays["neg_counts"]
     order = np.argsort(scores, kind="stable")
-    values = np.unique(scores)
+    edges = np.r_[0, np.cumsum(counts)]
+    assert edges[-1] == len(scores)
     out = np.empty(len(scores))
-    bins, current, pos, neg = [], [], 0, 0
-    for value in values:
-        at = np.flatnonzero(scores == value)
-        current.extend(at)
-        pos, neg = pos + int(labels[at].sum()), neg + int((1 - labels[at]).sum())
-        if all(c == 0 or c >= k for c in (pos, neg)):
-            bins.append(current)
-            current, pos, neg = [], 0, 0
-    while current:  # the tail joins the bins before it until they qualify
-        current = bins.pop() + current
-        p = int(labels[current].sum())
-        if all(c == 0 or c >= k for c in (p, len(current) - p)):
-            bins.append(current)
-            current = []
-    for rows in bins:
+    for j, (a, b) in enumerate(itertools.pairwise(edges)):
+        rows = order[a:b]
+        assert b == len(scores) or scores[order[b - 1]] < scores[order[b]]  # whole groups
+        positives = int(labels[rows].sum())
+        assert positives == frame.arrays["pos_counts"][j]
+        assert all(c == 0 or c >= k for c in (positives, len(rows) - positives))
         out[rows] = scores[rows].mean()
-    assert len(order) == sum(len(b) for b in bins)
+        assert math.isclose(out[rows][0], frame.arrays["scores"][j], rel_tol=1e-12)
     return out
 
 
@@ -401,17 +400,20 @@ def test_roc_auc_under_the_default_policy_is_exact_on_the_site_bins_and_exact_wi
     X, y, _, clients = _evaluation_data()
     model = FederatedLogisticRegression().fit(X, y, clients=clients)
     scores = model.decision_function(X)
-    binned = np.empty(len(y))
-    for site in np.unique(clients):
-        rows = clients == site
-        binned[rows] = _site_binned_scores(scores[rows], y[rows])
-    assert len(np.unique(binned)) < len(np.unique(scores)) / 3  # merged, much
     evaluator = FederatedEvaluator(model, metrics=["roc_auc", "average_precision"])
-    with simulated_policy(SitePolicy()):
-        controlled = clone(evaluator).set_params(estimator=model).fit(X, y, clients=clients)
-    assert math.isclose(controlled.scores_["roc_auc"], roc_auc_score(y, binned), rel_tol=1e-12)
-    assert math.isclose(controlled.scores_["average_precision"],
-                        average_precision_score(y, binned), rel_tol=1e-12)
+    server, replies = _evaluation_replies(evaluator, X, y, clients, SitePolicy())
+    binned = np.empty(len(y))
+    for site, frame in replies:
+        rows = clients == site
+        binned[rows] = _binned_from_the_release(scores[rows], y[rows], frame)
+    assert len(np.unique(binned)) < len(np.unique(scores)) / 3  # merged, much
+    controlled = server.estimator.scores_
+    assert math.isclose(controlled["roc_auc"], roc_auc_score(y, binned), rel_tol=1e-12)
+    assert math.isclose(controlled["average_precision"], average_precision_score(y, binned),
+                        rel_tol=1e-12)
+    with simulated_policy(SitePolicy()):  # fit's simulated sites: the same
+        assert clone(evaluator).set_params(estimator=model).fit(
+            X, y, clients=clients).scores_ == controlled
     with simulated_policy(SitePolicy(exact_scores=True)):  # the opt-in: every distinct score
         exact = clone(evaluator).set_params(estimator=model).fit(X, y, clients=clients)
     assert exact.scores_["roc_auc"] == roc_auc_score(y, scores)
