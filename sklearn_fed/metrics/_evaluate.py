@@ -311,6 +311,12 @@ class FederatedEvaluator(InProcessFitMixin, FederatedMixin, BaseEstimator):
     Brier, anything weighted). It is a protocol like the estimators', so it
     runs in process (:meth:`fit`), over bytes, or on Flower (name it in the
     run config with ``evaluate-model``, see :doc:`/user_guide/evaluation`).
+    Deployed sites apply their disclosure rules to their replies
+    (:class:`~sklearn_fed.protocol.SitePolicy`, see :doc:`/disclosure`): a
+    confusion matrix with a cell of 1 to ``min_count - 1`` rows is refused, and
+    ROC AUC and average precision read scores merged into bins of
+    ``min_count`` rows per class (exact on those bins) unless the site sets
+    ``exact_scores``; ``fit``'s simulated sites release exactly.
 
     Parameters
     ----------
