@@ -273,9 +273,12 @@ def test_flower_node_config_sets_the_disclosure_rules():
             node.policy.max_levels, node.policy.exact_extremes) == (3, 3, 0.33, 40, False)
     node = NodeSettings.from_node_config({
         "site": "a", "data-path": "a.csv", "min-rows": 0, "min-count": 5,
-        "max-parameters-per-row": 0.1, "max-levels": 0, "exact-extremes": True})
+        "max-parameters-per-row": 0.1, "max-levels": 0, "exact-extremes": True,
+        "exact-scores": True})
     assert (node.policy.min_rows, node.policy.min_count, node.policy.max_parameters_per_row,
             node.policy.max_levels, node.policy.exact_extremes) == (None, 5, 0.1, None, True)
+    assert node.policy.exact_scores and not NodeSettings.from_node_config(
+        {"site": "a", "data-path": "a.csv"}).policy.exact_scores
     with pytest.raises(ValueError, match="exact-extremes"):
         NodeSettings.from_node_config({"site": "a", "data-path": "a.csv",
                                        "exact-extremes": "yes"})
