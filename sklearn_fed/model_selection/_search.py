@@ -238,14 +238,15 @@ class SearchServer(Server):
 
     def plan(self, sites):
         if self._sites is None:
-            self._started = time.perf_counter()
-            self._sites = list(sites)
+            sites, site_fold = list(sites), None
             if isinstance(self.cv, LeaveSitesOut):
-                self._site_fold = self.cv.fold_of_sites(self._sites)
-                self.n_splits = self.cv.get_n_splits(self._sites)
+                site_fold = self.cv.fold_of_sites(sites)
+                n_splits = self.cv.get_n_splits(sites)
             else:
-                self.n_splits = self.cv.get_n_splits()
-            self._check_budget()
+                n_splits = self.cv.get_n_splits()
+            self._check_budget(n_splits)  # a refusal leaves the search as it was
+            self._started = time.perf_counter()
+            self._sites, self._site_fold, self.n_splits = sites, site_fold, n_splits
             self.pairs = {(i, k): self._inner_server(params)
                           for i, params in enumerate(self.candidates)
                           for k in range(self.n_splits)}
@@ -280,7 +281,7 @@ class SearchServer(Server):
             fits.append(("refit", self.refit_server.estimator))
         return fits
 
-    def _check_budget(self):
+    def _check_budget(self, n_splits):
         """Refuse, before any release, a search whose fits could exceed the budget: every
         candidate on every fold, and the refit of whichever candidate wins."""
         if self._budget is None:
@@ -288,10 +289,10 @@ class SearchServer(Server):
         base, folds = self.estimator._base_estimator(), PrivacyLedger()
         plans = [planned_ledger(clone(base).set_params(**params)) for params in self.candidates]
         for planned in plans:
-            for _ in range(self.n_splits):
+            for _ in range(n_splits):
                 folds = folds.compose(planned)
         refit = self.estimator.refit
-        what = (f"this search's fits ({len(self.candidates)} candidates x {self.n_splits} "
+        what = (f"this search's fits ({len(self.candidates)} candidates x {n_splits} "
                 f"folds{' and the refit of the best' if refit else ''})")
         for planned in plans if refit else [PrivacyLedger()]:
             self._budget.check(folds.compose(planned), what)

@@ -65,6 +65,8 @@ def test_the_search_budget_is_refused_before_any_task_and_charged_after():
             r"over the budget's epsilon=3")):
         server.next_tasks([0, 1, 2])
     assert server.round == 0 and not hasattr(search, "privacy_spent_")
+    with pytest.raises(ValueError, match="privacy budget exceeded"):  # the same, again
+        server.next_tasks([0, 1, 2])
     budget = PrivacyBudget(epsilon=10.0, delta=1e-5)
     fitted = FederatedGridSearchCV(_pipeline(), grid, cv=2, privacy_budget=budget).fit(
         X, y, clients=sites)
