@@ -223,6 +223,16 @@ class CountedTable:
         What the table is, for the refusal.
     remedy : str
         What the user can do, for the refusal.
+
+    Examples
+    --------
+    A role declares it in its ``disclosure`` class attribute, as the evaluator's does:
+
+    >>> from sklearn_fed.metrics._evaluate import EvaluatorClient
+    >>> [type(rule).__name__ for rule in EvaluatorClient.disclosure]
+    ['CountedTable', 'ScoreBins']
+    >>> EvaluatorClient.disclosure[0].counts
+    'cm_counts'
     """
 
     def __init__(self, counts, what, remedy):
@@ -261,6 +271,18 @@ class ScoreBins:
         Per-value arrays that are summed when values are merged.
     remedy : str
         What the user can do, for the refusal.
+
+    Examples
+    --------
+    >>> import types
+    >>> from sklearn_fed.protocol import SitePolicy
+    >>> frame = types.SimpleNamespace(fields={}, arrays={
+    ...     "scores": np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]),
+    ...     "pos": np.array([0, 0, 0, 1, 1, 1]), "neg": np.array([1, 1, 1, 0, 0, 0])})
+    >>> ScoreBins("scores", ("pos", "neg"), (), "").screen(
+    ...     None, SitePolicy(), None, frame, None, None, None)
+    >>> frame.arrays["scores"].round(2).tolist(), frame.arrays["pos"].tolist()
+    ([0.2, 0.5], [0, 3])
     """
 
     def __init__(self, values, counts, sums, remedy):
