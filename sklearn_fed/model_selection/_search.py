@@ -36,6 +36,7 @@ from ..metrics._evaluate import (
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
 from ..privacy import PrivacyBudget, PrivacyLedger
 from ..privacy._budget import (
+    PrivacySpentMixin,
     as_budget,
     planned_ledger,
     release_parts,
@@ -473,7 +474,8 @@ class SearchServer(Server):
         self.phase = "done"
 
 
-class _FederatedSearchCV(InProcessFitMixin, FederatedMixin, MetaEstimatorMixin, BaseEstimator):
+class _FederatedSearchCV(InProcessFitMixin, PrivacySpentMixin, FederatedMixin, MetaEstimatorMixin,
+                         BaseEstimator):
     """What the grid and randomized searches share: the protocol and the results."""
 
     _server_role = SearchServer
@@ -493,15 +495,6 @@ class _FederatedSearchCV(InProcessFitMixin, FederatedMixin, MetaEstimatorMixin, 
         self.refit = refit
         self.cv = cv
         self.privacy_budget = privacy_budget
-
-    @property
-    def privacy_spent_(self):
-        """``(epsilon, delta)`` of every private release of every fit of the search."""
-        privacy = self.__dict__.get("_privacy")
-        if privacy is None:
-            raise AttributeError("privacy_spent_ is set by fit when a fit is differentially "
-                                 "private or privacy_budget is given.")
-        return spent(privacy, self._privacy_delta)
 
     def _metrics(self):
         """The metrics each fold is scored with; the first ranks the candidates."""

@@ -16,7 +16,7 @@ import math
 from ._accounting import PrivacyLedger
 from ._calibration import gaussian_noise_std
 
-__all__ = ["PrivacyBudget", "as_budget", "planned_ledger", "planned_release", "release_parts",
+__all__ = ["PrivacyBudget", "PrivacySpentMixin", "as_budget", "planned_ledger", "planned_release", "release_parts",
            "spent_ledgers"]
 
 
@@ -148,6 +148,20 @@ def spent(ledger, delta):
     if len(ledger) == 0:
         return 0.0, delta
     return (ledger.epsilon(delta) if delta > 0 else math.inf), delta
+
+
+class PrivacySpentMixin:
+    """``privacy_spent_`` of an estimator whose fit composes its parts' releases (a pipeline,
+    a search): read from the ``_privacy`` ledger and ``_privacy_delta`` its fit sets."""
+
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every private release of every part, composed."""
+        privacy = self.__dict__.get("_privacy")
+        if privacy is None:
+            raise AttributeError("privacy_spent_ is set by fit when a part is differentially "
+                                 "private or privacy_budget is given.")
+        return spent(privacy, self._privacy_delta)
 
 
 def planned_release(estimator):
