@@ -8,6 +8,7 @@ from ._base import (
     StatisticsClient,
     StatisticsServer,
     _solve_gram,
+    fit_method,
     solve_ridge_factor,
 )
 
@@ -180,44 +181,17 @@ class FederatedRidge(BaseFederatedRidge):
         self.fit_intercept = fit_intercept
         self.solver = solver
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit on rows split among clients by ``clients``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative row weights.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row (any hashable). ``None``: one client.
-
-        Returns
-        -------
-        self : FederatedRidge
-        """
+        """Fit on rows split among clients by ``clients``."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add rows (from existing or new clients) and refit, exactly.
 
         The result after any sequence of calls equals ``Ridge`` fitted on all
         rows seen. A call that raises leaves the estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FederatedRidge
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 

@@ -37,7 +37,7 @@ from sklearn.utils import check_scalar
 
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import CommunicationLedger, RowsElsewhere, atomic, label_key
-from ._base import BaseFederatedRidge
+from ._base import BaseFederatedRidge, fit_method
 from ._ridge_cv_algebra import _MEAN, POOLED, _scorer_kind
 from ._ridge_cv_client import CVClient
 from ._ridge_cv_server import FederatedRidgeCVServer
@@ -240,27 +240,10 @@ class FederatedRidgeCV(BaseFederatedRidge):
     def _scorer(self):
         return check_scoring(self, scoring=self.scoring, allow_none=True) if self.scoring else None
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(clients="Client label of each row (``None``: one client). Passed to a ``cv`` "
+                        "splitter as ``groups``.")
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Choose alpha by cross-validation, then fit on all rows.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : float or array-like of shape (n_samples,), default=None
-            Non-negative row weights.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row (``None``: one client). Passed to a
-            ``cv`` splitter as ``groups``.
-
-        Returns
-        -------
-        self : FederatedRidgeCV
-        """
+        """Choose alpha by cross-validation, then fit on all rows."""
         return self._fit(X, y, sample_weight, clients)
 
     def _check_before_rows(self, *, partial):

@@ -16,20 +16,19 @@ from numbers import Real
 
 import numpy as np
 
-from .._compat import Interval, StrOptions, _fit_context
+from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
 from ..protocol import (
     Client,
     InvalidClientMessage,
     Server,
-    atomic,
     label_key,
     sorted_labels,
 )
 from ..protocol._fields import reply_array, reply_keys, reply_number
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, solve_ridge, task_field
+from ._base import BaseFederatedRidge, fit_method, solve_ridge, task_field
 
 __all__ = ["FESCRidge", "fesc_weights"]
 
@@ -390,31 +389,13 @@ class FESCRidge(BaseFederatedRidge):
         state.pop("_site_states", None)
         return state
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(sample_weight="Non-negative row weights; a client's size ``n_i`` is then "
+                              "its total weight.")
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit one local ridge per client and combine them.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative row weights; a client's size ``n_i`` is then its total
-            weight.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row (any hashable). ``None``: one client.
-
-        Returns
-        -------
-        self : FESCRidge
-        """
+        """Fit one local ridge per client and combine them."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add rows of existing or new clients; those clients refit on all their rows.
 
@@ -426,15 +407,6 @@ class FESCRidge(BaseFederatedRidge):
         ``(n_i, theta_i, b_i)``; with ``alpha="auto"`` ``N`` changed, so every
         client announces its size and refits. A call that raises leaves the
         estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FESCRidge
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 

@@ -22,10 +22,10 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._compat import Interval, StrOptions, _fit_context
+from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import atomic, run_simulation
-from ._base import BaseFederatedRidge
+from ..protocol import run_simulation
+from ._base import BaseFederatedRidge, fit_method
 from ._incremental_model import _one_blas_thread
 from ._incremental_roles import IncrementalClient, IncrementalServer, _SimulatedSites
 
@@ -219,44 +219,17 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         self.leader_dropout = leader_dropout
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Forget everything, then run one round on the given rows.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative row weights.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row. ``None``: one client.
-
-        Returns
-        -------
-        self : IncrementalFederatedRidge
-        """
+        """Forget everything, then run one round on the given rows."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial="As in :meth:`fit`; ``clients`` may name new or known clients, and "
+                        "known clients may be absent (those holding rows still take part).")
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Run one aggregation round with these new rows.
 
         A call that raises leaves the estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`; ``clients`` may name new or known clients, and
-            known clients may be absent (those holding rows still take part).
-
-        Returns
-        -------
-        self : IncrementalFederatedRidge
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 

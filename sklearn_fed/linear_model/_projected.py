@@ -18,15 +18,16 @@ from sklearn.random_projection import (
 )
 from sklearn.utils import check_random_state
 
-from .._compat import Interval, StrOptions, _fit_context
+from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import InvalidClientMessage, atomic
+from ..protocol import InvalidClientMessage
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import (
     BaseFederatedRidge,
     StatisticsClient,
     StatisticsServer,
+    fit_method,
     solve_ridge,
     task_field,
 )
@@ -375,37 +376,12 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         tags.regressor_tags.poor_score = self.n_components != "auto"
         return tags
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit on the projected statistics of every client.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row. ``None``: one client.
-
-        Returns
-        -------
-        self : ProjectedFederatedRidge
-        """
+        """Fit on the projected statistics of every client."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
-        """Add rows with the same projection (same seed) and refit exactly.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : ProjectedFederatedRidge
-        """
+        """Add rows with the same projection (same seed) and refit exactly."""
         return self._fit(X, y, sample_weight, clients, partial=True)
