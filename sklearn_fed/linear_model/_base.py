@@ -15,7 +15,6 @@ from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils import assert_all_finite
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import known_labels
 from .._compat import (
     Interval,
     _check_sample_weight,
@@ -65,6 +64,7 @@ __all__ = [
     "solve_ridge_factor",
     "solve_statistics",
     "task_field",
+    "task_step",
     "validate_regression",
 ]
 
@@ -122,6 +122,18 @@ def fit_method(method=None, *, partial=False, **descriptions):
     return _fit_context(prefer_skip_nested_validation=True)(atomic(method))
 
 
+def rows_and_weights(X, sample_weight):
+    """Validated ``X`` as CSR when sparse (each site's rows are sliced out of it), and
+    ``sample_weight`` checked as scikit-learn's ``fit`` checks it."""
+    if sp.issparse(X):
+        X = X.tocsr()
+    if sample_weight is not None:
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
+    return X, sample_weight
+
+
 class StatisticsClient(BlockwiseClient):
     """A site of the statistics protocol: it sends its :class:`~sklearn_fed.ClientStatistics`.
 
@@ -162,6 +174,14 @@ class StatisticsClient(BlockwiseClient):
         return dict(fields, n_samples=n_rows, weight_sum=float(n_rows))
 
 
+def task_step(task, steps):
+    """The ``step`` field of a task, one of ``steps`` (tasks are untrusted)."""
+    step = task_field(task, "step", str)
+    if step not in steps:
+        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+    return step
+
+
 def requested_form(task):
     """The statistics form a task asks for: its ``form`` field, ``"gram"`` if absent."""
     form = task.fields.get("form", "gram")
@@ -188,7 +208,9 @@ class StatisticsServer(Server):
 
     protocol = "ridge.statistics"
     #: Whether ``apply`` reads the round's replies only through :meth:`_merged`
-    #: (and to name a culprit), so they can be folded as they are read.
+    #: (and to name a culprit), so they can be folded as they are read, and a
+    #: Gram round may be pooled in simulation (:meth:`pools_round`): their
+    #: merge equals the statistics of the pooled rows.
     _merges_replies = False
 
     def __init__(self, estimator, *, robust=None, **kwargs):
@@ -210,6 +232,11 @@ class StatisticsServer(Server):
         self._next, self._next_round = dict(fields), self.round + 1
         self.form = fields.get("form", "gram")
 
+    def _may_ask_factors(self):
+        """Whether ``solver="auto"`` may still follow this Gram round with one of factors."""
+        return (getattr(self.estimator, "solver", None) == "auto" and self.form == "gram"
+                and (self.max_rounds is None or self.round + 1 < self.max_rounds))
+
     def plan(self, sites):
         if self._next_round != self.round:
             return {}
@@ -229,6 +256,18 @@ class StatisticsServer(Server):
     def read_reply(self, site, frame):
         # O(d^2) checks per message; the PSD test runs once on the merge (_merged).
         stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site, psd=False)
+        self._check_statistics(site, stats, frame)
+        previous = self._previous()
+        if previous is not None and stats.n_targets != previous.n_targets:
+            raise InvalidClientMessage(
+                f"client {site!r}: has {stats.n_targets} targets but earlier rounds had "
+                f"{previous.n_targets}.",
+                site,
+            )
+        return stats
+
+    def _check_statistics(self, site, stats, frame):
+        """Refuse statistics of another width or centering than the task's; robust limits."""
         expected = self._expected_features(frame)
         if stats.n_features != expected:
             raise InvalidClientMessage(
@@ -245,14 +284,6 @@ class StatisticsServer(Server):
             )
         if self.robust is not None:
             self.robust.check(site, stats)
-        previous = self._previous()
-        if previous is not None and stats.n_targets != previous.n_targets:
-            raise InvalidClientMessage(
-                f"client {site!r}: has {stats.n_targets} targets but earlier rounds had "
-                f"{previous.n_targets}.",
-                site,
-            )
-        return stats
 
     def _check_model(self, coef, aggregate, replies):
         """Refuse a non-finite model: statistics within every cap can still overflow it,
@@ -277,13 +308,8 @@ class StatisticsServer(Server):
         """Number of features the statistics of a reply must have."""
         return frame.schema["n_features"]
 
-    #: Whether a Gram round of this server may be pooled in simulation (see
-    #: :meth:`~sklearn_fed.protocol.Server.pools_round`): the model uses the
-    #: replies only through their merge, which equals the pooled rows' statistics.
-    _pools_rows = False
-
     def pools_round(self, fields):
-        if not (self._pools_rows and self._merges_replies and self.robust is None):
+        if not (self._merges_replies and self.robust is None):
             return False
         return fields is None or set(fields) == {"centered"}
 
@@ -325,9 +351,6 @@ class StatisticsServer(Server):
             owned = len(replies) > 1
         check_aggregate(merged, replies, in_place=owned)
         return merged, owned
-
-    def _dtype_of_round(self):
-        return self.round_dtype.type
 
 
 class MessagesOnDemand(Mapping):
@@ -384,12 +407,7 @@ class BaseFederatedRidge(
     # ---------------------------------------------------------------- inputs
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         X, y = self._validate_X_y(X, y, reset=reset)
-        if sp.issparse(X):
-            X = X.tocsr()  # each client's rows are sliced out of X
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
+        X, sample_weight = rows_and_weights(X, sample_weight)
         if self._finite_from_statistics:
             # The rows whose squares no statistic sums: stored entries of a sparse X,
             # rows of zero weight (the sites skip them).
@@ -457,17 +475,7 @@ class BaseFederatedRidge(
                     raise not_finite from exc
             raise
 
-    _known_labels = staticmethod(known_labels)
-
-    def _statistics_by_client(self, X, y, sample_weight, labels, rows):
-        """Compute each client's statistics from its own rows (one at a time)."""
-        for label, client_rows in zip(labels, rows):
-            yield label, ClientStatistics.from_data(
-                X, y, sample_weight, centered=self.fit_intercept, rows=client_rows,
-                check_input=False,
-            )
-
-    def _checked_alpha(self, n_targets, name="alpha"):
+    def _checked_alpha(self, n_targets):
         """``alpha`` as a float64 scalar or vector, checked with Ridge's messages."""
         if type(self.alpha) in (float, int) and 0 <= self.alpha < math.inf:  # the usual case
             return np.float64(self.alpha)
@@ -475,11 +483,11 @@ class BaseFederatedRidge(
         if alpha.size not in (1, n_targets):
             raise ValueError(
                 "Number of targets and number of penalties do not correspond: "
-                f"{alpha.size} != {n_targets} ({name} has {alpha.size} values, y has "
+                f"{alpha.size} != {n_targets} (alpha has {alpha.size} values, y has "
                 f"{n_targets} targets)."
             )
         if np.any(~np.isfinite(alpha)) or np.any(alpha < 0):
-            raise ValueError(f"{name} must be finite and non-negative; got {self.alpha!r}.")
+            raise ValueError(f"alpha must be finite and non-negative; got {self.alpha!r}.")
         return alpha[0] if alpha.size == 1 else alpha
 
     def _read_messages(self, messages, *, keep_bytes=False):
@@ -542,13 +550,15 @@ class BaseFederatedRidge(
         coef = coef.astype(dtype, copy=False)
         self.coef_ = coef[0] if coef.shape[0] == 1 else coef
 
-    def _commit_solution(self, server, aggregate, coef, solver, ledger, labels):
+    def _commit_solution(self, server, aggregate, coef, solver, ledger, clients,
+                         previous_clients=()):
         """Set the fitted state from a server's final round (after every check passed)."""
         ledger.n_parameters = self._n_parameters(aggregate.n_features, aggregate.n_targets)
         self.solver_ = solver
-        set_federation_attributes(self, server.schema, ledger, labels,
+        set_federation_attributes(self, server.schema, ledger, clients,
+                                  previous_clients=previous_clients,
                                   n_features=aggregate.n_features)
-        self._set_coef(aggregate, coef, server._dtype_of_round())
+        self._set_coef(aggregate, coef, server.round_dtype.type)
 
     def _n_parameters(self, n_features, n_targets):
         return (n_features + self.fit_intercept) * n_targets

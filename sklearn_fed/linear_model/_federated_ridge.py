@@ -24,7 +24,6 @@ class FederatedRidgeServer(StatisticsServer):
     """
 
     _merges_replies = True
-    _pools_rows = True
 
     def apply(self, replies, ledger):
         estimator = self.estimator
@@ -37,12 +36,7 @@ class FederatedRidgeServer(StatisticsServer):
         else:
             # "auto" escalates once, and only when factors can help: rows
             # merged earlier in Gram form would keep the aggregate in Gram form.
-            escalate = (
-                estimator.solver == "auto"
-                and self.form == "gram"
-                and (self.max_rounds is None or self.round + 1 < self.max_rounds)
-                and (previous is None or previous.factor is not None)
-            )
+            escalate = self._may_ask_factors() and (previous is None or previous.factor is not None)
             coef, solver = _solve_gram(
                 aggregate.gram, aggregate.moment, alpha, cholesky_only=escalate,
                 in_place=owned or previous is not None,
@@ -51,12 +45,10 @@ class FederatedRidgeServer(StatisticsServer):
                 self.request_round(form="factor")
                 return
         self._check_model(coef, aggregate, replies)
-        labels = estimator._known_labels(
-            estimator.clients_ if previous is not None else [], replies
-        )
         # commit: nothing above touched the estimator
+        earlier = () if previous is None else estimator.clients_
         estimator._aggregate = aggregate
-        estimator._commit_solution(self, aggregate, coef, solver, ledger, labels)
+        estimator._commit_solution(self, aggregate, coef, solver, ledger, replies, earlier)
 
 
 class FederatedRidge(BaseFederatedRidge):

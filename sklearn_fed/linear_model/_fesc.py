@@ -28,7 +28,7 @@ from ..protocol import (
 from ..protocol._fields import reply_array, reply_keys, reply_number
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, fit_method, solve_ridge, task_field
+from ._base import BaseFederatedRidge, fit_method, solve_ridge, task_field, task_step
 
 __all__ = ["FESCRidge", "fesc_weights"]
 
@@ -131,9 +131,7 @@ class FESCClient(Client):
         self.sites = sites
 
     def compute(self, task, X, y, sample_weight, rows):
-        step = task_field(task, "step", str)
-        if step not in ("count", "model"):
-            raise InvalidClientMessage(f"server: unknown FESC task step {step!r}.", "server")
+        step = task_step(task, ("count", "model"))
         earlier = None if self.sites is None else self.sites.get(label_key(task.site))
         n = count_rows(X.shape[0], rows)
         take = slice(None) if rows is None else rows

@@ -265,7 +265,7 @@ class IncrementalServer(Server):
             model = _Model.after_round(
                 model, waiting, alpha=alpha, options=plan["options"],
                 centered=state["centered"], single_target=single,
-                dtype=self._dtype_of_round(), record=record,
+                dtype=self.round_dtype.type, record=record,
             )
             record["merge_seconds"] = time.perf_counter() - start
             waiting = ()
@@ -287,9 +287,6 @@ class IncrementalServer(Server):
         # commit: nothing above touched the estimator
         self._state = new_state
         estimator._commit(new_state, self.schema, ledger)
-
-    def _dtype_of_round(self):
-        return self.round_dtype.type
 
 
 def _round_bytes(totals, previous_ledger, direction, sites):

@@ -30,9 +30,12 @@ from ._base import (
     fit_method,
     solve_ridge,
     task_field,
+    task_step,
 )
 
 __all__ = ["ProjectedFederatedRidge", "shared_projection"]
+
+_STEPS = ("count", "statistics")
 
 
 def shared_projection(seed, n_features, n_components, kind="gaussian"):
@@ -123,7 +126,7 @@ class ProjectedClient(StatisticsClient):
     protocol = "ridge.projected"
 
     def summarize(self, task, X, y, sample_weight, rows):
-        step = _step(task)
+        step = task_step(task, _STEPS)
         if step == "count":
             return int(count_rows(X.shape[0], rows))
         centered = task_field(task, "centered", bool)
@@ -147,16 +150,9 @@ class ProjectedClient(StatisticsClient):
         return first + second if isinstance(first, int) else first.merge(second)
 
     def finish(self, task, summary):
-        if _step(task) == "count":
+        if task_step(task, _STEPS) == "count":
             return {"n_samples": summary}, {}
         return summary.to_payload()
-
-
-def _step(task):
-    step = task_field(task, "step", str)
-    if step not in ("count", "statistics"):
-        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
-    return step
 
 
 class ProjectedServer(StatisticsServer):
@@ -167,7 +163,9 @@ class ProjectedServer(StatisticsServer):
     """
 
     protocol = "ridge.projected"
-    _merges_replies = True  # _apply reads the statistics round only through _merged
+    # apply reads the statistics round only through _merged; every site projects
+    # with the same R, so their statistics add up to those of all rows projected.
+    _merges_replies = True
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
@@ -216,10 +214,6 @@ class ProjectedServer(StatisticsServer):
     def reply_fold(self):
         return None if self.m is None else super().reply_fold()  # row counts are summed
 
-    # The statistics round is pooled in simulation: every site projects with
-    # the same R, so their statistics add up to those of all rows projected.
-    _pools_rows = True
-
     def pools_round(self, fields):
         if fields is None or fields.get("step") != "statistics":
             return fields is None and super().pools_round(None)
@@ -243,10 +237,8 @@ class ProjectedServer(StatisticsServer):
         m = min(self.m, d)
         projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
         ledger.n_parameters = estimator._n_parameters(d, n_targets)
-        labels = estimator._known_labels(
-            estimator.clients_ if previous is not None else [], replies
-        )
-        dtype = self._dtype_of_round()
+        earlier = () if previous is None else estimator.clients_
+        dtype = self.round_dtype.type
         # commit: nothing above touched the estimator
         estimator._aggregate = aggregate
         estimator.projection_seed_ = self.seed
@@ -255,7 +247,8 @@ class ProjectedServer(StatisticsServer):
         estimator.components_ = None if projection is None else projection.components_
         full, reduced = d * (d + 1) // 2 + d, m * (m + 1) // 2 + m
         estimator.uplink_values_ = {"projected": reduced, "full": full, "ratio": full / reduced}
-        set_federation_attributes(estimator, self.schema, ledger, labels, n_features=d)
+        set_federation_attributes(estimator, self.schema, ledger, replies,
+                                  previous_clients=earlier, n_features=d)
         # The intercept is y_mean - (x_mean R) w~: computed from the projected
         # means and coefficients; coef_ = R w~ is reported in feature space.
         estimator._set_coef(aggregate, coef_projected, dtype)

@@ -1,13 +1,12 @@
 """FederatedRidgeClassifier and FederatedRidgeClassifierCV: ridge on {-1, 1} class indicators."""
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.metrics import check_scoring
 from sklearn.utils.multiclass import type_of_target
 
-from .._compat import StrOptions, _check_sample_weight, validate_data
+from .._compat import StrOptions
 from ..protocol import InvalidClientMessage, decode_values
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient, fit_method, task_field
@@ -312,16 +311,9 @@ class _RidgeClassifierTags:
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         if not multilabel(y):
             return validate_classification(self, X, y, sample_weight, reset=reset)
-        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc", "coo"],
-                             dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=False, reset=reset)
-        _check_multilabel(y, self.class_weight)
-        if sp.issparse(X):
-            X = X.tocsr()  # each site's rows are sliced out of X
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-        return X, y, sample_weight
+        return validate_classification(
+            self, X, y, sample_weight, reset=reset, multi_output=True,
+            check_targets=lambda y: _check_multilabel(y, self.class_weight))
 
     def predict(self, X):
         """Predict class labels (multilabel ``y``: each output where its decision is positive).
