@@ -387,8 +387,7 @@ class BaseFederatedRidge(
 ):
     """Shared machinery of the ridge estimators fitted from client statistics.
 
-    Subclasses implement ``fit``; this class validates input, turns rows into
-    per-client :class:`~sklearn_fed.statistics.ClientStatistics`, validates
+    Subclasses declare their roles and ``fit``; this class validates input and
     untrusted messages, sets ``coef_``/``intercept_`` from an aggregate, and
     predicts. ``fit`` and ``partial_fit`` on Dask collections run the same
     roles partition by partition (:mod:`sklearn_fed.dask`).
@@ -500,10 +499,7 @@ class BaseFederatedRidge(
         (read again by :class:`MessagesOnDemand`): a server then never
         holds every message unpacked at once.
         """
-        if isinstance(messages, dict):
-            items = list(messages.items())
-        else:
-            items = list(enumerate(messages))
+        items = list(messages.items() if isinstance(messages, dict) else enumerate(messages))
         if not items:
             raise ValueError("fit_statistics needs at least one client message.")
         parsed = []

@@ -39,7 +39,8 @@ def validate_classification(estimator, X, y, sample_weight, *, reset=True, multi
         multi_output=multi_output, y_numeric=False, reset=reset,
     )
     check_targets(y)
-    return (X, y, *rows_and_weights(X, sample_weight))
+    X, sample_weight = rows_and_weights(X, sample_weight)
+    return X, y, sample_weight
 
 
 def class_weights(class_weight, classes, counts):

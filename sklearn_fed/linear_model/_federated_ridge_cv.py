@@ -1,28 +1,8 @@
 """FederatedRidgeCV: RidgeCV's interface, every mode a run of the protocol.
 
-Three ways to hold data out, all computed by the sites from their own rows:
-
-- ``cv=None``: leave-one-*row*-out, as :class:`sklearn.linear_model.RidgeCV`
-  (its "GCV" mode). After the statistics round the server sends every site
-  the spectrum of the pooled problem; each site returns, per alpha, sums of
-  its rows' leave-one-out residuals (closed form, no refit).
-- ``cv="clients"``: leave-one-*client*-out (Proposition 5 of the one-shot
-  paper) from the statistics round alone: the model without client k is a
-  merge of the other clients' messages, and client k's held-out error
-  follows from its own statistics.
-- ``cv`` an int, splitter or iterable (as in RidgeCV): each site holds its
-  rows' fold membership (``fit`` draws it from the splitter on the pooled
-  rows and hands each site its own); the task says how many folds there
-  are, and sites return the statistics of their rows in each fold's
-  training and held-out sets.
-
-Scores that are sums over rows (squared error, R^2, explained variance) are
-computed from those sums; any other scorer needs every held-out row's
-prediction and target at the server, which a further round collects.
-
-The code is in four modules: the algebra (``_ridge_cv_algebra``), the
-site (``_ridge_cv_client``), the server (``_ridge_cv_server``) and the
-estimator, here.
+Its modes and their rounds are in the class docstring. The code is in four
+modules: the algebra (``_ridge_cv_algebra``), the site (``_ridge_cv_client``),
+the server (``_ridge_cv_server``) and the estimator, here.
 """
 
 import numbers

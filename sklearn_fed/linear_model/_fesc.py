@@ -365,7 +365,7 @@ class FESCRidge(BaseFederatedRidge):
     """
 
     _parameter_constraints: dict = {
-        "alpha": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
+        "alpha": [StrOptions({"auto"}), Interval(Real, 0, math.inf, closed="left")],
         "weighting": [StrOptions({"fesc", "proportional", "uniform"})],
         "fit_intercept": ["boolean"],
     }
@@ -418,7 +418,6 @@ class FESCRidge(BaseFederatedRidge):
                     "with a model (only what the protocol sent is), so partial_fit cannot "
                     "refit them. Call fit on all rows."
                 )
-        self._check_alpha()
 
     def _fitted_state(self):
         """``(n_targets, centered)`` of the fitted model, or None."""
@@ -445,8 +444,4 @@ class FESCRidge(BaseFederatedRidge):
     def _simulated_client(self, *, warm_start):
         # simulated sites keep their rows' running statistics between calls, as sites do
         return self._client_role(self, sites=dict(self._site_states) if warm_start else {})
-
-    def _check_alpha(self):
-        if self.alpha != "auto" and not math.isfinite(float(self.alpha)):
-            raise ValueError(f"alpha must be finite, got {self.alpha!r}.")
 

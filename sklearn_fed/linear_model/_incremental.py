@@ -1,14 +1,5 @@
 """IncrementalFederatedRidge: FedDelta rounds as a streaming protocol, solved by low-rank updates.
 
-Each round, every site with enough new rows sends its statistics (a
-:class:`~sklearn_fed.statistics.ClientStatistics`, in factor form when it has
-few rows); the server merges them into the exact statistics of all rows so
-far and keeps the round's update to the Gram as stacked rows ``V``
-(``G_new = G + V^T V``). The ridge system ``P = G + alpha I`` is solved
-when the model is first used after a round, by a low-rank update of the
-previous solution when that is cheaper, else by a Cholesky factorization of
-the exact statistics.
-
 The estimator is here; its parts, by concept: the roles and their messages
 (:mod:`~sklearn_fed.linear_model._incremental_roles`), the exact statistics
 and the lazy solve (:mod:`~sklearn_fed.linear_model._incremental_model`), the

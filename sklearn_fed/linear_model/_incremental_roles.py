@@ -171,20 +171,17 @@ class IncrementalServer(Server):
             self.round = len(state["leaders"])
         self._state = state
 
-    def _round_rng(self):
-        """This round's randomness: derived from the seed and the round index, so a
-        failed round draws nothing twice and no generator is copied."""
-        return _philox(self._state["seed"], self.round)
-
     def plan(self, sites):
         estimator, state = self.estimator, self._state
         if state["centered"] != bool(estimator.fit_intercept):
             raise ValueError("fit_intercept changed since the first round; call fit to restart.")
         site_keys = [label_key(site) for site in sites]
+        # The round's randomness derives from the seed and the round index: a
+        # failed round draws nothing twice, and no generator is copied.
         leader, dropped, converged, new = _elect_round_leader(
             state["nodes"], _known_positions(state), sites, site_keys,
             fanout=estimator.gossip_fanout, n_rounds=estimator.gossip_rounds,
-            dropout=estimator.leader_dropout, rng=self._round_rng(),
+            dropout=estimator.leader_dropout, rng=_philox(state["seed"], self.round),
         )
         self._round = {
             "leader": leader,

@@ -58,11 +58,6 @@ def _privacy_fields(estimator, release, n_sites):
             for name, kind in _PRIVACY_FIELDS.items()}
 
 
-def _context(task):
-    """What a round's masks are bound to: the federation and the round."""
-    return f"{task.federation}|{task.round}".encode("ascii")
-
-
 class PrivateClient(BlockwiseClient):
     """A site of :class:`PrivateFederatedRidge`.
 
@@ -156,7 +151,8 @@ class PrivateClient(BlockwiseClient):
                 "server: a masked release without this site's key round.", "server")
         local = {other.public_bytes for (federation, _), other in self._masking_keys.items()
                  if federation == task.federation}
-        masked = mask_vector(encoded, key, index, public_keys, _context(task),
+        context = f"{task.federation}|{task.round}".encode("ascii")  # what the masks bind to
+        masked = mask_vector(encoded, key, index, public_keys, context,
                              pair_keys=self._pair_keys, local_publics=local)
         if not local:
             self._pair_keys.clear()  # the last site of this process has masked

@@ -56,10 +56,6 @@ def shared_projection(seed, n_features, n_components, kind="gaussian"):
 _BLOCK_BYTES = 8 * 2**20
 
 
-def _take(array, rows):
-    return array if rows is None or array is None else array[rows]
-
-
 # A sparse R of at most this many entries is multiplied as a dense matrix.
 _DENSE_ENTRIES = 2**21
 
@@ -107,7 +103,7 @@ def projected_statistics(X, y, sample_weight, rows, project, centered):
         if isinstance(take, range):
             take = slice(take.start, take.stop)  # a view of X, not a gather
         part = ClientStatistics.from_data(
-            project(X[take]), y[take], _take(sample_weight, take),
+            project(X[take]), y[take], None if sample_weight is None else sample_weight[take],
             centered=centered, check_input=False,
         )
         statistics = part if statistics is None else statistics.merge(part)

@@ -303,7 +303,9 @@ class FederatedRidgeCVServer(StatisticsServer):
         per_target = estimator.alpha_per_target
         labels = sorted_labels(replies)
         total = sum((replies[site][0] for site in labels[1:]), replies[labels[0]][0])
-        total.sst = self._pooled_sst()
+        aggregate = self._aggregate  # the targets' sum of squares around their pooled mean:
+        total.sst = aggregate.target_ss if aggregate.centered else np.maximum(
+            aggregate.target_ss - aggregate.weight_sum * aggregate.y_mean**2, 0)
         kind = self._kind
         if estimator.criterion == POOLED or kind == "default":
             # the pooled squared error over the weight; RidgeCV's: -mean of w e^2 over rows
@@ -316,13 +318,6 @@ class FederatedRidgeCVServer(StatisticsServer):
             scores = self._score_rows(predictions, targets, weights, per_target)
         results = self._stacked(replies, 1) if estimator.store_cv_results else None
         self.finish(scores, results, ledger)
-
-    def _pooled_sst(self):
-        """Weighted sum of squares of all targets around their pooled mean."""
-        aggregate = self._aggregate
-        if aggregate.centered:
-            return aggregate.target_ss
-        return np.maximum(aggregate.target_ss - aggregate.weight_sum * aggregate.y_mean**2, 0)
 
     def _stacked(self, replies, index):
         """Per-row arrays of all sites, site by site in label order (``clients_``'s)."""
