@@ -1,7 +1,4 @@
-"""What every ridge estimator shares: the statistics roles and the base class.
-
-The ridge solver they call is in ``_solver`` (its names are importable from here too).
-"""
+"""What every ridge estimator shares: the statistics roles and the base class."""
 
 import inspect
 import math
@@ -43,26 +40,12 @@ from ..statistics import (
 )
 from ..statistics._validation import parts_within_caps as _parts_within_caps
 from ._robust import RobustAggregation, check_rows_within_bounds
-from ._solver import (  # the solver's names, as every estimator imports them from here
-    GRAM_MAX_CONDITION,
-    _solve_gram,  # noqa: F401 (private, but the estimators and tests import it from here)
-    factor_range,
-    numerical_range,
-    solve_ridge,
-    solve_ridge_factor,
-    solve_statistics,
-)
+from ._solver import solve_ridge  # noqa: F401 (_logistic imports it from here)
 
 __all__ = [
-    "GRAM_MAX_CONDITION",
     "StatisticsClient",
     "StatisticsServer",
-    "factor_range",
     "fit_method",
-    "numerical_range",
-    "solve_ridge",
-    "solve_ridge_factor",
-    "solve_statistics",
     "task_field",
     "task_step",
     "validate_regression",

@@ -7,10 +7,9 @@ from ._base import (
     MessagesOnDemand,
     StatisticsClient,
     StatisticsServer,
-    _solve_gram,
     fit_method,
-    solve_ridge_factor,
 )
+from ._solver import _solve_gram, solve_ridge_factor
 
 __all__ = ["FederatedRidge"]
 

@@ -28,7 +28,8 @@ from ..protocol import (
 from ..protocol._fields import reply_array, reply_keys, reply_number
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, fit_method, solve_ridge, task_field, task_step
+from ._base import BaseFederatedRidge, fit_method, task_field, task_step
+from ._solver import solve_ridge
 
 __all__ = ["FESCRidge", "fesc_weights"]
 
@@ -251,10 +252,8 @@ class FESCServer(Server):
                 raise InvalidClientMessage(
                     f"client {site!r}: its targets are {replies[site][1].ndim}-D, the other "
                     f"sites' {ndim}-D.", site)
-        labels = [label for label, _, _, _ in models.values()]
-        sizes = np.array([size for _, size, _, _ in models.values()])
-        coefs = np.stack([coef for _, _, coef, _ in models.values()])
-        intercepts = np.stack([b for _, _, _, b in models.values()])
+        labels, sizes, coefs, intercepts = zip(*models.values())
+        sizes, coefs, intercepts = np.array(sizes), np.stack(coefs), np.stack(intercepts)
         weights = _combination_weights(sizes, estimator.weighting)
         coef = np.tensordot(weights, coefs, axes=1)
         intercept = weights @ intercepts

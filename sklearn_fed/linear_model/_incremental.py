@@ -12,6 +12,7 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn.utils import check_random_state
 
 from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
@@ -276,8 +277,6 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         rng = self.random_state
         if isinstance(rng, Integral):
             return int(rng)
-        from sklearn.utils import check_random_state
-
         return int(check_random_state(rng).randint(np.iinfo(np.int32).max))
 
     def _commit(self, state, schema, ledger):
@@ -298,8 +297,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
     # The model of the latest round, solved on first use.
     @property
     def coef_(self):
-        model = self._fitted_model()
-        return model.coef
+        return self._fitted_model().coef
 
     @property
     def intercept_(self):

@@ -17,9 +17,10 @@ from scipy import linalg
 from .._compat import Interval, Options, StrOptions
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
 from ..utils._warnings import warn
-from ._base import BaseFederatedRidge, _solve_gram, fit_method, numerical_range
+from ._base import BaseFederatedRidge, fit_method
 from ._private_release import _unpack
 from ._private_roles import PrivateClient, PrivateServer, _clipping_message
+from ._solver import _solve_gram, numerical_range
 
 __all__ = ["PrivateFederatedRidge"]
 

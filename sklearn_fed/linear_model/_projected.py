@@ -28,10 +28,10 @@ from ._base import (
     StatisticsClient,
     StatisticsServer,
     fit_method,
-    solve_ridge,
     task_field,
     task_step,
 )
+from ._solver import solve_ridge
 
 __all__ = ["ProjectedFederatedRidge", "shared_projection"]
 

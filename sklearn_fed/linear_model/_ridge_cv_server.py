@@ -15,7 +15,7 @@ from ..protocol import InvalidClientMessage, label_key, sorted_labels
 from ..protocol._fields import reply_array
 from ..statistics import merge_statistics
 from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
-from ._base import StatisticsServer, _solve_gram, solve_statistics
+from ._base import StatisticsServer
 from ._ridge_cv_algebra import (
     POOLED,
     _coef_path,
@@ -29,6 +29,7 @@ from ._ridge_cv_algebra import (
     _Sums,
 )
 from ._ridge_cv_client import _unpack
+from ._solver import _solve_gram, solve_statistics
 
 
 class FederatedRidgeCVServer(StatisticsServer):
