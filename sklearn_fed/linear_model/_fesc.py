@@ -11,6 +11,7 @@ clients send, nothing more):
   models with the weights of ``n`` (Eq. 9-10) and keeps only those messages.
 """
 
+import collections
 import math
 from numbers import Real
 
@@ -96,19 +97,11 @@ def _combination_weights(sizes, weighting):
     return np.full(sizes.shape[0], 1.0 / sizes.shape[0])
 
 
-class _SiteRows:
-    """What a simulated site keeps of its rows between ``partial_fit`` calls.
-
-    Its size and the sufficient statistics of all its rows so far: enough to
-    refit its local ridge on all of them. It stands in for the data a real
-    site holds; it never crosses the wire.
-    """
-
-    __slots__ = ("size", "statistics")
-
-    def __init__(self, size, statistics):
-        self.size = size
-        self.statistics = statistics
+#: What a simulated site keeps of its rows between ``partial_fit`` calls: its size
+#: and the sufficient statistics of all its rows so far, enough to refit its local
+#: ridge on all of them. It stands in for the data a real site holds; it never
+#: crosses the wire.
+_SiteRows = collections.namedtuple("_SiteRows", ["size", "statistics"])
 
 
 class FESCClient(Client):

@@ -1,11 +1,9 @@
 """PrivateFederatedRidge: one-shot ridge from Gaussian-noised client statistics.
 
-Each site clips its rows, sums their statistics and releases them with
-Gaussian noise once; the server sums the releases and solves. What a release
-is (its layout, joint sensitivity and noise) is in ``_private_release``, the
-protocol's site and server roles in ``_private_roles``; here are the
-estimator and the server's post-processing of the noisy sums (centering,
-projection onto the positive semi-definite cone, the solve).
+What a release is (its layout, joint sensitivity and noise) is in
+``_private_release``, the protocol's site and server roles in ``_private_roles``;
+here are the estimator and the server's post-processing of the noisy sums
+(centering, projection onto the positive semi-definite cone, the solve).
 """
 
 import types
