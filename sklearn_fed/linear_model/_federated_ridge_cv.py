@@ -347,8 +347,7 @@ class FederatedRidgeCV(BaseFederatedRidge):
             raise ValueError(
                 "fit_statistics holds out one client at a time from the messages; set "
                 f"cv='clients' (got cv={self.cv!r}).")
-        self._check_options()
-        self._checked_alphas()
+        self._check_before_rows(partial=False)
         if _scorer_kind(self._scorer()) is None:
             raise ValueError(
                 f"scoring={self.scoring!r} needs every held-out row's prediction; "

@@ -337,10 +337,9 @@ class FederatedRidgeCVServer(StatisticsServer):
             if per_target:
                 scores.append([self._scorer(_IdentityRegressor(), P[:, j], targets[:, j], **kwargs)
                                for j in range(P.shape[1])])
-            elif single:
-                scores.append(self._scorer(_IdentityRegressor(), P[:, 0], targets[:, 0], **kwargs))
-            else:
-                scores.append(self._scorer(_IdentityRegressor(), P, targets, **kwargs))
+            else:  # one-dimensional y is scored as such
+                scores.append(self._scorer(_IdentityRegressor(), P[:, 0] if single else P,
+                                           targets[:, 0] if single else targets, **kwargs))
         scores = np.asarray(scores, dtype=np.float64)
         return scores.T if per_target else scores
 
