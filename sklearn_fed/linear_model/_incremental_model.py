@@ -21,8 +21,8 @@ import numpy as np
 from ..protocol import InvalidClientMessage
 from ..protocol._threads import blas_libraries
 from ..statistics._kernels import drop_direction as _drop_direction
-from ._base import solve_ridge
 from ._incremental_updates import _backward_error, _choose, _refactor
+from ._solver import solve_ridge
 
 # The solve, and a round of at most d rows, run on one BLAS thread up to this
 # many features: their triangular solves, small QRs and products are too small
