@@ -281,7 +281,7 @@ class _Model:
             intercept = 0.0
         coef = coef.astype(self.dtype, copy=False)
         self._solution = {
-            "coef": coef[0] if self.single_target else coef,
+            "coef": coef[0] if coef.shape[0] == 1 else coef,  # as Ridge, also for y (n, 1)
             "intercept": intercept,
             "gram": gram,
             "solvers": solvers,
