@@ -137,15 +137,11 @@ def respond(task, node, estimator, client):
 def answer_task(message, context):
     """A node's answer to one task: ``make_client(...).respond`` on its own rows.
 
-    Flower starts a new process for every message, so what a client role
-    keeps between rounds (rows held back, a round's secret key) is saved in
-    the node's ``context.state`` (it never leaves the node) and restored for
-    the next message of the run (a site worker, see
-    :mod:`sklearn_fed.flower.worker`, keeps the role in memory instead).
-
-    A task the site refuses (its policy), one that is not authentic, or rows
-    it cannot use are answered with an error reply that says why; the server
-    treats the site as dropout.
+    What the client role keeps between rounds is restored from, and saved to,
+    the node's ``context.state`` (see :mod:`._state`; a site worker keeps the
+    role in memory instead). A task the site refuses (its policy), one that is
+    not authentic, or rows it cannot use are answered with an error reply that
+    says why; the server treats the site as dropout.
     """
     try:
         record = message.content.config_records.get(RECORD)

@@ -595,8 +595,8 @@ class LocalFederation:
         """``flwr run app`` with ``config``; returns when the ServerApp wrote ``result``.
 
         The ServerApp writes its result (atomically) as its last step: done
-        when it is there, without waiting for the CLI's log stream to wind
-        down; failed when the CLI exits without it.
+        when it is there (the log stream's end is waited for briefly, see
+        below); failed when the CLI exits without it.
         """
         overrides = run_dir / "run-config.toml"
         overrides.write_text(tomli_w.dumps(config))
