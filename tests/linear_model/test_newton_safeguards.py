@@ -232,7 +232,7 @@ def test_a_site_consistent_with_its_own_messages_is_never_named():
             if not fit_intercept:
                 coef[:, 4] = 0
             loss, gradient, hessian = site_newton_terms(
-                X, y, weight, coef, center, fit_intercept, n_classes)
+                X, None, y, weight, coef, center, fit_intercept, n_classes)
             assert check_reply_terms(loss, weight.sum(), gradient, hessian, bounds, k,
                                      residual_bound=1.0, curvature_bound=0.25) is None
             delta = (coef - previous[0])[:, :p].ravel()
