@@ -4,7 +4,7 @@ L2-penalized logistic regression (binary and multinomial) has a smooth,
 strictly convex objective whose Hessian at any point is a weighted Gram
 matrix of the rows. So each round the server broadcasts the current model,
 every site sends its loss, gradient and Hessian there (aggregates of its
-rows, computed with the statistics' blocked BLAS products), and the server
+rows, computed in one blocked pass over them), and the server
 takes one Newton step on their sum. Newton's method converges quadratically:
 a handful of rounds reach the pooled optimum to machine precision, where
 FedAvg needs hundreds (see the user guide's comparison).
@@ -89,34 +89,6 @@ def _on_classes(stats, site_classes, classes):
 _BLOCK_BYTES = 2**19
 
 
-def _site_rows(X, rows):
-    """``(read, n)``: ``read(start, stop, out)`` writes rows ``start:stop`` of the site into ``out``."""
-    if rows is None:
-        rows = slice(None)
-    if isinstance(rows, slice):
-        first, stop, _ = rows.indices(X.shape[0])
-        n = max(stop - first, 0)
-
-        def read(start, stop, out):
-            block = X[first + start : first + stop]
-            np.copyto(out, block.toarray() if sp.issparse(block) else block)
-    else:
-        rows = np.asarray(rows)
-        if rows.dtype == bool:
-            rows = np.flatnonzero(rows)
-        n = rows.shape[0]
-
-        def read(start, stop, out):
-            take = rows[start:stop]
-            if sp.issparse(X):
-                np.copyto(out, X[take].toarray())
-            elif X.dtype == np.float64:  # straight into the block: no gathered copy
-                np.take(X, take, axis=0, out=out, mode="clip")
-            else:
-                np.copyto(out, X[take])
-    return read, n
-
-
 def site_newton_terms(X, rows, index, weight, coef, center, fit_intercept, n_classes):
     """A site's loss, gradient and Hessian of its summed weighted log-loss at ``coef``.
 
@@ -148,12 +120,15 @@ def site_newton_terms(X, rows, index, weight, coef, center, fit_intercept, n_cla
     gradient : ndarray of shape (n_outputs * (n_features + fit_intercept),)
     hessian : ndarray of shape (len(gradient), len(gradient))
     """
-    read, n = _site_rows(X, rows)
+    if rows is not None and not (isinstance(X, np.ndarray) and X.dtype == np.float64
+                                 and isinstance(rows, np.ndarray) and rows.dtype.kind in "iu"):
+        X, rows = X[rows], None  # a view of a slice, or a copy that each block reads
+    n = X.shape[0] if rows is None else rows.shape[0]
     d = X.shape[1]
     k = coef.shape[0]
     p = d + 1 if fit_intercept else d
     # At least p rows a block: each block adds a p x p product to the Hessian.
-    size = min(n, max(_BLOCK_BYTES // (8 * d), p))
+    size = max(1, min(n, max(_BLOCK_BYTES // (8 * d), p)))
     centered = np.empty((size, d))
     scaled = np.empty((size, d)) if k > 1 else None
     directions = coef[:, :d].T.copy()
@@ -165,14 +140,18 @@ def site_newton_terms(X, rows, index, weight, coef, center, fit_intercept, n_cla
     for start in range(0, n, size):
         m = min(size, n - start)
         Xc = centered[:m]
-        read(start, start + m, Xc)
-        Xc -= center
+        if rows is None:
+            part = X[start : start + m]
+            np.subtract(part.toarray() if sp.issparse(part) else part, center, out=Xc)
+        else:  # gathered straight into the block: no copy of the site's rows
+            np.take(X, rows[start : start + m], axis=0, out=Xc, mode="clip")
+            Xc -= center
         eta = Xc @ directions + offset  # (m, k)
         y, w = index[start : start + m], weight[start : start + m]
         if n_classes == 2:
-            z = eta[:, 0]
-            positive = (y == 1).astype(np.float64)
-            loss += float(w @ (-log_expit(z) + (1 - positive) * z))
+            z, positive = eta[:, 0], y == 1
+            # -log p on a positive row, -log(1 - p) on a negative one
+            loss -= float(w @ log_expit(np.where(positive, z, -z)))
             probability = expit(z)[:, None]
             others = expit(-z)[:, None]  # 1 - p, with its digits when p is close to 1
             residual = probability - positive[:, None]
@@ -259,15 +238,11 @@ class LogisticClient(ClassesClient):
             return super().compute(task, X, y, sample_weight, rows)
         # A Newton round reads the site's features block by block (the kernel
         # gathers each block into cache): only its labels and weights are taken here.
-        if sample_weight is not None:
-            sample_weight = sample_weight[rows]
-        index, weight, classes = self._encode_labels(task, y[rows], sample_weight)
-        return self._newton_reply(task, X, rows, index, weight, classes)
+        labels = self._encode_labels(
+            task, y[rows], None if sample_weight is None else sample_weight[rows])
+        return self._compute_encoded(task, X, *labels, rows=rows)
 
-    def _compute_encoded(self, task, X, index, weight, classes):
-        return self._newton_reply(task, X, None, index, weight, classes)
-
-    def _newton_reply(self, task, X, rows, index, weight, classes):
+    def _compute_encoded(self, task, X, index, weight, classes, rows=None):
         coef = task.arrays.get("coef")
         center = task.arrays.get("center")
         fit_intercept = task_field(task, "fit_intercept", bool)
@@ -462,10 +437,6 @@ class LogisticServer(ClassesServerMixin, Server):
         arrays.update(coef=self.coef, center=self.center)
         return {site: (dict(fields), dict(arrays)) for site in wanted}
 
-    def _newton_shape(self):
-        k = self.coef.shape[0]
-        return k, self.coef.shape[1] - (not self.estimator.fit_intercept)
-
     def _read_classified(self, site, frame):
         def fail(reason):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
@@ -475,7 +446,7 @@ class LogisticServer(ClassesServerMixin, Server):
         if set(fields) != {"step", "loss", "weight_sum"} or fields["step"] != "newton" or not (
                 all(type(v) is float and np.isfinite(v) and v >= 0 for v in (loss, weight))):
             fail("malformed Newton reply (loss and weight_sum must be finite, >= 0).")
-        k, p = self._newton_shape()
+        k, p = self.coef.shape[0], self.coef.shape[1] - (not self.estimator.fit_intercept)
         size = k * p
         gradient, hessian = frame.arrays.get("gradient"), frame.arrays.get("hessian")
         if isinstance(hessian, SymmetricMatrix):  # handed over in process
@@ -690,8 +661,8 @@ class FederatedLogisticRegression(
       the Hessian there: the server takes the first Newton step at once.
     - Each later round broadcasts the model; every site sends its weighted
       log-loss, gradient and Hessian there (a weighted Gram matrix of its
-      rows, computed with the statistics' blocked BLAS products:
-      ``(d + 1)(d + 2) / 2`` values for two classes), and the server takes
+      rows, computed in one blocked pass over them: ``(d + 1)(d + 2) / 2``
+      values for two classes), and the server takes
       a Newton step on the sum, halved while the loss does not drop enough.
 
     Every Newton reply is checked against its site's own earlier messages
@@ -815,11 +786,6 @@ class FederatedLogisticRegression(
 
     def _commit_model(self, server, coef, replies, ledger):
         """Set the fitted attributes from the final centered model (the server calls it)."""
-        if server.classes_.shape[0] < 2:
-            raise ValueError(
-                "This solver needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {server.classes_[0]!r}."
-            )
         d = coef.shape[1] - 1
         dtype = server.round_dtype.type
         weights = coef[:, :d]
