@@ -389,11 +389,12 @@ class LogisticServer(ClassesServerMixin, Server):
         n_classes = self.classes_.shape[0]
         k = 1 if n_classes == 2 else n_classes
         fit_intercept = self.estimator.fit_intercept
+        # Balanced: bounds from each site's first Newton reply, at the origin.
+        bounds, last = {}, {}
         if not self._first_step:
             moments = merge_statistics(replies[site][2] for site in labels)
             d = moments.n_features
             center = moments.mean if fit_intercept else np.zeros(d)
-            bounds, last = {}, {}  # from each site's first Newton reply, at the origin
         else:
             widened = {site: _on_classes(replies[site][2], replies[site][0], self.classes_)
                        for site in labels}
@@ -403,7 +404,6 @@ class LogisticServer(ClassesServerMixin, Server):
             center = stats.x_mean if fit_intercept else np.zeros(d)
             # Each site's own terms at the origin: the reference its later
             # Newton replies are checked against (caps and bracket).
-            bounds, last = {}, {}
             for site in labels:
                 loss, gradient, block, _ = origin_terms(
                     widened[site], center, k, n_classes, fit_intercept)
