@@ -77,10 +77,6 @@ class FederatedLogisticRegressionCV(ClassifierMixin, _FederatedSearchCV):
     0.991
     """
 
-    #: Logistic regression makes no private release, so a search over C has no
-    #: privacy budget to check (the search's server reads this).
-    privacy_budget = None
-
     _parameter_constraints: ClassVar[dict] = {
         "Cs": [Interval(numbers.Integral, 1, None, closed="left"), "array-like"],
         "fit_intercept": ["boolean"],
