@@ -16,15 +16,19 @@ An estimator declares its roles (``_server_role``, ``_client_role``) and its
 parameters; its public ``fit`` keeps its own docstring and is one line.
 """
 
+import inspect
+import textwrap
+
 import numpy as np
 from sklearn.utils.validation import _num_samples
 
 from ._clients import group_rows_by_client, known_labels, take_clients
-from .protocol import FederatedMixin, InvalidClientMessage, run_simulation
+from ._compat import _fit_context
+from .protocol import FederatedMixin, InvalidClientMessage, atomic, run_simulation
 from .protocol._schema import nan_advice
 from .utils._collections import is_dask_collection
 
-__all__ = ["FederatedEstimatorMixin", "set_federation_attributes"]
+__all__ = ["FederatedEstimatorMixin", "fit_method", "set_federation_attributes"]
 
 
 def set_federation_attributes(estimator, schema, ledger, clients, *, previous_clients=(),
@@ -228,3 +232,110 @@ class FederatedEstimatorMixin(FederatedMixin):
     def _fitted_feature_names(self):
         names = getattr(self, "feature_names_in_", None)
         return None if names is None else [str(name) for name in names]
+
+
+#: The parameters of a ``fit`` as :func:`fit_method` documents them: ``(type, description)``.
+_FIT_PARAMETERS = {
+    "X": ("{array-like, sparse matrix} of shape (n_samples, n_features)", "Training rows."),
+    "y": ("array-like of shape (n_samples,) or (n_samples, n_targets)", "Targets."),
+    "sample_weight": ("array-like of shape (n_samples,), default=None",
+                      "Non-negative row weights."),
+    "clients": ("array-like of shape (n_samples,), default=None",
+                "Client label of each row (any hashable). ``None``: one client."),
+}
+
+
+def fit_method(method=None, *, partial=False, prefer_skip_nested_validation=True,
+               **descriptions):
+    """Make ``method`` an estimator's public ``fit`` (``partial_fit`` with ``partial``).
+
+    The method's body is one call to :meth:`FederatedEstimatorMixin._fit`;
+    this decorator adds what every ``fit`` shares: scikit-learn's parameter
+    validation (``_fit_context``), :func:`~sklearn_fed.protocol.atomic` (a
+    call that raises leaves the estimator as it was), and the Parameters and
+    Returns sections of its docstring, appended to the method's own summary.
+
+    Parameters
+    ----------
+    method : callable, default=None
+        The method; None returns the decorator with the other arguments bound.
+    partial : bool or str, default=False
+        Document a ``partial_fit``: the parameters it shares with ``fit``
+        are listed together as "As in :meth:`fit`." (or as this text).
+    prefer_skip_nested_validation : bool, default=True
+        As in scikit-learn's ``_fit_context``: False for a ``fit`` that
+        fits estimators given as parameters (a pipeline's steps).
+    **descriptions : str or tuple of (str, str)
+        By parameter name, its description, or ``(type, description)``.
+        ``X``, ``y``, ``sample_weight`` and ``clients`` have defaults; a
+        ``y=None`` in the signature is documented as ignored (unsupervised
+        estimators); every other parameter (``classes``, ``**params``) must be
+        described.
+
+    Returns
+    -------
+    method : callable
+        The decorated method.
+
+    Examples
+    --------
+    >>> from sklearn.covariance import EmpiricalCovariance
+    >>> from sklearn_fed.base import FederatedEstimatorMixin, fit_method
+    >>> class Covariance(FederatedEstimatorMixin, EmpiricalCovariance):
+    ...     @fit_method(X=("array-like of shape (n_samples, n_features)", "The rows."))
+    ...     def fit(self, X, y=None, clients=None):
+    ...         'Fit on rows split among sites by ``clients``.'
+    ...         return self._fit(X, None, None, clients)
+    >>> print(Covariance.fit.__doc__)
+    Fit on rows split among sites by ``clients``.
+    <BLANKLINE>
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The rows.
+    y : None
+        Ignored.
+    clients : array-like of shape (n_samples,), default=None
+        Client label of each row (any hashable). ``None``: one client.
+    <BLANKLINE>
+    Returns
+    -------
+    self : object
+        The fitted estimator.
+    """
+    if method is None:
+        return lambda method: fit_method(
+            method, partial=partial,
+            prefer_skip_nested_validation=prefer_skip_nested_validation, **descriptions)
+    entries = []
+    shared = []
+    for parameter in list(inspect.signature(method).parameters.values())[1:]:
+        name = parameter.name
+        if parameter.kind is parameter.VAR_KEYWORD:
+            name = f"**{name}"
+        described = descriptions.get(parameter.name)
+        if partial and described is None:
+            shared.append(name)
+            continue
+        kind, text = _FIT_PARAMETERS.get(parameter.name, (None, None))
+        if name == "y" and parameter.default is None:
+            kind, text = "None", "Ignored."
+        if isinstance(described, tuple):
+            kind, text = described
+        elif described is not None:
+            text = described
+        if text is None:
+            raise TypeError(f"fit_method: describe the parameter {name!r} of "
+                            f"{method.__qualname__}.")
+        entries.append((name if kind is None else f"{name} : {kind}", text))
+    if shared:
+        text = partial if isinstance(partial, str) else "As in :meth:`fit`."
+        entries.insert(0, (", ".join(shared), text))
+    lines = [inspect.cleandoc(method.__doc__), "", "Parameters", "----------"]
+    for entry, text in entries:
+        lines += [entry, textwrap.fill(text, 79, initial_indent="    ",
+                                       subsequent_indent="    ")]
+    lines += ["", "Returns", "-------", "self : object", "    The fitted estimator."]
+    method.__doc__ = "\n".join(lines)
+    context = _fit_context(prefer_skip_nested_validation=prefer_skip_nested_validation)
+    return context(atomic(method))
