@@ -16,6 +16,7 @@ An estimator declares its roles (``_server_role``, ``_client_role``) and its
 parameters; its public ``fit`` keeps its own docstring and is one line.
 """
 
+import functools
 import inspect
 import textwrap
 
@@ -247,30 +248,27 @@ _FIT_PARAMETERS = {
 
 def fit_method(method=None, *, partial=False, prefer_skip_nested_validation=True,
                **descriptions):
-    """Make ``method`` an estimator's public ``fit`` (``partial_fit`` with ``partial``).
+    """Make ``method``, whose body calls :meth:`FederatedEstimatorMixin._fit`, a public ``fit``.
 
-    The method's body is one call to :meth:`FederatedEstimatorMixin._fit`;
-    this decorator adds what every ``fit`` shares: scikit-learn's parameter
-    validation (``_fit_context``), :func:`~sklearn_fed.protocol.atomic` (a
-    call that raises leaves the estimator as it was), and the Parameters and
-    Returns sections of its docstring, appended to the method's own summary.
+    It adds what every ``fit`` shares: scikit-learn's parameter validation
+    (``_fit_context``), :func:`~sklearn_fed.protocol.atomic`, and the
+    Parameters (read from the signature) and Returns sections of the
+    docstring, appended to the method's own summary.
 
     Parameters
     ----------
     method : callable, default=None
         The method; None returns the decorator with the other arguments bound.
     partial : bool or str, default=False
-        Document a ``partial_fit``: the parameters it shares with ``fit``
-        are listed together as "As in :meth:`fit`." (or as this text).
+        Document a ``partial_fit``: the parameters not in ``descriptions`` are
+        listed together as "As in :meth:`fit`." (or as this text).
     prefer_skip_nested_validation : bool, default=True
-        As in scikit-learn's ``_fit_context``: False for a ``fit`` that
-        fits estimators given as parameters (a pipeline's steps).
+        As in ``_fit_context``: False for a ``fit`` that fits estimators given
+        as parameters (a pipeline's steps).
     **descriptions : str or tuple of (str, str)
-        By parameter name, its description, or ``(type, description)``.
-        ``X``, ``y``, ``sample_weight`` and ``clients`` have defaults; a
-        ``y=None`` in the signature is documented as ignored (unsupervised
-        estimators); every other parameter (``classes``, ``**params``) must be
-        described.
+        By parameter name, its description or ``(type, description)``. ``X``,
+        ``y``, ``sample_weight`` and ``clients`` have defaults (``y=None`` in
+        the signature: ignored); any other parameter must be described.
 
     Returns
     -------
@@ -279,58 +277,34 @@ def fit_method(method=None, *, partial=False, prefer_skip_nested_validation=True
 
     Examples
     --------
-    >>> from sklearn.covariance import EmpiricalCovariance
-    >>> from sklearn_fed.base import FederatedEstimatorMixin, fit_method
-    >>> class Covariance(FederatedEstimatorMixin, EmpiricalCovariance):
-    ...     @fit_method(X=("array-like of shape (n_samples, n_features)", "The rows."))
-    ...     def fit(self, X, y=None, clients=None):
-    ...         'Fit on rows split among sites by ``clients``.'
-    ...         return self._fit(X, None, None, clients)
-    >>> print(Covariance.fit.__doc__)
-    Fit on rows split among sites by ``clients``.
-    <BLANKLINE>
+    >>> from sklearn_fed import FederatedEmpiricalCovariance
+    >>> print(*FederatedEmpiricalCovariance.fit.__doc__.splitlines()[2:7], sep="\\n")
     Parameters
     ----------
     X : array-like of shape (n_samples, n_features)
-        The rows.
+        The rows, as EmpiricalCovariance's ``fit`` takes them.
     y : None
-        Ignored.
-    clients : array-like of shape (n_samples,), default=None
-        Client label of each row (any hashable). ``None``: one client.
-    <BLANKLINE>
-    Returns
-    -------
-    self : object
-        The fitted estimator.
     """
     if method is None:
-        return lambda method: fit_method(
-            method, partial=partial,
-            prefer_skip_nested_validation=prefer_skip_nested_validation, **descriptions)
-    entries = []
-    shared = []
+        return functools.partial(fit_method, partial=partial, **descriptions,
+                                 prefer_skip_nested_validation=prefer_skip_nested_validation)
+    shared, entries = [], []
     for parameter in list(inspect.signature(method).parameters.values())[1:]:
-        name = parameter.name
+        name, described = parameter.name, descriptions.get(parameter.name)
         if parameter.kind is parameter.VAR_KEYWORD:
             name = f"**{name}"
-        described = descriptions.get(parameter.name)
         if partial and described is None:
             shared.append(name)
             continue
-        kind, text = _FIT_PARAMETERS.get(parameter.name, (None, None))
-        if name == "y" and parameter.default is None:
-            kind, text = "None", "Ignored."
-        if isinstance(described, tuple):
-            kind, text = described
-        elif described is not None:
-            text = described
+        kind, text = ("None", "Ignored.") if name == "y" and parameter.default is None else (
+            _FIT_PARAMETERS.get(name, (None, None)))
+        kind, text = described if isinstance(described, tuple) else (kind, described or text)
         if text is None:
-            raise TypeError(f"fit_method: describe the parameter {name!r} of "
-                            f"{method.__qualname__}.")
+            raise TypeError(f"fit_method: describe {name!r} of {method.__qualname__}.")
         entries.append((name if kind is None else f"{name} : {kind}", text))
     if shared:
-        text = partial if isinstance(partial, str) else "As in :meth:`fit`."
-        entries.insert(0, (", ".join(shared), text))
+        entries.insert(0, (", ".join(shared), partial if isinstance(partial, str) else (
+            "As in :meth:`fit`.")))
     lines = [inspect.cleandoc(method.__doc__), "", "Parameters", "----------"]
     for entry, text in entries:
         lines += [entry, textwrap.fill(text, 79, initial_indent="    ",
