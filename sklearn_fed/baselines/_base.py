@@ -31,12 +31,11 @@ from sklearn.utils.extmath import safe_sparse_dot
 from .._compat import (
     Interval,
     StrOptions,
-    _check_sample_weight,
     check_is_fitted,
     validate_data,
 )
 from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
-from ..linear_model._base import validate_regression
+from ..linear_model._base import rows_and_weights, validate_regression
 from ..protocol import (
     Client,
     InvalidClientMessage,
@@ -750,12 +749,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         X, y = validate_regression(self, X, y, reset=reset)
-        if sp.issparse(X):
-            X = X.tocsr()
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
+        X, sample_weight = rows_and_weights(X, sample_weight)
         return X, y, sample_weight
 
     def _fitted_state(self):
