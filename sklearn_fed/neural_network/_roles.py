@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from ..protocol import (
     Client,
+    CountedLabels,
     Frame,
     InvalidClientMessage,
     Server,
@@ -209,6 +210,9 @@ class FedMPDDClient(Client):
         self._network = None
         self._local = secrets.randbits(63)  # the site's own randomness (local noise)
 
+    #: The describe step names the site's labels; the policy refuses a rare one.
+    disclosure = (CountedLabels("class_rows"),)
+
     def released_parameters(self, task, frame):
         """The network's parameters (every one the task carries), for the parameters-per-row
         rule; the describe step fits nothing."""
@@ -223,7 +227,10 @@ class FedMPDDClient(Client):
         # The simulation's round: every site's gradient as it computes it
         # alone, then all encoded in one call (the same bytes as one by one).
         answers = self._answers(tasks, X, y, sample_weight, rows)
-        return {site: self.reply_frame(tasks[site], X, y, names, *answers[site])
+        policy = self.policy_in_force()
+        return {site: self.screen(policy, tasks[site],
+                                  self.reply_frame(tasks[site], X, y, names, *answers[site]),
+                                  X, rows[site])
                 for site in tasks}
 
     def _answers(self, tasks, X, y, sample_weight, rows):
@@ -236,7 +243,8 @@ class FedMPDDClient(Client):
                     _server_fail("malformed describe task.")
                 site_y = y if rows[site] is None else y[rows[site]]
                 try:
-                    answers[site] = {"classes": label_list(site_y)}, {}
+                    answers[site] = {"classes": label_list(site_y)}, {
+                        "class_rows": np.unique(np.asarray(site_y), return_counts=True)[1]}
                 except TypeError as exc:
                     raise ValueError(f"site {task.site!r}: its labels cannot be ordered "
                                      f"({exc}).") from exc

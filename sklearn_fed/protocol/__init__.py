@@ -13,7 +13,7 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 - :class:`SitePolicy`: what a site agrees to compute and release (disclosure
   rules applied to every reply, from what each role declares:
   :class:`CountedValues`, :class:`CountedColumns`, :class:`ColumnExtremes`,
-  :class:`CountedTable`, :class:`ScoreBins`).
+  :class:`CountedTable`, :class:`CountedLabels`, :class:`ScoreBins`).
 - :class:`FeatureSchema`: the features a task expects.
 - :func:`run_rounds`: the one round loop; a :class:`Transport` carries each
   round (:class:`BytesTransport`: sites in this process through bytes).
@@ -25,6 +25,7 @@ with the messages travelling as bytes (see :doc:`/deploying`).
 from ._disclosure import (
     ColumnExtremes,
     CountedColumns,
+    CountedLabels,
     CountedTable,
     CountedValues,
     ScoreBins,
@@ -56,6 +57,7 @@ __all__ = [
     "ColumnExtremes",
     "CommunicationLedger",
     "CountedColumns",
+    "CountedLabels",
     "CountedTable",
     "CountedValues",
     "FeatureSchema",

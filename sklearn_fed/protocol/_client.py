@@ -194,6 +194,12 @@ class Client(ABC):
     def screened_reply(self, policy, task, X, y, sample_weight, rows, names):
         """The reply frame, with ``policy``'s disclosure rules applied before it leaves."""
         frame = self.reply_frame(task, X, y, names, *self.compute(task, X, y, sample_weight, rows))
+        return self.screen(policy, task, frame, X, rows)
+
+    def screen(self, policy, task, frame, X, rows):
+        """``frame`` with ``policy``'s disclosure rules and this role's :attr:`disclosure`
+        applied (policy-only arrays removed); for a :meth:`reply_many` that builds frames
+        itself."""
         if policy is None and not self.disclosure:
             return frame
         return screen_reply(self, policy, task, frame, X, rows, count_rows(X.shape[0], rows))

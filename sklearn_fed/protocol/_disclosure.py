@@ -16,6 +16,10 @@ this module:
   ``min_count``-th smallest and largest values rounded outward;
 - :class:`CountedTable`: a table of row counts (a confusion matrix): a
   nonzero cell below ``min_count`` is refused, as DataSHIELD's ``ds.table``;
+- :class:`CountedLabels`: the labels a classifier's site names, with its
+  rows per label (in an array for the policy alone, never sent): a label of
+  fewer than ``min_count`` rows is refused (DataSHIELD's ``ds.glm`` refuses
+  an outcome level below ``nfilter.tab``);
 - :class:`ScoreBins`: distinct values (a model's scores) with per-class
   counts at each (what ROC AUC reads): unless the policy has
   ``exact_scores``, consecutive values are merged into bins whose counts
@@ -34,8 +38,8 @@ import numpy as np
 
 from ._values import decode_values, encode_values
 
-__all__ = ["ColumnExtremes", "CountedColumns", "CountedTable", "CountedValues", "ScoreBins",
-           "screen_reply"]
+__all__ = ["ColumnExtremes", "CountedColumns", "CountedLabels", "CountedTable", "CountedValues",
+           "ScoreBins", "screen_reply"]
 
 
 class CountedValues:
@@ -249,6 +253,52 @@ class CountedTable:
                    f"{policy.min_count - 1} rows (the smallest: {int(counts[small].min())}), "
                    f"fewer than {policy.min_count}.",
                    self.remedy + " Or ask the site to lower min_count.")
+
+
+class CountedLabels:
+    """Declares the labels a reply names, with the site's rows per label in ``counts``.
+
+    ``counts`` is an array the role computes for the policy alone: it is
+    removed before the reply leaves. A label held by fewer than
+    ``min_count`` rows (but some) is refused rather than suppressed: a
+    classifier cannot fit rows whose label it may not name, and leaving them
+    out silently would change the model. The refusal names no label.
+
+    Parameters
+    ----------
+    counts : str
+        The policy-only array of rows per label.
+
+    Examples
+    --------
+    >>> import types
+    >>> from sklearn_fed.protocol import SitePolicy
+    >>> frame = types.SimpleNamespace(fields={"classes": ["a", "b"]},
+    ...                               arrays={"class_rows": np.array([40, 25])})
+    >>> CountedLabels("class_rows").screen(None, SitePolicy(), None, frame, None, None, None)
+    >>> frame.arrays
+    {}
+    """
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def screen(self, role, policy, task, frame, X, rows, refuse):
+        if self.counts not in frame.arrays:
+            return
+        arrays = dict(frame.arrays)
+        counts = arrays.pop(self.counts)
+        frame.arrays = arrays
+        if policy is None or policy.min_count is None:
+            return
+        small = (counts > 0) & (counts < policy.min_count)
+        if small.any():
+            n = int(small.sum())
+            refuse(f"min_count={policy.min_count}",
+                   f"{n} of its classes {'has' if n == 1 else 'have'} 1 to "
+                   f"{policy.min_count - 1} rows, fewer than {policy.min_count}.",
+                   "merge rare classes into others or leave their rows out before fitting, "
+                   "leave the site out, or ask the site to lower min_count.")
 
 
 class ScoreBins:

@@ -3,6 +3,7 @@
 import importlib.util
 import itertools
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -469,3 +470,27 @@ def test_a_deployed_search_site_screens_its_parts_with_the_default_policy():
         server.receive(replies)
         tasks = server.next_tasks([0, 1, 2])
     assert len(seen) > 100 and not outliers & seen
+
+
+CLASSIFIERS = [e for e in ESTIMATORS if is_classifier(e)]
+
+
+@pytest.mark.parametrize("estimator", CLASSIFIERS, ids=lambda e: type(e).__name__)
+def test_a_label_held_by_fewer_rows_than_the_threshold_is_refused(estimator):
+    # A site's labels are categories: one held by 1 or 2 rows names them (DataSHIELD's
+    # glm refuses a binomial outcome with a level below nfilter.tab). Refused, not
+    # suppressed: a classifier cannot fit rows whose label it may not name.
+    X, _, clients = disclosive_data(estimator)
+    y = np.where(X[:, 0] > 0, "yes", "no").astype(object)
+    y[[0, 1]] = "zebra"  # two rows of site 0
+    replies, error = replies_of(estimator, X, y, clients, SitePolicy())
+    assert isinstance(error, TaskRefused), error
+    assert error.site == 0
+    assert re.search(r"rule min_count=3: 1 of its classes has 1 to 2 rows, fewer than 3\. "
+                     r"What you can do: ", str(error))
+    assert "zebra" not in str(error)
+    assert all("zebra" not in released(frame) for _, frame in replies)
+    # permissive sites answer, and no reply carries the policy's own counts
+    replies, error = replies_of(estimator, X, y, clients, SitePolicy.permissive())
+    assert error is None and replies
+    assert all("class_rows" not in frame.arrays for _, frame in replies)
