@@ -42,6 +42,7 @@ __all__ = [
     "_unique",
     "check_is_fitted",
     "is_scalar_nan",
+    "scorer_parts",
     "validate_data",
     "validate_parameter_constraints",
     "validate_params",
@@ -60,6 +61,3 @@ def scorer_parts(scorer):
         dict(getattr(scorer, "_kwargs", {}) or {}),
         getattr(scorer, "_response_method", None),
     )
-
-
-__all__ += ["scorer_parts"]
