@@ -64,6 +64,7 @@ __all__ = [
     "site_rows",
     "site_table",
     "site_targets",
+    "table_feature_names",
     "take_prefixed",
 ]
 
@@ -90,6 +91,15 @@ def site_table(X):
     if array.ndim != 2:
         raise ValueError(f"Expected a 2D table of rows, got an array of shape {array.shape}.")
     return array
+
+
+def table_feature_names(X):
+    """The feature names ``fit`` tells a server for the table ``X``: its column names when
+    they are all strings (as scikit-learn's ``feature_names_in_``), else None."""
+    columns = getattr(X, "columns", None)
+    if columns is not None and all(isinstance(c, str) for c in columns):
+        return [str(c) for c in columns]
+    return None
 
 
 def site_rows(rows, X, y, sample_weight):
@@ -126,10 +136,7 @@ class FederatedCompositeMixin(FederatedEstimatorMixin):
         return X, y, sample_weight
 
     def _server_feature_names(self, X):
-        columns = getattr(X, "columns", None)
-        if columns is not None and all(isinstance(c, str) for c in columns):
-            return [str(c) for c in columns]
-        return None
+        return table_feature_names(X)
 
     def fit_transform(self, X, y=None, clients=None, **params):
         """Fit (see :meth:`fit`), then transform ``X`` with the fitted estimator.

@@ -147,8 +147,7 @@ class Client(ABC):
             raise InvalidClientMessage(f"server: {exc}", "server") from exc
         if self.needs_y and y is None:
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
-        if schema.feature_names is not None and not hasattr(X, "columns") and not (
-                columns_in_order):
+        if schema.feature_names is not None and not hasattr(X, "columns") and not columns_in_order:
             raise ValueError(unnamed_columns_message(schema, task.site))
         X, y, sample_weight, names = self.check_rows(X, y, sample_weight, schema, task.site)
         if policy is not None:
