@@ -14,6 +14,7 @@ transformers in the same rounds.
 import math
 import time
 import types
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import clone
@@ -331,8 +332,8 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
 
     _server_role = PipelineServer
     _client_role = PipelineClient
-    _parameter_constraints: dict = {**Pipeline._parameter_constraints,
-                                    "privacy_budget": [None, tuple, PrivacyBudget]}
+    _parameter_constraints: ClassVar[dict] = {
+        **Pipeline._parameter_constraints, "privacy_budget": [None, tuple, PrivacyBudget]}
 
     def __init__(self, steps, *, transform_input=None, memory=None, verbose=False,
                  privacy_budget=None):

@@ -332,11 +332,11 @@ def _stream(estimator, partial, parts):
     spec = parts.spec()
     rounds = 0
     with ThreadPoolExecutor(max_workers=1) as reader:
-        pending = reader.submit(_read_partition, parts, 0)
+        pending = reader.submit(dask.compute, *parts.delayed(0))
         for i in range(parts.n_partitions):
             X, y, sample_weight, clients = pending.result()
             if i + 1 < parts.n_partitions:
-                pending = reader.submit(_read_partition, parts, i + 1)
+                pending = reader.submit(dask.compute, *parts.delayed(i + 1))
             if spec.check(i, X, y, sample_weight, clients) is None:
                 continue  # a partition without rows brings no round
             step = estimator.partial_fit if partial or rounds else estimator.fit
@@ -345,7 +345,3 @@ def _stream(estimator, partial, parts):
     if rounds == 0:
         raise ValueError("X has no rows.")
     return estimator
-
-
-def _read_partition(parts, i):
-    return dask.compute(*parts.delayed(i))

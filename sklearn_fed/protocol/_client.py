@@ -261,7 +261,7 @@ class Client(ABC):
         """For a pooled round (see :meth:`Server.pools_round`): the fields of the reply
         of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``;
         None (the default) when this role cannot tell, and the round runs site by site."""
-        return None
+        return
 
     def reply_many(self, tasks, X, y, sample_weight, rows, names):
         """Replies of many simulated sites that share one ``X``: ``{site: frame}``.

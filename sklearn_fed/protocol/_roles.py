@@ -478,7 +478,7 @@ class Server(ABC):
         one reply, not all of them. No fold where :meth:`cross_check`
         needs every reply at once.
         """
-        return None
+        return
 
     def pools_round(self, fields):
         """Whether a round whose tasks all carry ``fields`` (and no arrays) may be pooled.
@@ -503,7 +503,7 @@ class Server(ABC):
         site by site. By default None: a server that cannot vouch for its
         sites' replies never pools.
         """
-        return None
+        return
 
     # ------------------------------------------------------------ hooks
     def cross_check(self, replies):

@@ -317,11 +317,9 @@ def pooled_reply(client, task, X, y, names):
     if n_parts < 2 or not client.answers_from_blocks() or not client.reads_rows(task):
         return client.reply(task, X, y, None, None, names)
     edges = np.linspace(0, n, n_parts + 1).astype(int).tolist()
-    parts = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+    parts = [slice(a, b) for a, b in itertools.pairwise(edges)]
 
-    def summarize(rows):
-        return client.summarize(task, X, y, None, rows)
-
+    summarize = functools.partial(client.summarize, task, X, y, None)
     workers = min(n_parts, blas_threads())
     if workers > 1:
         with blas_libraries().limit(limits=1), site_threads(workers) as pool:

@@ -44,12 +44,12 @@ from ._errors import InvalidClientMessage, who
 
 __all__ = [
     "Frame",
+    "SymmetricMatrix",
     "decode",
     "encode",
     "label_key",
     "plain_label",
     "sorted_labels",
-    "SymmetricMatrix",
 ]
 
 MAGIC = b"SKFEDMSG"
@@ -420,7 +420,8 @@ def decode(data, *, key=None, client=None, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
     kind, federation, round_id = meta["kind"], meta["federation"], meta["round"]
     if not (isinstance(kind, str) and 0 < len(kind) <= 64):
         fail("message kind is missing or too long.")
-    if not (isinstance(federation, str) and len(federation) == 32 and _is_hex(federation)):
+    if not (isinstance(federation, str) and len(federation) == 32
+            and all(c in "0123456789abcdef" for c in federation)):
         fail("federation id must be 32 hex digits.")
     if not (type(round_id) is int and 0 <= round_id < 2**63):
         fail(f"round id must be a non-negative integer, got {round_id!r}.")
@@ -462,10 +463,6 @@ def _unpack_upper(values, d):
         matrix[i:, i] = values[start : start + d - i]
         start += d - i
     return matrix
-
-
-def _is_hex(text):
-    return all(c in "0123456789abcdef" for c in text)
 
 
 def _read_arrays(table, body, offset, fail):
