@@ -19,11 +19,22 @@ and 7. A test that names no subject is skipped ``[not applicable]``; one that
 ran without building any adapter is skipped ``[no subject fitted]``; the
 adapters skip, with a reason in brackets, what the federated estimator does
 not offer. :func:`summarize` counts the outcomes per reason and client count
-(``tests/conftest.py`` prints them after a run that included a suite).
+(``tests/conftest.py`` prints them, with each suite's rule, after a run that
+included a suite; ``python -m tests.<folder>.test_sklearn_<name>_suite``, from
+the repository root, prints the rule and runs that suite alone).
+
+A suite module is, besides its adapters and rule::
+
+    sk = scikit_learn_tests("sklearn.<...>.tests.test_<...>")
+    SKIP_RULE = "..."  # what stands in for what, and each bracketed skip
+    install(globals(), sk, groups, ADAPTERS, ...)
+    if __name__ == "__main__":
+        sys.exit(main(__file__, SKIP_RULE))
 """
 
 import collections.abc
 import inspect
+import os
 import re
 import types
 from collections import Counter
@@ -48,7 +59,27 @@ SUITES = (
     "decomposition/test_sklearn_pca_suite.py",
 )
 
+#: Where set (``make sklearn-suites``), suites also run the tests they leave out
+#: of ``make test`` for time, each skipped there with its reason.
+SLOW_SUITES = bool(os.environ.get("SKLEARN_FED_SLOW_SUITES"))
+
+RULE_END = """\
+  Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
+  Everything else must pass (or xfail where scikit-learn marks it so)."""
+
 built = []  # adapters constructed during the running test
+
+
+def scikit_learn_tests(name):
+    """The installed scikit-learn test module ``name`` (a suite is skipped without it)."""
+    return pytest.importorskip(name, reason="scikit-learn was installed without its test modules")
+
+
+def main(path, rule):
+    """``python SUITE.py``: print the suite's rule and run it (pytest prints the counts)."""
+    print(rule)
+    print(RULE_END)
+    return pytest.main([path, "-q", "-n", "2", "-p", "no:cacheprovider"])
 
 
 def deal(n_rows, n_clients):
@@ -56,11 +87,12 @@ def deal(n_rows, n_clients):
     return np.arange(n_rows) % n_clients
 
 
-def _clients_for(X, n_clients):
+def clients_for(X, n_clients):
+    """:func:`deal` for the rows of ``X``; None where ``X`` is not rows at all."""
     try:
         return deal(_num_samples(X), n_clients)
     except TypeError:
-        return None  # not rows at all: the estimator's own validation raises its own error
+        return None  # the estimator's own validation raises its own error
 
 
 class SplitFits:
@@ -75,17 +107,17 @@ class SplitFits:
     def refuse(self, X, y, kwargs):
         """Skip what the federated estimator does not offer; nothing by default."""
 
-    def fit(self, X, y=None, *args, **kwargs):
+    def _split(self, X, y, kwargs):
         self.refuse(X, y, kwargs)
         if kwargs.get("clients") is None:
-            kwargs["clients"] = _clients_for(X, self.n_clients)
-        return super().fit(X, y, *args, **kwargs)
+            kwargs["clients"] = clients_for(X, self.n_clients)
+        return kwargs
+
+    def fit(self, X, y=None, *args, **kwargs):
+        return super().fit(X, y, *args, **self._split(X, y, kwargs))
 
     def partial_fit(self, X, y=None, *args, **kwargs):
-        self.refuse(X, y, kwargs)
-        if kwargs.get("clients") is None:
-            kwargs["clients"] = _clients_for(X, self.n_clients)
-        return super().partial_fit(X, y, *args, **kwargs)
+        return super().partial_fit(X, y, *args, **self._split(X, y, kwargs))
 
 
 def adapter(federated, counterpart, mixin=SplitFits, name=None):

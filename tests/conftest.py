@@ -91,13 +91,11 @@ def pytest_terminal_summary(terminalreporter):
             continue
         machinery = machinery or _load(here / "_sklearn_suite.py", "_sklearn_suite_summary")
         stem = Path(suite).stem
-        module = _load(here / suite, stem)  # a suite's own summarize() may read its name
-        terminalreporter.section(getattr(
-            module, "TITLE", f"scikit-learn's tests in {stem} against the federated adapters"))
+        module = _load(here / suite, stem)
+        terminalreporter.section(module.TITLE)
         terminalreporter.write_line(module.SKIP_RULE)
-        counts = (module.summarize(stats) if hasattr(module, "summarize")
-                  else machinery.summarize(stats, stem))
-        machinery.write_counts(terminalreporter.write_line, counts)
+        terminalreporter.write_line(machinery.RULE_END)
+        machinery.write_counts(terminalreporter.write_line, machinery.summarize(stats, stem))
 
 
 def _suites(here):

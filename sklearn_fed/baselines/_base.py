@@ -17,6 +17,7 @@ call as for one site alone, so every reply is bit for bit the one the site
 would compute by itself (checked by the shared federated checks).
 """
 
+import copy
 import math
 from numbers import Integral, Real
 
@@ -124,17 +125,8 @@ class _Training:
         return penalty
 
 
-def _overflow_checked_later(train):
-    """Run a local training quietly: a site checks its model is finite, and says so."""
-    def wrapper(*args):
-        with np.errstate(over="ignore", invalid="ignore"):
-            return train(*args)
-
-    wrapper.__doc__ = train.__doc__
-    return wrapper
-
-
-@_overflow_checked_later
+# Local training runs quietly: a site checks its model is finite, and says so.
+@np.errstate(over="ignore", invalid="ignore")
 def _train_dense(X, y, s, weight_sums, coef, params, seeds):
     """Local SGD of ``G`` sites with the same number of rows, all at once.
 
@@ -181,7 +173,7 @@ def _train_dense(X, y, s, weight_sums, coef, params, seeds):
     return W, steps, losses
 
 
-@_overflow_checked_later
+@np.errstate(over="ignore", invalid="ignore")
 def _train_sparse(X, y, s, weight_sum, coef, params, seed, x_mean):
     """Local SGD of one site with sparse rows, centered implicitly on ``x_mean``.
 
@@ -216,12 +208,6 @@ def _train_sparse(X, y, s, weight_sum, coef, params, seed, x_mean):
                 grad += mu * (W - coef)
             W -= eta * grad
     return W, steps, loss
-
-
-def _copy_rng(rng):
-    copy = np.random.RandomState()
-    copy.set_state(rng.get_state())
-    return copy
 
 
 def _without_seed(task):
@@ -396,16 +382,14 @@ class SGDServer(Server):
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
         state = getattr(estimator, "_sgd_state", None) if self.warm_start else None
-        if state is None:
-            self._coef = None
-            self._rng = _copy_rng(check_random_state(estimator.random_state))
-            self._rounds = 0
-            self._history = []
-        else:  # copies: a failed round must leave the estimator's state alone
-            self._coef = state["coef"]
-            self._rng = _copy_rng(state["rng"])
-            self._rounds = state["rounds"]
-            self._history = list(state["history"])
+        if state is None:  # a new model
+            state = {"coef": None, "rng": check_random_state(estimator.random_state),
+                     "rounds": 0, "history": []}
+        # copies: a failed round must leave the estimator's state alone
+        self._coef = state["coef"]
+        self._rng = copy.deepcopy(state["rng"])
+        self._rounds = state["rounds"]
+        self._history = list(state["history"])
         self._rounds_left = 1 if self.warm_start else int(estimator.n_rounds)
         self._setup = None
         self._warned = False
@@ -588,7 +572,7 @@ class SGDServer(Server):
         self._commit(state, ledger)
         # the server goes on from the committed state (copies for the next round)
         self._coef, self._rounds, self._history = coef, round_number, history
-        self._rng = _copy_rng(self._rng)
+        self._rng = copy.deepcopy(self._rng)
         self._mark = (ledger.uplink_bytes, ledger.downlink_bytes)
         self._rounds_left -= 1
 

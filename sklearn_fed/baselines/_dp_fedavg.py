@@ -77,14 +77,6 @@ class _Release:
         return np.ldexp(np.asarray(steps, dtype=np.float64), self.exponent)
 
 
-def _check_release(task):
-    """The task's release number, checked (the noise is keyed by what is released instead)."""
-    release = task_field(task, "release", int)
-    if not 0 <= release < 2**63:
-        raise InvalidClientMessage("server: malformed release number.", "server")
-    return release
-
-
 class DPClient(SGDClient):
     """A DP-FedAvg site: noises its weight at setup and clips and noises every update.
 
@@ -99,7 +91,10 @@ class DPClient(SGDClient):
         epsilon = task_field(task, "epsilon", float)
         delta = task_field(task, "delta", float)
         releases = task_field(task, "n_releases", int)
-        if not (epsilon > 0 and 0 < delta < 1 and 1 <= releases <= 10**9):
+        # the release number is for the accounting: the noise is keyed by what is released
+        release = task_field(task, "release", int)
+        if not (epsilon > 0 and 0 < delta < 1 and 1 <= releases <= 10**9
+                and 0 <= release < 2**63):
             raise InvalidClientMessage("server: malformed privacy parameters.", "server")
         return noise_multiplier(epsilon, delta, releases)
 
@@ -124,7 +119,6 @@ class DPClient(SGDClient):
         self._check_weights(task, sk)
         fields, arrays = super()._setup(task, Xk, yk, sk, y_ndim)
         release = _Release(self._weight_bound(task), 1, self._multiplier(task))
-        _check_release(task)
         fields["weight_sum"] = int(release.noised(
             [fields["weight_sum"]], self.estimator.random_state, task.site, "weight_sum")[0])
         return fields, arrays
@@ -144,7 +138,6 @@ class DPClient(SGDClient):
         if norm > clip:
             update *= clip / norm
         release = _Release(2 * clip, update.size, self._multiplier(task))
-        _check_release(task)
         noised = release.noised(update, self.estimator.random_state, task.site, "update")
         return {"steps": int(steps)}, {"update": noised}
 

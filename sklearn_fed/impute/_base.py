@@ -25,12 +25,6 @@ from ..statistics import ColumnMoments
 __all__ = ["FederatedSimpleImputer"]
 
 
-def _sparse_values(X, i):
-    """Values of column ``i`` of a CSC matrix stored explicitly, and its implicit zeros."""
-    stored = X.data[X.indptr[i] : X.indptr[i + 1]]
-    return stored, X.shape[0] - stored.shape[0]
-
-
 class SimpleImputerClient(TransformerClient):
     """A site of :class:`FederatedSimpleImputer`.
 
@@ -223,8 +217,9 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
 
     def _value_counts(self, X, i):
         """Distinct present values of column ``i`` (sorted as scikit-learn sorts) and counts."""
-        if sp.issparse(X):
-            column, zeros = _sparse_values(X, i)
+        if sp.issparse(X):  # CSC: the column's stored values, and its implicit zeros
+            column = X.data[X.indptr[i] : X.indptr[i + 1]]
+            zeros = X.shape[0] - column.shape[0]
         else:
             column, zeros = X[:, i], 0
         column = column[~_get_mask(column, self.missing_values)]

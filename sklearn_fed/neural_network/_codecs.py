@@ -103,34 +103,20 @@ def _check_seed(seed):
     return int(seed)
 
 
-def _as_rows(G):
-    """Gradients as a C-contiguous float64 array of shape (n, d), from float32 values."""
-    if isinstance(G, torch.Tensor):
-        G = G.detach().cpu().numpy()
-    G = np.asarray(G)
-    if G.ndim == 1:
-        raise ValueError("encode_many needs a 2-D array of gradients, one per row")
-    if G.ndim != 2:
-        raise ValueError(f"gradients must have shape (n, d), got {G.shape}")
-    return np.ascontiguousarray(G.astype(np.float32, copy=False), dtype=np.float64)
-
-
-def _as_flat(g):
+def _as_array(g, ndim, error):
     if isinstance(g, torch.Tensor):
         g = g.detach().cpu().numpy()
     g = np.asarray(g)
-    if g.ndim != 1:
-        raise ValueError(f"a gradient must be a flat vector, got shape {g.shape}")
+    if g.ndim != ndim:
+        raise ValueError(f"{error}, got shape {g.shape}")
     return g
 
 
 class _Codec(ABC):
     """What every codec shares: standalone frames, validation, averaging on the server.
 
-    Subclasses implement ``_payloads(G, seeds)`` (the client: one ``(fields,
-    arrays)`` per row of ``G``), ``_check(fields, arrays, d, fail)`` (the
-    server: validate one message) and ``_add(frames, out)`` (``out += `` the
-    sum of the decoded estimates, float64).
+    Subclasses implement ``_check``, and ``_payload`` and ``_add_one`` for one
+    message (or ``_payloads`` and ``_add`` for many at once).
     """
 
     name = None
@@ -160,7 +146,8 @@ class _Codec(ABC):
             seed of the client's own randomness (QSGD rounding, local noise;
             ``None`` draws it from the operating system).
         """
-        fields, arrays = self.encode_many(_as_flat(g)[None], [seed])[0]
+        fields, arrays = self.encode_many(
+            _as_array(g, 1, "a gradient must be a flat vector")[None], [seed])[0]
         return Frame(kind=self.kind, fields=fields, arrays=arrays)
 
     def encode_many(self, G, seeds):
@@ -173,7 +160,9 @@ class _Codec(ABC):
         seeds : sequence of int
             One seed per row (see :meth:`encode`).
         """
-        G = _as_rows(G)
+        G = _as_array(G, 2, "encode_many needs a 2-D array of gradients, one per row")
+        # float32 values, as a C-contiguous float64 array
+        G = np.ascontiguousarray(G.astype(np.float32, copy=False), dtype=np.float64)
         seeds = [seed if seed is None and not self.seeded else _check_seed(seed)
                  for seed in seeds]
         if len(seeds) != G.shape[0]:
@@ -225,17 +214,18 @@ class _Codec(ABC):
     def _divisor(self):
         return 1.0
 
-    @abstractmethod
     def _payloads(self, G, seeds):
         """The client: one ``(fields, arrays)`` per row of ``G`` (float64 of float32 values)."""
+        return [self._payload(g, seed) for g, seed in zip(G, seeds)]
 
     @abstractmethod
     def _check(self, fields, arrays, d, fail):
         """The server: validate one message's fields and arrays; ``fail(reason)`` raises."""
 
-    @abstractmethod
     def _add(self, frames, out):
         """``out += `` the sum of the decoded estimates of checked ``frames`` (float64)."""
+        for frame in frames:
+            self._add_one(frame.arrays, out)
 
 
 def _float_array(arrays, name, shape, fail):
@@ -307,33 +297,21 @@ class MPDDCodec(_Codec):
         groups = (BLOCK_ELEMENTS // 8) // max(int(d), 1) // 8 * 8
         return 8 * max(8, groups)
 
-    def direction_bytes(self, seed, d):
-        """Yield ``(start, C)``: Rademacher signs packed 8 directions per byte.
-
-        ``C`` has shape ``(groups, d)``; bit ``t`` (big-endian, as
-        :func:`numpy.unpackbits`) of ``C[q, k]`` is 1 when entry ``k`` of
-        direction ``start + 8 q + t`` is ``+1`` and 0 when it is ``-1``
-        (see :mod:`~sklearn_fed.neural_network._sign_kernels`). Each group is
-        generated on its own from the seed, so direction ``j`` is the same
-        whatever the block size.
-        """
-        d = int(d)
-        rows = self.block_rows(d)
-        for start in range(0, self.n_directions, rows):
-            first = start // 8
-            stop = first + (min(rows, self.n_directions - start) + 7) // 8
-            yield start, sign_rows(seed, d, first, stop)
-
     def directions(self, seed, d):
         """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
 
         Used by the Gaussian variant and to inspect directions; the Rademacher
-        encoder and decoder work on the packed bits directly.
+        encoder and decoder work on the packed bits directly. Each group of 8
+        Rademacher directions is generated on its own from the seed (see
+        :mod:`~sklearn_fed.neural_network._sign_kernels`), so direction ``j``
+        is the same whatever the block size.
         """
         d = int(d)
         if self.direction == "rademacher":
-            for start, packed in self.direction_bytes(seed, d):
-                n = min(8 * packed.shape[0], self.n_directions - start)
+            rows = self.block_rows(d)
+            for start in range(0, self.n_directions, rows):
+                n = min(rows, self.n_directions - start)
+                packed = sign_rows(seed, d, start // 8, start // 8 + (n + 7) // 8)
                 bits = np.unpackbits(packed.T[:, :, None], axis=2).reshape(d, -1)[:, :n]
                 yield start, torch.from_numpy(bits.T.astype(np.float32) * 2.0 - 1.0)
             return
@@ -405,16 +383,15 @@ class FullCodec(_Codec):
         """Payload bytes of one message: ``4 d``."""
         return _FLOAT32 * int(d)
 
-    def _payloads(self, G, seeds):
-        return [({}, {"g": g.astype(np.float32)}) for g in G]
+    def _payload(self, g, seed):
+        return {}, {"g": g.astype(np.float32)}
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("g",), fail)
         _float_array(arrays, "g", (d,), fail)
 
-    def _add(self, frames, out):
-        for frame in frames:
-            out += frame.arrays["g"]
+    def _add_one(self, arrays, out):
+        out += arrays["g"]
 
 
 class QSGDCodec(_Codec):
@@ -459,22 +436,17 @@ class QSGDCodec(_Codec):
     def _shifts(self):
         return np.arange(self.bits_per_coordinate() - 1, -1, -1, dtype=np.uint32)
 
-    def _payloads(self, G, seeds):
-        b = self.bits_per_coordinate() - 1
-        out = []
-        for g, seed in zip(G, seeds):
-            norm = np.float32(np.sqrt(g @ g))
-            level = np.zeros(g.shape[0], dtype=np.uint32)
-            if norm > 0:
-                scaled = np.minimum(np.abs(g) / float(norm) * self.levels, self.levels)
-                low = np.floor(scaled)
-                up = np.random.default_rng(seed).random(g.shape[0]) < scaled - low
-                level = (low + up).astype(np.uint32)
-            code = ((g < 0).astype(np.uint32) << np.uint32(b)) | level
-            bits = ((code[:, None] >> self._shifts()) & 1).astype(np.uint8)
-            out.append(({}, {"norm": np.array([norm], dtype=np.float32),
-                             "bits": np.packbits(bits.ravel())}))
-        return out
+    def _payload(self, g, seed):
+        norm = np.float32(np.sqrt(g @ g))
+        level = np.zeros(g.shape[0], dtype=np.uint32)
+        if norm > 0:
+            scaled = np.minimum(np.abs(g) / float(norm) * self.levels, self.levels)
+            low = np.floor(scaled)
+            up = np.random.default_rng(seed).random(g.shape[0]) < scaled - low
+            level = (low + up).astype(np.uint32)
+        code = ((g < 0).astype(np.uint32) << np.uint32(self.bits_per_coordinate() - 1)) | level
+        bits = ((code[:, None] >> self._shifts()) & 1).astype(np.uint8)
+        return {}, {"norm": np.array([norm], dtype=np.float32), "bits": np.packbits(bits.ravel())}
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("norm", "bits"), fail)
@@ -500,11 +472,9 @@ class QSGDCodec(_Codec):
         code = np.unpackbits(bits)[:d * (b + 1)].reshape(d, -1).astype(np.uint32) @ weights
         return code >> np.uint32(b), code & np.uint32((1 << b) - 1)
 
-    def _add(self, frames, out):
-        for frame in frames:
-            negative, level = self._unpack(frame.arrays["bits"], out.shape[0])
-            sign = 1.0 - 2.0 * negative
-            out += float(frame.arrays["norm"][0]) * sign * level / self.levels
+    def _add_one(self, arrays, out):
+        negative, level = self._unpack(arrays["bits"], out.shape[0])
+        out += float(arrays["norm"][0]) * (1.0 - 2.0 * negative) * level / self.levels
 
 
 class TopKCodec(_Codec):
@@ -532,14 +502,10 @@ class TopKCodec(_Codec):
         """Payload bytes of one message: ``8 min(k, d)``."""
         return (_FLOAT32 + _INT32) * min(self.k, int(d))
 
-    def _payloads(self, G, seeds):
-        k = min(self.k, G.shape[1])
-        out = []
-        for g in G:
-            idx = np.sort(np.argpartition(-np.abs(g), k - 1)[:k])
-            out.append(({}, {"values": g[idx].astype(np.float32),
-                             "indices": idx.astype(np.int32)}))
-        return out
+    def _payload(self, g, seed):
+        k = min(self.k, g.shape[0])
+        idx = np.sort(np.argpartition(-np.abs(g), k - 1)[:k])
+        return {}, {"values": g[idx].astype(np.float32), "indices": idx.astype(np.int32)}
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("values", "indices"), fail)
@@ -551,12 +517,11 @@ class TopKCodec(_Codec):
         if k and (idx[0] < 0 or idx[-1] >= d or (np.diff(idx) <= 0).any()):
             fail(f"indices must be increasing and in [0, {d}).")
 
-    def _add(self, frames, out):
-        for frame in frames:
-            out[frame.arrays["indices"]] += frame.arrays["values"]
+    def _add_one(self, arrays, out):
+        out[arrays["indices"]] += arrays["values"]
 
 
-class LDPCodec(_Codec):
+class LDPCodec(FullCodec):
     """FedSGD with local noise: the client adds Gaussian or Laplace noise before sending.
 
     Parameters
@@ -585,26 +550,25 @@ class LDPCodec(_Codec):
     def settings(self):
         return {"uplink": self.name, "noise_scale": self.scale}
 
-    def nbytes(self, d):
-        """Payload bytes of one message: ``4 d``."""
-        return _FLOAT32 * int(d)
-
-    def _payloads(self, G, seeds):
-        out = []
-        for g, seed in zip(G, seeds):
-            rng = np.random.default_rng(seed)
-            if self.noise == "gaussian":
-                noise = rng.standard_normal(g.shape[0]) * self.scale
-            else:
-                noise = rng.laplace(0.0, self.scale, g.shape[0])
-            out.append(({}, {"g": (g + noise).astype(np.float32)}))
-        return out
-
-    _check = FullCodec._check
-    _add = FullCodec._add
+    def _payload(self, g, seed):
+        rng = np.random.default_rng(seed)
+        if self.noise == "gaussian":
+            noise = rng.standard_normal(g.shape[0]) * self.scale
+        else:
+            noise = rng.laplace(0.0, self.scale, g.shape[0])
+        return {}, {"g": (g + noise).astype(np.float32)}
 
 
-UPLINKS = ("mpdd", "full", "qsgd", "topk", "gaussian", "laplace")
+#: The settings (``make_codec``'s arguments) each uplink's codec is built from.
+_SETTINGS = {
+    "mpdd": ("n_directions", "direction"),
+    "full": (),
+    "qsgd": ("levels",),
+    "topk": ("k",),
+    "gaussian": ("noise_scale",),
+    "laplace": ("noise_scale",),
+}
+UPLINKS = tuple(_SETTINGS)
 
 
 def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, k=400,
@@ -629,16 +593,6 @@ def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, 
     raise ValueError(f"uplink must be one of {UPLINKS}, got {uplink!r}")
 
 
-_SETTING_NAMES = {
-    "mpdd": {"n_directions": "n_directions", "direction": "direction"},
-    "full": {},
-    "qsgd": {"levels": "levels"},
-    "topk": {"k": "k"},
-    "gaussian": {"noise_scale": "noise_scale"},
-    "laplace": {"noise_scale": "noise_scale"},
-}
-
-
 def codec_from_settings(settings):
     """The codec a task's fields describe (the inverse of ``codec.settings()``).
 
@@ -650,13 +604,12 @@ def codec_from_settings(settings):
     12
     """
     uplink = settings.get("uplink")
-    if uplink not in _SETTING_NAMES:
+    if uplink not in _SETTINGS:
         raise ValueError(f"unknown uplink {uplink!r}")
-    names = _SETTING_NAMES[uplink]
-    missing = [name for name in names if name not in settings]
+    missing = [name for name in _SETTINGS[uplink] if name not in settings]
     if missing:
         raise ValueError(f"the {uplink!r} codec needs the settings {missing}")
-    kwargs = {argument: settings[name] for name, argument in names.items()}
+    kwargs = {name: settings[name] for name in _SETTINGS[uplink]}
     for name in ("n_directions", "levels", "k"):
         if name in kwargs and (not isinstance(kwargs[name], int) or isinstance(kwargs[name], bool)):
             raise ValueError(f"codec setting {name!r} must be an integer, got {kwargs[name]!r}")

@@ -182,23 +182,6 @@ class TrainTask:
         return cls(params, classes, batch, seeds[0], fields.get("seed"), codec, task.site)
 
 
-def _site_rows(rows, n_rows):
-    """Positions in ``X`` of a site's local rows ``0..n_rows-1``."""
-    if rows is None:
-        return np.arange(n_rows)
-    if isinstance(rows, slice):
-        return np.arange(rows.start or 0, rows.stop)
-    return np.asarray(rows)
-
-
-def _n_rows(X, rows):
-    if rows is None:
-        return X.shape[0]
-    if isinstance(rows, slice):
-        return rows.stop - (rows.start or 0)
-    return len(rows)
-
-
 def minibatch(n_rows, batch_size, seed):
     """A site's minibatch: sorted local row positions drawn without replacement."""
     if batch_size == -1 or batch_size >= n_rows:
@@ -261,13 +244,12 @@ class FedMPDDClient(Client):
 
     def _train(self, tasks, X, y, sample_weight, rows):
         """Gradients of every site's minibatch, encoded in one call per codec."""
-        batches = {}
+        batches, positions = {}, np.arange(X.shape[0])
         for site, task in tasks.items():
-            n_rows = _n_rows(X, rows[site])
-            if n_rows == 0:
+            own = positions if rows[site] is None else positions[rows[site]]
+            if len(own) == 0:
                 raise ValueError(f"site {task.site!r}: it has no rows to train on.")
-            local = minibatch(n_rows, task.batch_size, task.minibatch_seed)
-            index = _site_rows(rows[site], n_rows)[local]
+            index = own[minibatch(len(own), task.batch_size, task.minibatch_seed)]
             weight = None if sample_weight is None else sample_weight[index]
             labels = self._class_index(y[index], task.classes, task.site)
             batches[site] = (X[index], labels, weight)

@@ -40,7 +40,6 @@ __all__ = [
     "SIGNS",
     "decode_groups",
     "decode_many",
-    "encode_groups",
     "encode_many",
     "sign_rows",
 ]
@@ -86,28 +85,25 @@ def sign_rows(seed, d, first, stop):
 
 
 def _numpy_blocks(seed, d, groups):
+    """Yield ``(first, n, index)``: groups ``first .. first + n - 1``, sign bytes + 256 q."""
     step = max(1, _NUMPY_BLOCK_BYTES // max(int(d), 1))
     for first in range(0, groups, step):
-        yield first, sign_rows(seed, d, first, min(groups, first + step))
+        packed = sign_rows(seed, d, first, min(groups, first + step))
+        n = packed.shape[0]
+        yield first, n, packed + (np.arange(n, dtype=np.intp) * 256)[:, None]
 
 
 def _encode_numpy(seeds, G, S):
-    d = G.shape[1]
     for seed, g, s in zip(seeds, G, S):
-        for first, packed in _numpy_blocks(int(seed), d, s.shape[0] // 8):
-            n = packed.shape[0]
-            index = packed + (np.arange(n, dtype=np.intp) * 256)[:, None]
+        for first, n, index in _numpy_blocks(int(seed), G.shape[1], s.shape[0] // 8):
             hist = np.bincount(index.ravel(), weights=np.tile(g, n), minlength=n * 256)
             s[8 * first:8 * (first + n)] = (hist.reshape(n, 256) @ SIGNS).ravel()
 
 
 def _decode_numpy(seeds, S, out):
-    d = out.shape[0]
     for seed, s in zip(seeds, S):
-        for first, packed in _numpy_blocks(int(seed), d, s.shape[0] // 8):
-            n = packed.shape[0]
+        for first, n, index in _numpy_blocks(int(seed), out.shape[0], s.shape[0] // 8):
             table = (s[8 * first:8 * (first + n)].reshape(n, 8) @ SIGNS.T).ravel()
-            index = packed + (np.arange(n, dtype=np.intp) * 256)[:, None]
             out += np.take(table, index).sum(0)
 
 
@@ -300,23 +296,6 @@ def decode_many(seeds, S, out):
     True
     """
     _decode(_seed_array(seeds), S, out)
-
-
-def encode_groups(seed, g, s):
-    """``s = U^T g`` for the ``len(s) // 8`` groups of ``seed``; ``g`` and ``s`` float64.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> g, s = np.ones(5), np.empty(8)
-    >>> encode_groups(3, g, s)
-    >>> signs = sign_rows(3, 5, 0, 1)
-    >>> bool(np.allclose(s, SIGNS[signs[0]].sum(0)))
-    True
-    """
-    S = np.empty((1, s.shape[0]))
-    encode_many([seed], np.ascontiguousarray(g, dtype=np.float64)[None], S)
-    s[:] = S[0]
 
 
 def decode_groups(seed, s, out):

@@ -100,15 +100,11 @@ class OneHotEncoderServer(OneRoundServer):
                     rows == np.float32 and categories.dtype != rows)):
                 fail(f"column {i}: float categories must be finite (or NaN), of the rows' "
                      "dtype.")
-            if counts:
-                frequency = frame.arrays[f"n{i}"]
-                # below n_samples when the site's policy suppressed rare categories
-                if (frequency.dtype != np.int64 or frequency.shape != categories.shape
-                        or np.any(frequency < 1) or frequency.sum() > n):
-                    fail(f"column {i}: counts must be positive and add up to n_samples "
-                         "at most.")
-            else:
-                frequency = None
+            frequency = frame.arrays.get(f"n{i}")  # present exactly when counts are sent
+            # below n_samples when the site's policy suppressed rare categories
+            if counts and (frequency.dtype != np.int64 or frequency.shape != categories.shape
+                           or np.any(frequency < 1) or frequency.sum() > n):
+                fail(f"column {i}: counts must be positive and add up to n_samples at most.")
             if categories.size > n:
                 fail(f"column {i}: at most n_samples categories expected.")
             try:

@@ -74,11 +74,6 @@ class RangeScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     def __init__(self, ranges):
         self.ranges = ranges
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.requires_fit = True
-        return tags
-
     def fit(self, X, y=None):
         """Check the columns against ``ranges`` (the values of ``X`` are not used).
 

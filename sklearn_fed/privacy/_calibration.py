@@ -22,13 +22,15 @@ from ._dp import import_dp_accounting
 __all__ = ["analytic_gaussian_std", "classic_gaussian_std", "gaussian_noise_std"]
 
 
-def _check(epsilon, delta, sensitivity):
+def _no_noise(epsilon, delta, sensitivity):
+    """Refuse malformed arguments; whether ``epsilon`` is infinite (no noise needed)."""
     if not (isinstance(epsilon, (int, float)) and epsilon > 0):
         raise ValueError(f"epsilon must be a positive number; got {epsilon!r}.")
     if not (isinstance(delta, (int, float)) and 0 < delta < 1):
         raise ValueError(f"delta must be in the open interval (0, 1); got {delta!r}.")
     if not (isinstance(sensitivity, (int, float)) and 0 < sensitivity < math.inf):
         raise ValueError(f"sensitivity must be positive and finite; got {sensitivity!r}.")
+    return epsilon == math.inf
 
 
 def classic_gaussian_std(epsilon, delta, sensitivity=1.0):
@@ -56,10 +58,8 @@ def classic_gaussian_std(epsilon, delta, sensitivity=1.0):
     >>> round(classic_gaussian_std(0.5, 1e-5), 4)
     9.6896
     """
-    if epsilon == math.inf:
-        _check(1.0, delta, sensitivity)
+    if _no_noise(epsilon, delta, sensitivity):
         return 0.0
-    _check(epsilon, delta, sensitivity)
     if epsilon >= 1:
         warn(
             f"The classic Gaussian mechanism is proved (epsilon, delta)-DP only for "
@@ -94,10 +94,8 @@ def analytic_gaussian_std(epsilon, delta, sensitivity=1.0):
     >>> round(analytic_gaussian_std(1.0, 1e-5), 3)
     3.731
     """
-    if epsilon == math.inf:
-        _check(1.0, delta, sensitivity)
+    if _no_noise(epsilon, delta, sensitivity):
         return 0.0
-    _check(epsilon, delta, sensitivity)
     return sensitivity * _analytic_multiplier(float(epsilon), float(delta))
 
 

@@ -395,7 +395,4 @@ class SecureAggregator:
         """Sum all clients' masked messages modulo 2^64 and decode."""
         messages = list(messages)
         size = np.asarray(messages[0]).shape[0] if messages and np.ndim(messages[0]) == 1 else 0
-        total = unmask_sum(
-            dict(enumerate(messages)), size, parties=range(self.n_clients)
-        )
-        return self.decode(total)
+        return self.decode(unmask_sum(messages, size, parties=range(self.n_clients)))

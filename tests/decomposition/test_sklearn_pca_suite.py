@@ -4,12 +4,8 @@ The installed scikit-learn's ``sklearn/decomposition/tests/test_pca.py``
 through ``tests/_sklearn_suite.py``: each test that names ``PCA`` runs twice,
 every fit of a subject split among 1 and 7 clients. The adapter has exactly
 PCA's constructor and parameter validation, and no numerics of its own.
-
-Run ``python tests/decomposition/test_sklearn_pca_suite.py`` to print the rule and the
-counts (pytest prints them too, in its summary).
 """
 
-import os
 import sys
 
 import pytest
@@ -17,12 +13,16 @@ from sklearn import get_config
 from sklearn.decomposition import PCA
 
 from sklearn_fed.decomposition import FederatedPCA
-from tests._sklearn_suite import SplitFits, adapter, install
-
-sk = pytest.importorskip(
-    "sklearn.decomposition.tests.test_pca",
-    reason="scikit-learn was installed without its test modules",
+from tests._sklearn_suite import (
+    SLOW_SUITES,
+    SplitFits,
+    adapter,
+    install,
+    main,
+    scikit_learn_tests,
 )
+
+sk = scikit_learn_tests("sklearn.decomposition.tests.test_pca")
 
 TITLE = "scikit-learn's test_pca.py against the federated adapter"
 SKIP_RULE = """\
@@ -51,9 +51,7 @@ Which of scikit-learn's test_pca.py tests apply, and what stands in for what:
                           (`make sklearn-suites`, SKLEARN_FED_SLOW_SUITES=1,
                           runs them all);
    [array API]            array API dispatch (sklearn_fed computes with numpy);
-   [no subject fitted]    the test ran but fitted no adapter.
-  Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
-  Everything else must pass (or xfail where scikit-learn marks it so)."""
+   [no subject fitted]    the test ran but fitted no adapter."""
 
 
 class _Fits(SplitFits):
@@ -74,7 +72,7 @@ def _solver_name(name, names, classes, params):
     if name in _SOLVER_NAME or (name == "test_pca_validation"
                                 and "svd_solver='full'" in str(params.get("err_msg"))):
         pytest.skip("[solver name] FederatedPCA's one solver is 'covariance_eigh'")
-    if name == "test_pca_sparse" and not os.environ.get("SKLEARN_FED_SLOW_SUITES") and (
+    if name == "test_pca_sparse" and not SLOW_SUITES and (
             params.get("density") != 0.1 or params.get("scale") != 1):
         pytest.skip("[thinned] test_pca_sparse: density=0.1 and scale=1 only "
                     "(all of them: `make sklearn-suites`)")
@@ -83,5 +81,4 @@ def _solver_name(name, names, classes, params):
 LEFT_OUT = install(globals(), sk, [(PCA,)], ADAPTERS, prefilter=True, veto=_solver_name)
 
 if __name__ == "__main__":
-    print(SKIP_RULE)
-    sys.exit(pytest.main([__file__, "-q", "-n", "2", "-p", "no:cacheprovider"]))
+    sys.exit(main(__file__, SKIP_RULE))

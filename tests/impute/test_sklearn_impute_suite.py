@@ -5,9 +5,6 @@ The installed scikit-learn's ``sklearn/impute/tests/test_impute.py`` through
 twice, every fit of a subject split among 1 and 7 clients. The adapter has
 exactly SimpleImputer's constructor and parameter validation, and no
 numerics of its own.
-
-Run ``python tests/impute/test_sklearn_impute_suite.py`` to print the rule and the
-counts (pytest prints them too, in its summary).
 """
 
 import sys
@@ -16,12 +13,9 @@ import pytest
 from sklearn.impute import SimpleImputer
 
 from sklearn_fed.impute import FederatedSimpleImputer
-from tests._sklearn_suite import SplitFits, adapter, install
+from tests._sklearn_suite import SplitFits, adapter, install, main, scikit_learn_tests
 
-sk = pytest.importorskip(
-    "sklearn.impute.tests.test_impute",
-    reason="scikit-learn was installed without its test modules",
-)
+sk = scikit_learn_tests("sklearn.impute.tests.test_impute")
 
 TITLE = "scikit-learn's test_impute.py (SimpleImputer) against the federated adapter"
 SKIP_RULE = """\
@@ -37,9 +31,7 @@ Which of scikit-learn's test_impute.py tests apply, and what stands in for what:
                           pooled median (or any function of the pooled
                           column) needs the sites' values, not an aggregate,
                           so FederatedSimpleImputer does not offer them;
-   [no subject fitted]    the test ran but fitted no adapter.
-  Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
-  Everything else must pass (or xfail where scikit-learn marks it so)."""
+   [no subject fitted]    the test ran but fitted no adapter."""
 
 
 class _Fits(SplitFits):
@@ -54,5 +46,4 @@ ADAPTERS = {SimpleImputer: adapter(FederatedSimpleImputer, SimpleImputer, _Fits)
 LEFT_OUT = install(globals(), sk, [(SimpleImputer,)], ADAPTERS, prefilter=True)
 
 if __name__ == "__main__":
-    print(SKIP_RULE)
-    sys.exit(pytest.main([__file__, "-q", "-n", "2", "-p", "no:cacheprovider"]))
+    sys.exit(main(__file__, SKIP_RULE))

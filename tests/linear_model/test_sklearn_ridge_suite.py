@@ -7,25 +7,25 @@ rows among that many clients (row ``i`` goes to client ``i % n_clients``) and
 runs the protocol. The adapters below have exactly the constructor signatures
 of ``Ridge`` and ``RidgeCV`` and no numerics of their own; they translate
 parameters (``gcv_mode`` -> ``solver``) and refuse what only Ridge has.
-
-Run ``python tests/linear_model/test_sklearn_ridge_suite.py`` to print the rule and the
-counts (pytest prints them too, in its summary, when this module ran).
 """
 
 import sys
 
 import pytest
 import scipy.sparse as sp
-from sklearn import get_config
 from sklearn.linear_model import Ridge, RidgeClassifier, RidgeClassifierCV, RidgeCV
 
 from sklearn_fed import FederatedRidge, FederatedRidgeCV
-from tests._sklearn_suite import NOT_APPLICABLE, SplitFits, adapter, install
-
-sk = pytest.importorskip(
-    "sklearn.linear_model.tests.test_ridge",
-    reason="scikit-learn was installed without its test modules",
+from tests._sklearn_suite import (
+    NOT_APPLICABLE,
+    adapter,
+    install,
+    main,
+    scikit_learn_tests,
 )
+from tests.linear_model._ridge_suite import LIMITATION, RidgeCVFits, RidgeFits
+
+sk = scikit_learn_tests("sklearn.linear_model.tests.test_ridge")
 
 TITLE = "scikit-learn's test_ridge.py against the federated adapters"
 SKIP_RULE = """\
@@ -51,45 +51,13 @@ Which of scikit-learn's test_ridge.py tests apply, and what stands in for what:
    [no subject fitted]    the test ran but built no adapter (e.g. a
                           parametrization of a RidgeCV test that only fits the
                           Ridge reference).
-  Tests also skip themselves, as in scikit-learn (e.g. sparse X with a solver
-  Ridge does not support), counted as "by the test itself".
-  Everything else must pass (or xfail where scikit-learn marks it so)."""
-
-RIDGE_ONLY = "[Ridge-only feature]"
-LIMITATION = "[Ridge limitation]"
-
-_DIRECT_SOLVERS = {"auto", "svd", "cholesky"}
-
-
-def _refuse_array_api():
-    if get_config().get("array_api_dispatch"):
-        pytest.skip(f"{RIDGE_ONLY} array API dispatch")
-
-
-# ------------------------------------------------------------------ adapters
-class _RidgeFits(SplitFits):
-    """Ridge's fits on :class:`FederatedRidge`: refuse what only Ridge has."""
-
-    def refuse(self, X, y, kwargs):
-        _refuse_array_api()
-        if self.solver not in _DIRECT_SOLVERS:
-            pytest.skip(f"{RIDGE_ONLY} iterative solver {self.solver!r}")
-        if self.positive:
-            pytest.skip(f"{RIDGE_ONLY} positive=True")
-        if sp.issparse(X) and (self.solver == "svd" or (self.solver == "cholesky"
-                                                         and self.fit_intercept)):
-            pytest.skip(f"{LIMITATION} sparse X with solver={self.solver!r}")
-
-    def __getattr__(self, name):
-        if name == "n_iter_":
-            pytest.skip(f"{RIDGE_ONLY} the n_iter_ attribute")
-        raise AttributeError(name)
-
+  Among the tests that skip themselves: sparse X with a solver Ridge does not
+  support."""
 
 _GCV_MODE_TO_SOLVER = {None: "auto", "auto": "auto", "svd": "svd", "eigen": "cholesky"}
 
 
-class _RidgeCVFits(SplitFits):
+class _RidgeCVFits(RidgeCVFits):
     """RidgeCV's fits on :class:`FederatedRidgeCV`.
 
     ``gcv_mode`` picks the decomposition as in RidgeCV: ``"svd"`` of the rows
@@ -103,20 +71,13 @@ class _RidgeCVFits(SplitFits):
         return _GCV_MODE_TO_SOLVER.get(self.gcv_mode, self.gcv_mode)
 
     def refuse(self, X, y, kwargs):
-        _refuse_array_api()
-        params = {k: v for k, v in kwargs.items() if k not in ("sample_weight", "clients")}
-        if params:
-            pytest.skip(f"{RIDGE_ONLY} metadata routed to the scorer ({sorted(params)})")
+        super().refuse(X, y, kwargs)
         if sp.issparse(X) and self.gcv_mode == "svd":
             pytest.skip(f"{LIMITATION} gcv_mode='svd' with sparse X")
 
-    def fit(self, X, y=None, sample_weight=None, **params):
-        self.refuse(X, y, params)
-        return super().fit(X, y, sample_weight)
-
 
 ADAPTERS = {
-    Ridge: adapter(FederatedRidge, Ridge, _RidgeFits),
+    Ridge: adapter(FederatedRidge, Ridge, RidgeFits),
     RidgeCV: adapter(FederatedRidgeCV, RidgeCV, _RidgeCVFits),
 }
 RidgeAdapter, RidgeAdapter7 = ADAPTERS[Ridge](1), ADAPTERS[Ridge](7)
@@ -132,5 +93,4 @@ install(globals(), sk, [(RidgeCV, Ridge)], ADAPTERS, veto=_no_classifier)
 
 
 if __name__ == "__main__":
-    print(SKIP_RULE)
-    sys.exit(pytest.main([__file__, "-q", "-n", "2", "-p", "no:cacheprovider"]))
+    sys.exit(main(__file__, SKIP_RULE))

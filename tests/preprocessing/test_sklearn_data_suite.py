@@ -5,9 +5,6 @@ through ``tests/_sklearn_suite.py``: each test that names ``StandardScaler``
 or ``MinMaxScaler`` runs twice, every fit (and ``partial_fit``) of a subject
 split among 1 and 7 clients. The adapters have exactly scikit-learn's
 constructors, its parameter validation, and no numerics of their own.
-
-Run ``python tests/preprocessing/test_sklearn_data_suite.py`` to print the rule and
-the counts (pytest prints them too, in its summary).
 """
 
 import sys
@@ -16,12 +13,9 @@ import pytest
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from sklearn_fed.preprocessing import FederatedMinMaxScaler, FederatedStandardScaler
-from tests._sklearn_suite import SplitFits, adapter, install
+from tests._sklearn_suite import SplitFits, adapter, install, main, scikit_learn_tests
 
-sk = pytest.importorskip(
-    "sklearn.preprocessing.tests.test_data",
-    reason="scikit-learn was installed without its test modules",
-)
+sk = scikit_learn_tests("sklearn.preprocessing.tests.test_data")
 
 TITLE = "scikit-learn's test_data.py (scalers) against the federated adapters"
 SKIP_RULE = """\
@@ -38,9 +32,7 @@ Which of scikit-learn's test_data.py tests apply, and what stands in for what:
    [array API]            array API dispatch (sklearn_fed computes with numpy);
    [callbacks]            the test uses scikit-learn's experimental callback
                           API (sklearn.callback), which sklearn_fed's
-                          protocol-driven fits do not call.
-  Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
-  Everything else must pass (or xfail where scikit-learn marks it so)."""
+                          protocol-driven fits do not call."""
 
 
 class _Fits(SplitFits):
@@ -66,5 +58,4 @@ LEFT_OUT = install(globals(), sk, [(StandardScaler,), (MinMaxScaler,)], ADAPTERS
                    prefilter=True, veto=_no_callbacks)
 
 if __name__ == "__main__":
-    print(SKIP_RULE)
-    sys.exit(pytest.main([__file__, "-q", "-n", "2", "-p", "no:cacheprovider"]))
+    sys.exit(main(__file__, SKIP_RULE))

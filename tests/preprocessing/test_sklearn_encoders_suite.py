@@ -5,23 +5,16 @@ through ``tests/_sklearn_suite.py``: each test that names ``OneHotEncoder``
 runs twice, every fit of a subject split among 1 and 7 clients. The adapter
 has exactly OneHotEncoder's constructor and parameter validation, and no
 numerics of its own.
-
-Run ``python tests/preprocessing/test_sklearn_encoders_suite.py`` to print the rule
-and the counts (pytest prints them too, in its summary).
 """
 
 import sys
 
-import pytest
 from sklearn.preprocessing import OneHotEncoder
 
 from sklearn_fed.preprocessing import FederatedOneHotEncoder
-from tests._sklearn_suite import adapter, install
+from tests._sklearn_suite import adapter, install, main, scikit_learn_tests
 
-sk = pytest.importorskip(
-    "sklearn.preprocessing.tests.test_encoders",
-    reason="scikit-learn was installed without its test modules",
-)
+sk = scikit_learn_tests("sklearn.preprocessing.tests.test_encoders")
 
 TITLE = "scikit-learn's test_encoders.py (OneHotEncoder) against the federated adapter"
 SKIP_RULE = """\
@@ -33,13 +26,10 @@ Which of scikit-learn's test_encoders.py tests apply, and what stands in for wha
   not collected  tests that cannot name OneHotEncoder (OrdinalEncoder's).
   skipped, with the reason shown:
    [no subject fitted]    the test ran but fitted no adapter (e.g. a
-                          parametrization with OrdinalEncoder).
-  Tests also skip themselves, as in scikit-learn, counted as "by the test itself".
-  Everything else must pass (or xfail where scikit-learn marks it so)."""
+                          parametrization with OrdinalEncoder)."""
 
 ADAPTERS = {OneHotEncoder: adapter(FederatedOneHotEncoder, OneHotEncoder)}
 LEFT_OUT = install(globals(), sk, [(OneHotEncoder,)], ADAPTERS, prefilter=True)
 
 if __name__ == "__main__":
-    print(SKIP_RULE)
-    sys.exit(pytest.main([__file__, "-q", "-n", "2", "-p", "no:cacheprovider"]))
+    sys.exit(main(__file__, SKIP_RULE))
