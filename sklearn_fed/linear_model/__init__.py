@@ -1,11 +1,6 @@
 """The ridge family: federated estimators built on client sufficient statistics."""
 
-from ._base import (
-    GRAM_MAX_CONDITION,
-    BaseFederatedRidge,
-    solve_ridge,
-    solve_ridge_factor,
-)
+from ._base import BaseFederatedRidge
 from ._federated_ridge import FederatedRidge
 from ._federated_ridge_cv import FederatedRidgeCV
 from ._fesc import FESCRidge, fesc_weights
@@ -16,6 +11,7 @@ from ._private import PrivateFederatedRidge
 from ._projected import ProjectedFederatedRidge
 from ._ridge_classifier import FederatedRidgeClassifier, FederatedRidgeClassifierCV
 from ._robust import RobustAggregation
+from ._solver import GRAM_MAX_CONDITION, solve_ridge, solve_ridge_factor
 
 __all__ = [
     "GRAM_MAX_CONDITION",

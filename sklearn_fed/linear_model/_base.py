@@ -1,9 +1,8 @@
-"""What every ridge estimator shares: the statistics roles and the base class.
+"""What every ridge estimator shares: the statistics roles and the base class."""
 
-The ridge solver they call is in ``_solver`` (its names are importable from here too).
-"""
-
+import inspect
 import math
+import textwrap
 from collections.abc import Mapping
 from numbers import Real
 
@@ -13,14 +12,20 @@ from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils import assert_all_finite
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._clients import known_labels
-from .._compat import Interval, _check_sample_weight, check_is_fitted, validate_data
+from .._compat import (
+    Interval,
+    _check_sample_weight,
+    _fit_context,
+    check_is_fitted,
+    validate_data,
+)
 from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import (
     BlockwiseClient,
     FoldedReplies,
     InvalidClientMessage,
     Server,
+    atomic,
     run_simulation,
     sorted_labels,
 )
@@ -35,26 +40,14 @@ from ..statistics import (
 )
 from ..statistics._validation import parts_within_caps as _parts_within_caps
 from ._robust import RobustAggregation, check_rows_within_bounds
-from ._solver import (  # the solver's names, as every estimator imports them from here
-    GRAM_MAX_CONDITION,
-    _solve_gram,  # noqa: F401 (private, but the estimators and tests import it from here)
-    factor_range,
-    numerical_range,
-    solve_ridge,
-    solve_ridge_factor,
-    solve_statistics,
-)
+from ._solver import solve_ridge  # noqa: F401 (_logistic imports it from here)
 
 __all__ = [
-    "GRAM_MAX_CONDITION",
     "StatisticsClient",
     "StatisticsServer",
-    "factor_range",
-    "numerical_range",
-    "solve_ridge",
-    "solve_ridge_factor",
-    "solve_statistics",
+    "fit_method",
     "task_field",
+    "task_step",
     "validate_regression",
 ]
 
@@ -72,6 +65,56 @@ def validate_regression(estimator, X, y, *, reset, ensure_all_finite=True):
         reset=reset,
         ensure_all_finite=ensure_all_finite,
     )
+
+
+#: The parameters every ridge ``fit`` takes: ``(type, description)`` by name.
+_FIT_PARAMETERS = {
+    "X": ("{array-like, sparse matrix} of shape (n_samples, n_features)", "Training rows."),
+    "y": ("array-like of shape (n_samples,) or (n_samples, n_targets)", "Targets."),
+    "sample_weight": ("array-like of shape (n_samples,), default=None",
+                      "Non-negative row weights."),
+    "clients": ("array-like of shape (n_samples,), default=None",
+                "Client label of each row (any hashable). ``None``: one client."),
+}
+
+
+def fit_method(method=None, *, partial=False, **descriptions):
+    """Make ``method`` a ridge estimator's ``fit`` (or, with ``partial``, ``partial_fit``).
+
+    It validates the parameters as scikit-learn's ``fit`` does, is
+    :func:`~sklearn_fed.protocol.atomic`, and its docstring (the summary and
+    what is particular to the estimator) gets the Parameters and Returns
+    sections every ``fit`` shares: ``descriptions`` replace a parameter's
+    description, ``partial`` (True or a text) documents ``partial_fit``'s
+    parameters as those of ``fit``.
+    """
+    if method is None:
+        return lambda method: fit_method(method, partial=partial, **descriptions)
+    if partial:
+        text = partial if isinstance(partial, str) else "As in :meth:`fit`."
+        entries = [("X, y, sample_weight, clients", text)]
+    else:
+        entries = [(f"{name} : {kind}", descriptions.get(name, text))
+                   for name, (kind, text) in _FIT_PARAMETERS.items()]
+    lines = [inspect.cleandoc(method.__doc__), "", "Parameters", "----------"]
+    for entry, text in entries:
+        lines += [entry, textwrap.fill(text, 79, initial_indent="    ",
+                                       subsequent_indent="    ")]
+    lines += ["", "Returns", "-------", "self : object", "    The fitted estimator."]
+    method.__doc__ = "\n".join(lines)
+    return _fit_context(prefer_skip_nested_validation=True)(atomic(method))
+
+
+def rows_and_weights(X, sample_weight):
+    """Validated ``X`` as CSR when sparse (each site's rows are sliced out of it), and
+    ``sample_weight`` checked as scikit-learn's ``fit`` checks it."""
+    if sp.issparse(X):
+        X = X.tocsr()
+    if sample_weight is not None:
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
+    return X, sample_weight
 
 
 class StatisticsClient(BlockwiseClient):
@@ -114,6 +157,14 @@ class StatisticsClient(BlockwiseClient):
         return dict(fields, n_samples=n_rows, weight_sum=float(n_rows))
 
 
+def task_step(task, steps):
+    """The ``step`` field of a task, one of ``steps`` (tasks are untrusted)."""
+    step = task_field(task, "step", str)
+    if step not in steps:
+        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+    return step
+
+
 def requested_form(task):
     """The statistics form a task asks for: its ``form`` field, ``"gram"`` if absent."""
     form = task.fields.get("form", "gram")
@@ -140,7 +191,9 @@ class StatisticsServer(Server):
 
     protocol = "ridge.statistics"
     #: Whether ``apply`` reads the round's replies only through :meth:`_merged`
-    #: (and to name a culprit), so they can be folded as they are read.
+    #: (and to name a culprit), so they can be folded as they are read, and a
+    #: Gram round may be pooled in simulation (:meth:`pools_round`): their
+    #: merge equals the statistics of the pooled rows.
     _merges_replies = False
 
     def __init__(self, estimator, *, robust=None, **kwargs):
@@ -162,6 +215,11 @@ class StatisticsServer(Server):
         self._next, self._next_round = dict(fields), self.round + 1
         self.form = fields.get("form", "gram")
 
+    def _may_ask_factors(self):
+        """Whether ``solver="auto"`` may still follow this Gram round with one of factors."""
+        return (getattr(self.estimator, "solver", None) == "auto" and self.form == "gram"
+                and (self.max_rounds is None or self.round + 1 < self.max_rounds))
+
     def plan(self, sites):
         if self._next_round != self.round:
             return {}
@@ -181,6 +239,18 @@ class StatisticsServer(Server):
     def read_reply(self, site, frame):
         # O(d^2) checks per message; the PSD test runs once on the merge (_merged).
         stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site, psd=False)
+        self._check_statistics(site, stats, frame)
+        previous = self._previous()
+        if previous is not None and stats.n_targets != previous.n_targets:
+            raise InvalidClientMessage(
+                f"client {site!r}: has {stats.n_targets} targets but earlier rounds had "
+                f"{previous.n_targets}.",
+                site,
+            )
+        return stats
+
+    def _check_statistics(self, site, stats, frame):
+        """Refuse statistics of another width or centering than the task's; robust limits."""
         expected = self._expected_features(frame)
         if stats.n_features != expected:
             raise InvalidClientMessage(
@@ -197,14 +267,6 @@ class StatisticsServer(Server):
             )
         if self.robust is not None:
             self.robust.check(site, stats)
-        previous = self._previous()
-        if previous is not None and stats.n_targets != previous.n_targets:
-            raise InvalidClientMessage(
-                f"client {site!r}: has {stats.n_targets} targets but earlier rounds had "
-                f"{previous.n_targets}.",
-                site,
-            )
-        return stats
 
     def _check_model(self, coef, aggregate, replies):
         """Refuse a non-finite model: statistics within every cap can still overflow it,
@@ -229,13 +291,8 @@ class StatisticsServer(Server):
         """Number of features the statistics of a reply must have."""
         return frame.schema["n_features"]
 
-    #: Whether a Gram round of this server may be pooled in simulation (see
-    #: :meth:`~sklearn_fed.protocol.Server.pools_round`): the model uses the
-    #: replies only through their merge, which equals the pooled rows' statistics.
-    _pools_rows = False
-
     def pools_round(self, fields):
-        if not (self._pools_rows and self._merges_replies and self.robust is None):
+        if not (self._merges_replies and self.robust is None):
             return False
         return fields is None or set(fields) == {"centered"}
 
@@ -278,9 +335,6 @@ class StatisticsServer(Server):
         check_aggregate(merged, replies, in_place=owned)
         return merged, owned
 
-    def _dtype_of_round(self):
-        return self.round_dtype.type
-
 
 class MessagesOnDemand(Mapping):
     """Validated client messages ``{label: ClientStatistics or bytes}``, bytes parsed when read.
@@ -316,8 +370,7 @@ class BaseFederatedRidge(
 ):
     """Shared machinery of the ridge estimators fitted from client statistics.
 
-    Subclasses implement ``fit``; this class validates input, turns rows into
-    per-client :class:`~sklearn_fed.statistics.ClientStatistics`, validates
+    Subclasses declare their roles and ``fit``; this class validates input and
     untrusted messages, sets ``coef_``/``intercept_`` from an aggregate, and
     predicts. ``fit`` and ``partial_fit`` on Dask collections run the same
     roles partition by partition (:mod:`sklearn_fed.dask`).
@@ -336,12 +389,7 @@ class BaseFederatedRidge(
     # ---------------------------------------------------------------- inputs
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         X, y = self._validate_X_y(X, y, reset=reset)
-        if sp.issparse(X):
-            X = X.tocsr()  # each client's rows are sliced out of X
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
+        X, sample_weight = rows_and_weights(X, sample_weight)
         if self._finite_from_statistics:
             # The rows whose squares no statistic sums: stored entries of a sparse X,
             # rows of zero weight (the sites skip them).
@@ -409,17 +457,7 @@ class BaseFederatedRidge(
                     raise not_finite from exc
             raise
 
-    _known_labels = staticmethod(known_labels)
-
-    def _statistics_by_client(self, X, y, sample_weight, labels, rows):
-        """Compute each client's statistics from its own rows (one at a time)."""
-        for label, client_rows in zip(labels, rows):
-            yield label, ClientStatistics.from_data(
-                X, y, sample_weight, centered=self.fit_intercept, rows=client_rows,
-                check_input=False,
-            )
-
-    def _checked_alpha(self, n_targets, name="alpha"):
+    def _checked_alpha(self, n_targets):
         """``alpha`` as a float64 scalar or vector, checked with Ridge's messages."""
         if type(self.alpha) in (float, int) and 0 <= self.alpha < math.inf:  # the usual case
             return np.float64(self.alpha)
@@ -427,11 +465,11 @@ class BaseFederatedRidge(
         if alpha.size not in (1, n_targets):
             raise ValueError(
                 "Number of targets and number of penalties do not correspond: "
-                f"{alpha.size} != {n_targets} ({name} has {alpha.size} values, y has "
+                f"{alpha.size} != {n_targets} (alpha has {alpha.size} values, y has "
                 f"{n_targets} targets)."
             )
         if np.any(~np.isfinite(alpha)) or np.any(alpha < 0):
-            raise ValueError(f"{name} must be finite and non-negative; got {self.alpha!r}.")
+            raise ValueError(f"alpha must be finite and non-negative; got {self.alpha!r}.")
         return alpha[0] if alpha.size == 1 else alpha
 
     def _read_messages(self, messages, *, keep_bytes=False):
@@ -444,10 +482,7 @@ class BaseFederatedRidge(
         (read again by :class:`MessagesOnDemand`): a server then never
         holds every message unpacked at once.
         """
-        if isinstance(messages, dict):
-            items = list(messages.items())
-        else:
-            items = list(enumerate(messages))
+        items = list(messages.items() if isinstance(messages, dict) else enumerate(messages))
         if not items:
             raise ValueError("fit_statistics needs at least one client message.")
         parsed = []
@@ -494,13 +529,15 @@ class BaseFederatedRidge(
         coef = coef.astype(dtype, copy=False)
         self.coef_ = coef[0] if coef.shape[0] == 1 else coef
 
-    def _commit_solution(self, server, aggregate, coef, solver, ledger, labels):
+    def _commit_solution(self, server, aggregate, coef, solver, ledger, clients,
+                         previous_clients=()):
         """Set the fitted state from a server's final round (after every check passed)."""
         ledger.n_parameters = self._n_parameters(aggregate.n_features, aggregate.n_targets)
         self.solver_ = solver
-        set_federation_attributes(self, server.schema, ledger, labels,
+        set_federation_attributes(self, server.schema, ledger, clients,
+                                  previous_clients=previous_clients,
                                   n_features=aggregate.n_features)
-        self._set_coef(aggregate, coef, server._dtype_of_round())
+        self._set_coef(aggregate, coef, server.round_dtype.type)
 
     def _n_parameters(self, n_features, n_targets):
         return (n_features + self.fit_intercept) * n_targets

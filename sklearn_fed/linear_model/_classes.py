@@ -9,13 +9,11 @@ later task carries them, so each site encodes its labels identically.
 """
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from .._compat import (
-    _check_sample_weight,
     _check_unknown,
     _encode,
     _unique,
@@ -28,24 +26,20 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
-from ._base import task_field
+from ._base import rows_and_weights, task_field
 
 __all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_classification"]
 
 
-def validate_classification(estimator, X, y, sample_weight, *, reset=True):
+def validate_classification(estimator, X, y, sample_weight, *, reset=True, multi_output=False,
+                            check_targets=check_classification_targets):
     """``(X, y, sample_weight)`` of a classifier's ``fit``, as scikit-learn's linear classifiers check them."""
     X, y = validate_data(
         estimator, X, y, accept_sparse=["csr", "csc", "coo"], dtype=[np.float64, np.float32],
-        y_numeric=False, reset=reset,
+        multi_output=multi_output, y_numeric=False, reset=reset,
     )
-    check_classification_targets(y)
-    if sp.issparse(X):
-        X = X.tocsr()  # each site's rows are sliced out of X
-    if sample_weight is not None:
-        sample_weight = _check_sample_weight(
-            sample_weight, X, dtype=np.float64, ensure_non_negative=True
-        )
+    check_targets(y)
+    X, sample_weight = rows_and_weights(X, sample_weight)
     return X, y, sample_weight
 
 

@@ -7,9 +7,9 @@ from ._base import (
     MessagesOnDemand,
     StatisticsClient,
     StatisticsServer,
-    _solve_gram,
-    solve_ridge_factor,
+    fit_method,
 )
+from ._solver import _solve_gram, solve_ridge_factor
 
 __all__ = ["FederatedRidge"]
 
@@ -23,7 +23,6 @@ class FederatedRidgeServer(StatisticsServer):
     """
 
     _merges_replies = True
-    _pools_rows = True
 
     def apply(self, replies, ledger):
         estimator = self.estimator
@@ -36,12 +35,7 @@ class FederatedRidgeServer(StatisticsServer):
         else:
             # "auto" escalates once, and only when factors can help: rows
             # merged earlier in Gram form would keep the aggregate in Gram form.
-            escalate = (
-                estimator.solver == "auto"
-                and self.form == "gram"
-                and (self.max_rounds is None or self.round + 1 < self.max_rounds)
-                and (previous is None or previous.factor is not None)
-            )
+            escalate = self._may_ask_factors() and (previous is None or previous.factor is not None)
             coef, solver = _solve_gram(
                 aggregate.gram, aggregate.moment, alpha, cholesky_only=escalate,
                 in_place=owned or previous is not None,
@@ -50,12 +44,10 @@ class FederatedRidgeServer(StatisticsServer):
                 self.request_round(form="factor")
                 return
         self._check_model(coef, aggregate, replies)
-        labels = estimator._known_labels(
-            estimator.clients_ if previous is not None else [], replies
-        )
         # commit: nothing above touched the estimator
+        earlier = () if previous is None else estimator.clients_
         estimator._aggregate = aggregate
-        estimator._commit_solution(self, aggregate, coef, solver, ledger, labels)
+        estimator._commit_solution(self, aggregate, coef, solver, ledger, replies, earlier)
 
 
 class FederatedRidge(BaseFederatedRidge):
@@ -180,44 +172,17 @@ class FederatedRidge(BaseFederatedRidge):
         self.fit_intercept = fit_intercept
         self.solver = solver
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit on rows split among clients by ``clients``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative row weights.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row (any hashable). ``None``: one client.
-
-        Returns
-        -------
-        self : FederatedRidge
-        """
+        """Fit on rows split among clients by ``clients``."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add rows (from existing or new clients) and refit, exactly.
 
         The result after any sequence of calls equals ``Ridge`` fitted on all
         rows seen. A call that raises leaves the estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FederatedRidge
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 

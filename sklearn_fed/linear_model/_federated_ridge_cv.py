@@ -1,28 +1,8 @@
 """FederatedRidgeCV: RidgeCV's interface, every mode a run of the protocol.
 
-Three ways to hold data out, all computed by the sites from their own rows:
-
-- ``cv=None``: leave-one-*row*-out, as :class:`sklearn.linear_model.RidgeCV`
-  (its "GCV" mode). After the statistics round the server sends every site
-  the spectrum of the pooled problem; each site returns, per alpha, sums of
-  its rows' leave-one-out residuals (closed form, no refit).
-- ``cv="clients"``: leave-one-*client*-out (Proposition 5 of the one-shot
-  paper) from the statistics round alone: the model without client k is a
-  merge of the other clients' messages, and client k's held-out error
-  follows from its own statistics.
-- ``cv`` an int, splitter or iterable (as in RidgeCV): each site holds its
-  rows' fold membership (``fit`` draws it from the splitter on the pooled
-  rows and hands each site its own); the task says how many folds there
-  are, and sites return the statistics of their rows in each fold's
-  training and held-out sets.
-
-Scores that are sums over rows (squared error, R^2, explained variance) are
-computed from those sums; any other scorer needs every held-out row's
-prediction and target at the server, which a further round collects.
-
-The code is in four modules: the algebra (``_ridge_cv_algebra``), the
-site (``_ridge_cv_client``), the server (``_ridge_cv_server``) and the
-estimator, here.
+Its modes and their rounds are in the class docstring. The code is in four
+modules: the algebra (``_ridge_cv_algebra``), the site (``_ridge_cv_client``),
+the server (``_ridge_cv_server``) and the estimator, here.
 """
 
 import numbers
@@ -37,7 +17,7 @@ from sklearn.utils import check_scalar
 
 from .._compat import Interval, StrOptions, _fit_context
 from ..protocol import CommunicationLedger, RowsElsewhere, atomic, label_key
-from ._base import BaseFederatedRidge
+from ._base import BaseFederatedRidge, fit_method
 from ._ridge_cv_algebra import _MEAN, POOLED, _scorer_kind
 from ._ridge_cv_client import CVClient
 from ._ridge_cv_server import FederatedRidgeCVServer
@@ -240,27 +220,10 @@ class FederatedRidgeCV(BaseFederatedRidge):
     def _scorer(self):
         return check_scoring(self, scoring=self.scoring, allow_none=True) if self.scoring else None
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(clients="Client label of each row (``None``: one client). Passed to a ``cv`` "
+                        "splitter as ``groups``.")
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Choose alpha by cross-validation, then fit on all rows.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : float or array-like of shape (n_samples,), default=None
-            Non-negative row weights.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row (``None``: one client). Passed to a
-            ``cv`` splitter as ``groups``.
-
-        Returns
-        -------
-        self : FederatedRidgeCV
-        """
+        """Choose alpha by cross-validation, then fit on all rows."""
         return self._fit(X, y, sample_weight, clients)
 
     def _check_before_rows(self, *, partial):
@@ -384,8 +347,7 @@ class FederatedRidgeCV(BaseFederatedRidge):
             raise ValueError(
                 "fit_statistics holds out one client at a time from the messages; set "
                 f"cv='clients' (got cv={self.cv!r}).")
-        self._check_options()
-        self._checked_alphas()
+        self._check_before_rows(partial=False)
         if _scorer_kind(self._scorer()) is None:
             raise ValueError(
                 f"scoring={self.scoring!r} needs every held-out row's prediction; "

@@ -11,25 +11,26 @@ clients send, nothing more):
   models with the weights of ``n`` (Eq. 9-10) and keeps only those messages.
 """
 
+import collections
 import math
 from numbers import Real
 
 import numpy as np
 
-from .._compat import Interval, StrOptions, _fit_context
+from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
 from ..protocol import (
     Client,
     InvalidClientMessage,
     Server,
-    atomic,
     label_key,
     sorted_labels,
 )
 from ..protocol._fields import reply_array, reply_keys, reply_number
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, solve_ridge, task_field
+from ._base import BaseFederatedRidge, fit_method, task_field, task_step
+from ._solver import solve_ridge
 
 __all__ = ["FESCRidge", "fesc_weights"]
 
@@ -96,19 +97,11 @@ def _combination_weights(sizes, weighting):
     return np.full(sizes.shape[0], 1.0 / sizes.shape[0])
 
 
-class _SiteRows:
-    """What a simulated site keeps of its rows between ``partial_fit`` calls.
-
-    Its size and the sufficient statistics of all its rows so far: enough to
-    refit its local ridge on all of them. It stands in for the data a real
-    site holds; it never crosses the wire.
-    """
-
-    __slots__ = ("size", "statistics")
-
-    def __init__(self, size, statistics):
-        self.size = size
-        self.statistics = statistics
+#: What a simulated site keeps of its rows between ``partial_fit`` calls: its size
+#: and the sufficient statistics of all its rows so far, enough to refit its local
+#: ridge on all of them. It stands in for the data a real site holds; it never
+#: crosses the wire.
+_SiteRows = collections.namedtuple("_SiteRows", ["size", "statistics"])
 
 
 class FESCClient(Client):
@@ -132,9 +125,7 @@ class FESCClient(Client):
         self.sites = sites
 
     def compute(self, task, X, y, sample_weight, rows):
-        step = task_field(task, "step", str)
-        if step not in ("count", "model"):
-            raise InvalidClientMessage(f"server: unknown FESC task step {step!r}.", "server")
+        step = task_step(task, ("count", "model"))
         earlier = None if self.sites is None else self.sites.get(label_key(task.site))
         n = count_rows(X.shape[0], rows)
         take = slice(None) if rows is None else rows
@@ -254,10 +245,8 @@ class FESCServer(Server):
                 raise InvalidClientMessage(
                     f"client {site!r}: its targets are {replies[site][1].ndim}-D, the other "
                     f"sites' {ndim}-D.", site)
-        labels = [label for label, _, _, _ in models.values()]
-        sizes = np.array([size for _, size, _, _ in models.values()])
-        coefs = np.stack([coef for _, _, coef, _ in models.values()])
-        intercepts = np.stack([b for _, _, _, b in models.values()])
+        labels, sizes, coefs, intercepts = zip(*models.values())
+        sizes, coefs, intercepts = np.array(sizes), np.stack(coefs), np.stack(intercepts)
         weights = _combination_weights(sizes, estimator.weighting)
         coef = np.tensordot(weights, coefs, axes=1)
         intercept = weights @ intercepts
@@ -368,7 +357,7 @@ class FESCRidge(BaseFederatedRidge):
     """
 
     _parameter_constraints: dict = {
-        "alpha": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
+        "alpha": [StrOptions({"auto"}), Interval(Real, 0, math.inf, closed="left")],
         "weighting": [StrOptions({"fesc", "proportional", "uniform"})],
         "fit_intercept": ["boolean"],
     }
@@ -390,31 +379,13 @@ class FESCRidge(BaseFederatedRidge):
         state.pop("_site_states", None)
         return state
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(sample_weight="Non-negative row weights; a client's size ``n_i`` is then "
+                              "its total weight.")
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit one local ridge per client and combine them.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative row weights; a client's size ``n_i`` is then its total
-            weight.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row (any hashable). ``None``: one client.
-
-        Returns
-        -------
-        self : FESCRidge
-        """
+        """Fit one local ridge per client and combine them."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add rows of existing or new clients; those clients refit on all their rows.
 
@@ -426,15 +397,6 @@ class FESCRidge(BaseFederatedRidge):
         ``(n_i, theta_i, b_i)``; with ``alpha="auto"`` ``N`` changed, so every
         client announces its size and refits. A call that raises leaves the
         estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FESCRidge
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 
@@ -448,7 +410,6 @@ class FESCRidge(BaseFederatedRidge):
                     "with a model (only what the protocol sent is), so partial_fit cannot "
                     "refit them. Call fit on all rows."
                 )
-        self._check_alpha()
 
     def _fitted_state(self):
         """``(n_targets, centered)`` of the fitted model, or None."""
@@ -475,8 +436,4 @@ class FESCRidge(BaseFederatedRidge):
     def _simulated_client(self, *, warm_start):
         # simulated sites keep their rows' running statistics between calls, as sites do
         return self._client_role(self, sites=dict(self._site_states) if warm_start else {})
-
-    def _check_alpha(self):
-        if self.alpha != "auto" and not math.isfinite(float(self.alpha)):
-            raise ValueError(f"alpha must be finite, got {self.alpha!r}.")
 

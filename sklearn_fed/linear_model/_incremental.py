@@ -1,14 +1,5 @@
 """IncrementalFederatedRidge: FedDelta rounds as a streaming protocol, solved by low-rank updates.
 
-Each round, every site with enough new rows sends its statistics (a
-:class:`~sklearn_fed.statistics.ClientStatistics`, in factor form when it has
-few rows); the server merges them into the exact statistics of all rows so
-far and keeps the round's update to the Gram as stacked rows ``V``
-(``G_new = G + V^T V``). The ridge system ``P = G + alpha I`` is solved
-when the model is first used after a round, by a low-rank update of the
-previous solution when that is cheaper, else by a Cholesky factorization of
-the exact statistics.
-
 The estimator is here; its parts, by concept: the roles and their messages
 (:mod:`~sklearn_fed.linear_model._incremental_roles`), the exact statistics
 and the lazy solve (:mod:`~sklearn_fed.linear_model._incremental_model`), the
@@ -21,11 +12,12 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn.utils import check_random_state
 
-from .._compat import Interval, StrOptions, _fit_context
+from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import atomic, run_simulation
-from ._base import BaseFederatedRidge
+from ..protocol import run_simulation
+from ._base import BaseFederatedRidge, fit_method
 from ._incremental_model import _one_blas_thread
 from ._incremental_roles import IncrementalClient, IncrementalServer, _SimulatedSites
 
@@ -219,44 +211,17 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         self.leader_dropout = leader_dropout
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Forget everything, then run one round on the given rows.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative row weights.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row. ``None``: one client.
-
-        Returns
-        -------
-        self : IncrementalFederatedRidge
-        """
+        """Forget everything, then run one round on the given rows."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial="As in :meth:`fit`; ``clients`` may name new or known clients, and "
+                        "known clients may be absent (those holding rows still take part).")
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Run one aggregation round with these new rows.
 
         A call that raises leaves the estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`; ``clients`` may name new or known clients, and
-            known clients may be absent (those holding rows still take part).
-
-        Returns
-        -------
-        self : IncrementalFederatedRidge
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 
@@ -312,8 +277,6 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         rng = self.random_state
         if isinstance(rng, Integral):
             return int(rng)
-        from sklearn.utils import check_random_state
-
         return int(check_random_state(rng).randint(np.iinfo(np.int32).max))
 
     def _commit(self, state, schema, ledger):
@@ -334,8 +297,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
     # The model of the latest round, solved on first use.
     @property
     def coef_(self):
-        model = self._fitted_model()
-        return model.coef
+        return self._fitted_model().coef
 
     @property
     def intercept_(self):

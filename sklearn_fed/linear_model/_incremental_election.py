@@ -22,7 +22,7 @@ def _elect_round_leader(nodes, known, sites, site_keys, *, fanout, n_rounds, dro
     """``(leader, dropped, converged, new)`` of one round's election.
 
     ``nodes`` are the labels seen so far (``known`` their positions,
-    :func:`_known_positions`), ``sites`` this round's (``site_keys`` their
+    :class:`_KnownPositions`), ``sites`` this round's (``site_keys`` their
     :func:`~sklearn_fed.protocol.label_key`). A leader drops out with
     probability ``dropout`` and another is elected among the rest; ``dropped``
     lists them, ``converged`` is the fraction of nodes that heard the winning
@@ -126,10 +126,6 @@ class _KnownPositions:
 
     def __contains__(self, key):
         return self.get(key) is not None
-
-
-def _known_positions(state):
-    return _KnownPositions(state["node_keys"], len(state["nodes"]))
 
 
 def _add_positions(state, new_sites):

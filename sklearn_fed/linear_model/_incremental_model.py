@@ -21,8 +21,8 @@ import numpy as np
 from ..protocol import InvalidClientMessage
 from ..protocol._threads import blas_libraries
 from ..statistics._kernels import drop_direction as _drop_direction
-from ._base import solve_ridge
 from ._incremental_updates import _backward_error, _choose, _refactor
+from ._solver import solve_ridge
 
 # The solve, and a round of at most d rows, run on one BLAS thread up to this
 # many features: their triangular solves, small QRs and products are too small
@@ -281,7 +281,7 @@ class _Model:
             intercept = 0.0
         coef = coef.astype(self.dtype, copy=False)
         self._solution = {
-            "coef": coef[0] if self.single_target else coef,
+            "coef": coef[0] if coef.shape[0] == 1 else coef,  # as Ridge, also for y (n, 1)
             "intercept": intercept,
             "gram": gram,
             "solvers": solvers,

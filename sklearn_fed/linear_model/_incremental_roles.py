@@ -1,15 +1,11 @@
 """The roles of IncrementalFederatedRidge: a site that keeps its rows, a server that never ends.
 
 Every round, each site with enough new rows sends its
-:class:`~sklearn_fed.statistics.ClientStatistics` (the one statistics
-message of :mod:`sklearn_fed`): in factor form, the ``R`` of a QR of its
-centered rows ``[x, y]``, when it has fewer rows than about half its
-features, else in Gram form; a site that holds its rows sends their count.
-The server reads each reply with
-:meth:`ClientStatistics.from_payload <sklearn_fed.statistics.ClientStatistics.from_payload>`,
-which validates it (:meth:`~sklearn_fed.statistics.ClientStatistics.validate`),
-and merges the round into the model of
-:mod:`~sklearn_fed.linear_model._incremental_model`.
+:class:`~sklearn_fed.statistics.ClientStatistics` (:func:`_site_statistics`),
+which the server reads and validates with
+:meth:`ClientStatistics.from_payload <sklearn_fed.statistics.ClientStatistics.from_payload>`
+and merges into the model of :mod:`~sklearn_fed.linear_model._incremental_model`;
+a site that holds its rows sends their count.
 """
 
 import copy
@@ -26,7 +22,7 @@ from ._incremental_election import (
     _add_positions,
     _append_labels,
     _elect_round_leader,
-    _known_positions,
+    _KnownPositions,
     _philox,
 )
 from ._incremental_model import _Contribution, _Model
@@ -171,20 +167,18 @@ class IncrementalServer(Server):
             self.round = len(state["leaders"])
         self._state = state
 
-    def _round_rng(self):
-        """This round's randomness: derived from the seed and the round index, so a
-        failed round draws nothing twice and no generator is copied."""
-        return _philox(self._state["seed"], self.round)
-
     def plan(self, sites):
         estimator, state = self.estimator, self._state
         if state["centered"] != bool(estimator.fit_intercept):
             raise ValueError("fit_intercept changed since the first round; call fit to restart.")
         site_keys = [label_key(site) for site in sites]
+        # The round's randomness derives from the seed and the round index: a
+        # failed round draws nothing twice, and no generator is copied.
         leader, dropped, converged, new = _elect_round_leader(
-            state["nodes"], _known_positions(state), sites, site_keys,
+            state["nodes"], _KnownPositions(state["node_keys"], len(state["nodes"])), sites,
+            site_keys,
             fanout=estimator.gossip_fanout, n_rounds=estimator.gossip_rounds,
-            dropout=estimator.leader_dropout, rng=self._round_rng(),
+            dropout=estimator.leader_dropout, rng=_philox(state["seed"], self.round),
         )
         self._round = {
             "leader": leader,
@@ -242,6 +236,8 @@ class IncrementalServer(Server):
         if arrived:
             n_targets = arrived[0].n_targets
         skipped = plan["leader"] is None or len(contributors) < estimator.min_clients
+        up, down = ({}, {}) if self._ledger is None else (  # the rounds before this one
+            self._ledger.uplink_bytes_per_client, self._ledger.downlink_bytes_per_client)
         record = {
             "leader": plan["leader"],
             "dropped_leaders": plan["dropped"],
@@ -249,10 +245,9 @@ class IncrementalServer(Server):
             "skipped": skipped,
             "update": None,
             "rank": 0,
-            "uplink_bytes": _round_bytes(ledger.uplink_bytes_per_client, self._ledger, "up",
-                                         replies),
-            "downlink_bytes": _round_bytes(ledger.downlink_bytes_per_client, self._ledger,
-                                           "down", list(self.open_sites)),
+            "uplink_bytes": _round_bytes(ledger.uplink_bytes_per_client, up, replies),
+            "downlink_bytes": _round_bytes(ledger.downlink_bytes_per_client, down,
+                                           self.open_sites),
             "gossip_converged": plan["converged"],
             "merge_seconds": 0.0,
             "solve_seconds": 0.0,
@@ -265,7 +260,7 @@ class IncrementalServer(Server):
             model = _Model.after_round(
                 model, waiting, alpha=alpha, options=plan["options"],
                 centered=state["centered"], single_target=single,
-                dtype=self._dtype_of_round(), record=record,
+                dtype=self.round_dtype.type, record=record,
             )
             record["merge_seconds"] = time.perf_counter() - start
             waiting = ()
@@ -288,16 +283,9 @@ class IncrementalServer(Server):
         self._state = new_state
         estimator._commit(new_state, self.schema, ledger)
 
-    def _dtype_of_round(self):
-        return self.round_dtype.type
 
-
-def _round_bytes(totals, previous_ledger, direction, sites):
-    """Bytes this round moved in one direction (from the ledger's per-site totals)."""
-    before = {} if previous_ledger is None else (
-        previous_ledger.uplink_bytes_per_client if direction == "up"
-        else previous_ledger.downlink_bytes_per_client
-    )
+def _round_bytes(totals, before, sites):
+    """Bytes this round moved to or from ``sites``: the ledger's totals less those before."""
     return int(sum(totals.get(site, 0) - before.get(site, 0) for site in sites))
 
 

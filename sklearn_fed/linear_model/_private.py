@@ -1,11 +1,9 @@
 """PrivateFederatedRidge: one-shot ridge from Gaussian-noised client statistics.
 
-Each site clips its rows, sums their statistics and releases them with
-Gaussian noise once; the server sums the releases and solves. What a release
-is (its layout, joint sensitivity and noise) is in ``_private_release``, the
-protocol's site and server roles in ``_private_roles``; here are the
-estimator and the server's post-processing of the noisy sums (centering,
-projection onto the positive semi-definite cone, the solve).
+What a release is (its layout, joint sensitivity and noise) is in
+``_private_release``, the protocol's site and server roles in ``_private_roles``;
+here are the estimator and the server's post-processing of the noisy sums
+(centering, projection onto the positive semi-definite cone, the solve).
 """
 
 import types
@@ -14,13 +12,13 @@ from numbers import Real
 import numpy as np
 from scipy import linalg
 
-from .._compat import Interval, Options, StrOptions, _fit_context
+from .._compat import Interval, Options, StrOptions
 from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
-from ..protocol import atomic
 from ..utils._warnings import warn
-from ._base import BaseFederatedRidge, _solve_gram, numerical_range
+from ._base import BaseFederatedRidge, fit_method
 from ._private_release import _unpack
 from ._private_roles import PrivateClient, PrivateServer, _clipping_message
+from ._solver import _solve_gram, numerical_range
 
 __all__ = ["PrivateFederatedRidge"]
 
@@ -244,46 +242,23 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         tags.regressor_tags.poor_score = True
         return tags
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y, sample_weight=None, clients=None):
         """Fit from one private release of every client's statistics.
 
         A refit is a new release (fresh noise with ``random_state=None``; with
         an integer, the same rows give the same release), and is counted in
         ``privacy_spent_`` with every earlier release of this estimator.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row. ``None``: one client.
-
-        Returns
-        -------
-        self : PrivateFederatedRidge
         """
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Add a further private release (new rows) and refit.
 
         The released sums add up, so the model uses all rows seen; each call
         is a new release and ``privacy_spent_`` composes all of them. A call
         that raises leaves the estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : PrivateFederatedRidge
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 

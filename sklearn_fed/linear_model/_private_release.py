@@ -251,14 +251,16 @@ def _unpack(vector, d, t, fit_intercept):
 class ReleasePlan:
     """What one release adds, as both the site and the server compute it from a task.
 
-    Everything follows from public parameters (bounds, epsilon, delta,
-    calibration, the number of released values ``p`` and of sites sharing the
-    noise), so the site does not need to trust a noise level sent by the server.
+    Everything follows from public parameters (the task's ``fields``: bounds,
+    epsilon, delta, calibration; the number of released values ``p`` and of
+    sites sharing the noise), so the site does not need to trust a noise level
+    sent by the server.
     """
 
-    def __init__(self, *, epsilon, delta, calibration, feature_bound, target_bound,
-                 fit_intercept, n_values, n_sharing):
-        sensitivity = joint_sensitivity(feature_bound, target_bound, fit_intercept)
+    def __init__(self, fields, *, n_values, n_sharing):
+        sensitivity = joint_sensitivity(fields["feature_bound"], fields["target_bound"],
+                                        fields["fit_intercept"])
+        epsilon = fields["epsilon"]
         noisy = epsilon != math.inf
         self.exponent = grid_exponent(sensitivity, n_values, noisy)
         self.sensitivity = (
@@ -266,7 +268,7 @@ class ReleasePlan:
             else sensitivity
         )
         #: Noise std on the aggregate (distributed) or on each message (local).
-        self.noise_std = gaussian_noise_std(epsilon, delta, self.sensitivity,
-                                            calibration=calibration)
+        self.noise_std = gaussian_noise_std(epsilon, fields["delta"], self.sensitivity,
+                                            calibration=fields["calibration"])
         self.site_std = self.noise_std / math.sqrt(n_sharing)
         self.noise_multiplier = self.noise_std / self.sensitivity

@@ -36,29 +36,26 @@ from ..protocol import (
 )
 from ..protocol._schema import count_rows
 from ..utils._warnings import warn
-from ._base import task_field
+from ._base import task_field, task_step
 from ._private_release import ReleasePlan, clipped_sums, n_released
 
 __all__ = ["PrivateClient", "PrivateServer"]
 
+_STEPS = ("keys", "release")
+
+
+#: The parameters of a release every task carries, and their types (the others are the
+#: estimator's parameters of the same names).
+_PRIVACY_FIELDS = {
+    "release": int, "n_sites": int, "fit_intercept": bool, "feature_bound": float,
+    "target_bound": float, "epsilon": float, "delta": float, "calibration": str, "noise": str,
+}
+
 
 def _privacy_fields(estimator, release, n_sites):
-    return {
-        "release": int(release),
-        "n_sites": int(n_sites),
-        "fit_intercept": bool(estimator.fit_intercept),
-        "feature_bound": float(estimator.feature_bound),
-        "target_bound": float(estimator.target_bound),
-        "epsilon": float(estimator.epsilon),
-        "delta": float(estimator.delta),
-        "calibration": str(estimator.calibration),
-        "noise": str(estimator.noise),
-    }
-
-
-def _context(task):
-    """What a round's masks are bound to: the federation and the round."""
-    return f"{task.federation}|{task.round}".encode("ascii")
+    given = {"release": release, "n_sites": n_sites}
+    return {name: kind(given[name] if name in given else getattr(estimator, name))
+            for name, kind in _PRIVACY_FIELDS.items()}
 
 
 class PrivateClient(BlockwiseClient):
@@ -103,10 +100,10 @@ class PrivateClient(BlockwiseClient):
     # A release is _finish (grid, noise, mask: once per site) of the sum of the
     # clipped sums of the site's rows, so its rows may come in blocks.
     def reads_rows(self, task):
-        return _step(task) != "keys"
+        return task_step(task, _STEPS) != "keys"
 
     def summarize(self, task, X, y, sample_weight, rows):
-        if _step(task) == "keys":
+        if task_step(task, _STEPS) == "keys":
             return None  # a key depends on no row
         fields = _read_privacy_fields(task)
         sums, n_clipped = clipped_sums(
@@ -119,7 +116,7 @@ class PrivateClient(BlockwiseClient):
         return None if first is None else first.merge(second)
 
     def finish(self, task, summary):
-        if _step(task) == "keys":
+        if task_step(task, _STEPS) == "keys":
             key = MaskingKey()  # always fresh OS randomness: the server must never know it
             self._masking_keys[(task.federation, label_key(task.site))] = key
             return {}, {"public_key": np.frombuffer(key.public_bytes, dtype=np.uint8)}
@@ -131,12 +128,8 @@ class PrivateClient(BlockwiseClient):
             index = task_field(task, "index", int)
             if not 0 <= index < fields["n_sites"]:
                 raise InvalidClientMessage("server: site index out of range.", "server")
-        plan = ReleasePlan(
-            epsilon=fields["epsilon"], delta=fields["delta"], calibration=fields["calibration"],
-            feature_bound=fields["feature_bound"], target_bound=fields["target_bound"],
-            fit_intercept=fields["fit_intercept"], n_values=p,
-            n_sharing=1 if public_keys is None else fields["n_sites"],
-        )
+        plan = ReleasePlan(fields, n_values=p,
+                           n_sharing=1 if public_keys is None else fields["n_sites"])
         self.clipped_[label_key(task.site)] = (task.site, summary.n_clipped, summary.n_rows)
         # Each site's |sums + noise| <= floor((2^63-1)/K) grid steps: K of them cannot overflow.
         encoded = fixed_point_encode(summary.sums, plan.exponent, fields["n_sites"],
@@ -158,7 +151,8 @@ class PrivateClient(BlockwiseClient):
                 "server: a masked release without this site's key round.", "server")
         local = {other.public_bytes for (federation, _), other in self._masking_keys.items()
                  if federation == task.federation}
-        masked = mask_vector(encoded, key, index, public_keys, _context(task),
+        context = f"{task.federation}|{task.round}".encode("ascii")  # what the masks bind to
+        masked = mask_vector(encoded, key, index, public_keys, context,
                              pair_keys=self._pair_keys, local_publics=local)
         if not local:
             self._pair_keys.clear()  # the last site of this process has masked
@@ -181,13 +175,6 @@ class ClippedSums:
                            self.n_rows + other.n_rows, self.single_target)
 
 
-def _step(task):
-    step = task_field(task, "step", str)
-    if step not in ("keys", "release"):
-        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
-    return step
-
-
 def _bounded(encoded, n_sites, site):
     limit = max_abs_encoded(n_sites)
     if np.any(np.abs(encoded) > limit):
@@ -200,17 +187,7 @@ def _bounded(encoded, n_sites, site):
 
 def _read_privacy_fields(task):
     """The release's parameters, checked at the site (tasks are untrusted)."""
-    fields = {
-        "release": task_field(task, "release", int),
-        "fit_intercept": task_field(task, "fit_intercept", bool),
-        "feature_bound": task_field(task, "feature_bound", float),
-        "target_bound": task_field(task, "target_bound", float),
-        "epsilon": task_field(task, "epsilon", float),
-        "delta": task_field(task, "delta", float),
-        "calibration": task_field(task, "calibration", str),
-        "noise": task_field(task, "noise", str),
-        "n_sites": task_field(task, "n_sites", int),
-    }
+    fields = {name: task_field(task, name, kind) for name, kind in _PRIVACY_FIELDS.items()}
     valid = (
         fields["release"] >= 0
         and 1 <= fields["n_sites"] <= 2**31
@@ -339,12 +316,8 @@ class PrivateServer(Server):
                 "the sites disagree on whether y is one-dimensional.", order[-1])
         p = first.shape[0]
         n_sharing = 1 if self._masked_sites is None else len(self._masked_sites)
-        plan = ReleasePlan(
-            epsilon=float(estimator.epsilon), delta=float(estimator.delta),
-            calibration=estimator.calibration, feature_bound=float(estimator.feature_bound),
-            target_bound=float(estimator.target_bound), fit_intercept=estimator.fit_intercept,
-            n_values=p, n_sharing=n_sharing,
-        )
+        plan = ReleasePlan(_privacy_fields(estimator, self.release, n_sharing), n_values=p,
+                           n_sharing=n_sharing)
         vectors = {site: replies[site][2] for site in order}
         if self._masked_sites is None:
             total = np.sum([vectors[site] for site in order], axis=0, dtype=np.int64)
@@ -356,17 +329,14 @@ class PrivateServer(Server):
         previous = getattr(estimator, "_noisy_sums", None) if self.warm_start else None
         if previous is not None:
             released = released + previous
-        alpha = estimator._checked_alpha(t)
-        if self.warm_start and previous is not None:
             single_target = estimator._single_target
+        alpha = estimator._checked_alpha(t)
         coef, summary = estimator._solve(released, d, t, alpha, single_target, plan)
         privacy = PrivacyLedger() if getattr(estimator, "_privacy", None) is None else (
             estimator._privacy.copy())
         privacy.record(plan.noise_multiplier)
         ledger.n_parameters = estimator._n_parameters(d, t)
-        labels = estimator._known_labels(
-            estimator.clients_ if previous is not None else [], replies
-        )
+        earlier = () if previous is None else estimator.clients_
         # commit: nothing above touched the estimator
         estimator._noisy_sums = released
         estimator._n_targets = t
@@ -378,6 +348,7 @@ class PrivateServer(Server):
         estimator.sensitivity_ = plan.sensitivity
         estimator.noise_std_ = plan.noise_std
         estimator.n_releases_ = len(privacy)
-        set_federation_attributes(estimator, schema, ledger, labels, n_features=d)
+        set_federation_attributes(estimator, schema, ledger, replies, previous_clients=earlier,
+                                  n_features=d)
         estimator._set_coef(summary, coef, self.round_dtype.type)
         self._done = True

@@ -18,20 +18,24 @@ from sklearn.random_projection import (
 )
 from sklearn.utils import check_random_state
 
-from .._compat import Interval, StrOptions, _fit_context
+from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import InvalidClientMessage, atomic
+from ..protocol import InvalidClientMessage
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import (
     BaseFederatedRidge,
     StatisticsClient,
     StatisticsServer,
-    solve_ridge,
+    fit_method,
     task_field,
+    task_step,
 )
+from ._solver import solve_ridge
 
 __all__ = ["ProjectedFederatedRidge", "shared_projection"]
+
+_STEPS = ("count", "statistics")
 
 
 def shared_projection(seed, n_features, n_components, kind="gaussian"):
@@ -50,10 +54,6 @@ def shared_projection(seed, n_features, n_components, kind="gaussian"):
 
 # Rows per block: one block of X (and its projection) of about this size.
 _BLOCK_BYTES = 8 * 2**20
-
-
-def _take(array, rows):
-    return array if rows is None or array is None else array[rows]
 
 
 # A sparse R of at most this many entries is multiplied as a dense matrix.
@@ -103,7 +103,7 @@ def projected_statistics(X, y, sample_weight, rows, project, centered):
         if isinstance(take, range):
             take = slice(take.start, take.stop)  # a view of X, not a gather
         part = ClientStatistics.from_data(
-            project(X[take]), y[take], _take(sample_weight, take),
+            project(X[take]), y[take], None if sample_weight is None else sample_weight[take],
             centered=centered, check_input=False,
         )
         statistics = part if statistics is None else statistics.merge(part)
@@ -122,7 +122,7 @@ class ProjectedClient(StatisticsClient):
     protocol = "ridge.projected"
 
     def summarize(self, task, X, y, sample_weight, rows):
-        step = _step(task)
+        step = task_step(task, _STEPS)
         if step == "count":
             return int(count_rows(X.shape[0], rows))
         centered = task_field(task, "centered", bool)
@@ -146,16 +146,9 @@ class ProjectedClient(StatisticsClient):
         return first + second if isinstance(first, int) else first.merge(second)
 
     def finish(self, task, summary):
-        if _step(task) == "count":
+        if task_step(task, _STEPS) == "count":
             return {"n_samples": summary}, {}
         return summary.to_payload()
-
-
-def _step(task):
-    step = task_field(task, "step", str)
-    if step not in ("count", "statistics"):
-        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
-    return step
 
 
 class ProjectedServer(StatisticsServer):
@@ -166,7 +159,9 @@ class ProjectedServer(StatisticsServer):
     """
 
     protocol = "ridge.projected"
-    _merges_replies = True  # _apply reads the statistics round only through _merged
+    # apply reads the statistics round only through _merged; every site projects
+    # with the same R, so their statistics add up to those of all rows projected.
+    _merges_replies = True
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
@@ -215,10 +210,6 @@ class ProjectedServer(StatisticsServer):
     def reply_fold(self):
         return None if self.m is None else super().reply_fold()  # row counts are summed
 
-    # The statistics round is pooled in simulation: every site projects with
-    # the same R, so their statistics add up to those of all rows projected.
-    _pools_rows = True
-
     def pools_round(self, fields):
         if fields is None or fields.get("step") != "statistics":
             return fields is None and super().pools_round(None)
@@ -242,10 +233,8 @@ class ProjectedServer(StatisticsServer):
         m = min(self.m, d)
         projection = shared_projection(self.seed, d, m, estimator.projection) if m < d else None
         ledger.n_parameters = estimator._n_parameters(d, n_targets)
-        labels = estimator._known_labels(
-            estimator.clients_ if previous is not None else [], replies
-        )
-        dtype = self._dtype_of_round()
+        earlier = () if previous is None else estimator.clients_
+        dtype = self.round_dtype.type
         # commit: nothing above touched the estimator
         estimator._aggregate = aggregate
         estimator.projection_seed_ = self.seed
@@ -254,7 +243,8 @@ class ProjectedServer(StatisticsServer):
         estimator.components_ = None if projection is None else projection.components_
         full, reduced = d * (d + 1) // 2 + d, m * (m + 1) // 2 + m
         estimator.uplink_values_ = {"projected": reduced, "full": full, "ratio": full / reduced}
-        set_federation_attributes(estimator, self.schema, ledger, labels, n_features=d)
+        set_federation_attributes(estimator, self.schema, ledger, replies,
+                                  previous_clients=earlier, n_features=d)
         # The intercept is y_mean - (x_mean R) w~: computed from the projected
         # means and coefficients; coef_ = R w~ is reported in feature space.
         estimator._set_coef(aggregate, coef_projected, dtype)
@@ -375,37 +365,12 @@ class ProjectedFederatedRidge(BaseFederatedRidge):
         tags.regressor_tags.poor_score = self.n_components != "auto"
         return tags
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit on the projected statistics of every client.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row. ``None``: one client.
-
-        Returns
-        -------
-        self : ProjectedFederatedRidge
-        """
+        """Fit on the projected statistics of every client."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
-        """Add rows with the same projection (same seed) and refit exactly.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : ProjectedFederatedRidge
-        """
+        """Add rows with the same projection (same seed) and refit exactly."""
         return self._fit(X, y, sample_weight, clients, partial=True)

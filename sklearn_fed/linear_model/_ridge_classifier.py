@@ -1,16 +1,15 @@
 """FederatedRidgeClassifier and FederatedRidgeClassifierCV: ridge on {-1, 1} class indicators."""
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.metrics import check_scoring
 from sklearn.utils.multiclass import type_of_target
 
-from .._compat import StrOptions, _check_sample_weight, _fit_context, validate_data
-from ..protocol import InvalidClientMessage, atomic, decode_values
+from .._compat import StrOptions
+from ..protocol import InvalidClientMessage, decode_values
 from ..statistics import ClientStatistics
-from ._base import BaseFederatedRidge, StatisticsClient, task_field
+from ._base import BaseFederatedRidge, StatisticsClient, fit_method, task_field
 from ._classes import (
     ClassesClient,
     ClassesServerMixin,
@@ -23,6 +22,8 @@ from ._ridge_cv_client import CVClient
 from ._ridge_cv_server import FederatedRidgeCVServer
 
 __all__ = ["FederatedRidgeClassifier", "FederatedRidgeClassifierCV"]
+
+_LABELS = "Class labels (numbers or strings); 2-D: multilabel 0/1 indicators."
 
 
 def indicator_targets(index, n_classes):
@@ -310,16 +311,9 @@ class _RidgeClassifierTags:
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         if not multilabel(y):
             return validate_classification(self, X, y, sample_weight, reset=reset)
-        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc", "coo"],
-                             dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=False, reset=reset)
-        _check_multilabel(y, self.class_weight)
-        if sp.issparse(X):
-            X = X.tocsr()  # each site's rows are sliced out of X
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-        return X, y, sample_weight
+        return validate_classification(
+            self, X, y, sample_weight, reset=reset, multi_output=True,
+            check_targets=lambda y: _check_multilabel(y, self.class_weight))
 
     def predict(self, X):
         """Predict class labels (multilabel ``y``: each output where its decision is positive).
@@ -417,24 +411,9 @@ class FederatedRidgeClassifier(_RidgeClassifierTags, LinearClassifierMixin, Base
         self.class_weight = class_weight
         self.solver = solver
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(y=_LABELS, clients="Site label of each row. ``None``: one site.")
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit on rows split among sites by ``clients`` (two rounds).
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Class labels (numbers or strings).
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedRidgeClassifier
-        """
+        """Fit on rows split among sites by ``clients`` (two rounds)."""
         return self._fit(X, y, sample_weight, clients)
 
 
@@ -529,24 +508,9 @@ n_clients_, communication_
             return check_scoring(self, scoring="accuracy")  # a grid search's default
         return super()._scorer()
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(y=_LABELS, clients="Site label of each row (``None``: one site; "
+                "``cv=\"clients\"`` needs at least two).")
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Choose alpha by cross-validation (see ``cv``), then fit on all rows.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Class labels (numbers or strings).
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row (``None``: one site; ``cv="clients"``
-            needs at least two).
-
-        Returns
-        -------
-        self : FederatedRidgeClassifierCV
-        """
+        """Choose alpha by cross-validation (see ``cv``), then fit on all rows."""
         return self._fit(X, y, sample_weight, clients)
 

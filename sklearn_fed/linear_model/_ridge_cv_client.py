@@ -44,16 +44,6 @@ def _unpack(fields, arrays, site):
     return named
 
 
-def _checked_array(frame, name, shape, site):
-    array = frame.arrays.get(name)
-    if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape
-            and np.all(np.isfinite(array))):
-        raise InvalidClientMessage(
-            f"client {site!r}: {name} must be a finite float64 array of shape {shape}.", site
-        )
-    return array
-
-
 def fold_codes(folds, n_folds):
     """Fold membership as codes of shape (n_rows, n_folds), or None if malformed.
 

@@ -12,9 +12,10 @@ from sklearn.model_selection import check_cv
 
 from .._compat import scorer_parts
 from ..protocol import InvalidClientMessage, label_key, sorted_labels
-from ..statistics import check_aggregate, merge_statistics
+from ..protocol._fields import reply_array
+from ..statistics import merge_statistics
 from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
-from ._base import StatisticsServer, _solve_gram, solve_statistics
+from ._base import StatisticsServer
 from ._ridge_cv_algebra import (
     POOLED,
     _coef_path,
@@ -27,7 +28,8 @@ from ._ridge_cv_algebra import (
     _spectrum,
     _Sums,
 )
-from ._ridge_cv_client import _checked_array, _unpack
+from ._ridge_cv_client import _unpack
+from ._solver import _solve_gram, solve_statistics
 
 
 class FederatedRidgeCVServer(StatisticsServer):
@@ -116,20 +118,11 @@ class FederatedRidgeCVServer(StatisticsServer):
         if "all" not in named:
             raise InvalidClientMessage(f"client {site!r}: no statistics of its rows.", site)
         for stats in named.values():
-            problem = None
-            if stats.n_features != frame.schema["n_features"]:
-                problem = (f"statistics have {stats.n_features} features, expected "
-                           f"{frame.schema['n_features']}")
-            elif stats.n_targets != self._expected_targets(frame):
-                problem = f"statistics have {stats.n_targets} targets, its schema says otherwise"
-            elif stats.centered != bool(self.estimator.fit_intercept):
-                problem = (f"statistics are {'centered' if stats.centered else 'uncentered'} "
-                           f"but the task asked for fit_intercept="
-                           f"{self.estimator.fit_intercept}")
-            if problem:
-                raise InvalidClientMessage(f"client {site!r}: {problem}.", site)
-            if self.robust is not None:
-                self.robust.check(site, stats)
+            self._check_statistics(site, stats, frame)
+            if stats.n_targets != self._expected_targets(frame):
+                raise InvalidClientMessage(
+                    f"client {site!r}: statistics have {stats.n_targets} targets, its schema "
+                    "says otherwise.", site)
         if self._n_folds is not None:
             self._check_fold_statistics(site, named)
         elif set(named) != {"all"}:
@@ -176,18 +169,18 @@ class FederatedRidgeCVServer(StatisticsServer):
             raise InvalidClientMessage(
                 f"client {site!r}: sums over {count} rows, but its statistics had "
                 f"{rows_of_site}.", site)
-        sums = _Sums(count, weight, _checked_array(frame, "e1", (t, A), site),
-                     _checked_array(frame, "e2", (t, A), site),
-                     _checked_array(frame, "sst", (t,), site))
+        sums = _Sums(count, weight, reply_array(frame, "e1", (t, A), site),
+                     reply_array(frame, "e2", (t, A), site),
+                     reply_array(frame, "sst", (t,), site))
         if np.any(sums.e2 < 0) or np.any(sums.sst < 0):
             raise InvalidClientMessage(f"client {site!r}: negative sums of squares.", site)
         kept = self._sent.get("keep_rows")
         rows = targets = weights = None
         if kept is not None:
-            rows = _checked_array(frame, "rows", (count, t, A), site)
+            rows = reply_array(frame, "rows", (count, t, A), site)
         if kept == "scoring":
-            targets = _checked_array(frame, "targets", (count, t), site)
-            weights = _checked_array(frame, "weights", (count,), site)
+            targets = reply_array(frame, "targets", (count, t), site)
+            weights = reply_array(frame, "weights", (count,), site)
         return sums, rows, targets, weights
 
     def _read_predictions(self, site, frame):
@@ -195,7 +188,7 @@ class FederatedRidgeCVServer(StatisticsServer):
         parsed = {}
         for key, count in self._expected_predictions[label_key(site)].items():
             parsed[key] = tuple(
-                _checked_array(frame, f"{name}{key}", shape, site)
+                reply_array(frame, f"{name}{key}", shape, site)
                 for name, shape in (("predictions", (count, t, A)), ("targets", (count, t)),
                                     ("weights", (count,)))
             )
@@ -221,13 +214,9 @@ class FederatedRidgeCVServer(StatisticsServer):
         labels = sorted_labels(replies)
         statistics = {label_key(site): replies[site] for site in labels}
         messages = {site: replies[site]["all"] for site in labels}
-        aggregate = merge_statistics(messages[site] for site in labels)
-        owned = len(messages) > 1  # a merge is new: its Gram may lend work space
-        # finite and PSD, once, before any solve
-        check_aggregate(aggregate, messages, in_place=owned)
+        aggregate, owned = self._merged_and_owned(messages)  # finite and PSD, before any solve
         alphas = estimator._checked_alphas()
-        if (estimator.solver == "auto" and aggregate.factor is None and self.form == "gram"
-                and (self.max_rounds is None or self.round + 1 < self.max_rounds)
+        if (aggregate.factor is None and self._may_ask_factors()
                 and _solve_gram(aggregate.gram, aggregate.moment, alphas.min(),
                                 cholesky_only=True, in_place=owned)[0] is None):
             self.form = "factor"  # the statistics round once more, as factors
@@ -314,16 +303,14 @@ class FederatedRidgeCVServer(StatisticsServer):
         estimator = self.estimator
         per_target = estimator.alpha_per_target
         labels = sorted_labels(replies)
-        total = replies[labels[0]][0]
-        for site in labels[1:]:
-            total = total + replies[site][0]
-        total.sst = self._pooled_sst()
+        total = sum((replies[site][0] for site in labels[1:]), replies[labels[0]][0])
+        aggregate = self._aggregate  # the targets' sum of squares around their pooled mean:
+        total.sst = aggregate.target_ss if aggregate.centered else np.maximum(
+            aggregate.target_ss - aggregate.weight_sum * aggregate.y_mean**2, 0)
         kind = self._kind
-        if estimator.criterion == POOLED:
-            scores = -total.e2 / total.weight
-            scores = scores if per_target else scores.mean(axis=0)
-        elif kind == "default":  # RidgeCV: -mean of w e^2 over rows (and targets)
-            scores = -total.e2 / total.count
+        if estimator.criterion == POOLED or kind == "default":
+            # the pooled squared error over the weight; RidgeCV's: -mean of w e^2 over rows
+            scores = -total.e2 / (total.weight if estimator.criterion == POOLED else total.count)
             scores = scores if per_target else scores.mean(axis=0)
         elif kind is not None:
             scores = total.scores(kind, scorer_parts(self._scorer)[1], per_target)
@@ -332,13 +319,6 @@ class FederatedRidgeCVServer(StatisticsServer):
             scores = self._score_rows(predictions, targets, weights, per_target)
         results = self._stacked(replies, 1) if estimator.store_cv_results else None
         self.finish(scores, results, ledger)
-
-    def _pooled_sst(self):
-        """Weighted sum of squares of all targets around their pooled mean."""
-        aggregate = self._aggregate
-        if aggregate.centered:
-            return aggregate.target_ss
-        return np.maximum(aggregate.target_ss - aggregate.weight_sum * aggregate.y_mean**2, 0)
 
     def _stacked(self, replies, index):
         """Per-row arrays of all sites, site by site in label order (``clients_``'s)."""
@@ -357,10 +337,9 @@ class FederatedRidgeCVServer(StatisticsServer):
             if per_target:
                 scores.append([self._scorer(_IdentityRegressor(), P[:, j], targets[:, j], **kwargs)
                                for j in range(P.shape[1])])
-            elif single:
-                scores.append(self._scorer(_IdentityRegressor(), P[:, 0], targets[:, 0], **kwargs))
-            else:
-                scores.append(self._scorer(_IdentityRegressor(), P, targets, **kwargs))
+            else:  # one-dimensional y is scored as such
+                scores.append(self._scorer(_IdentityRegressor(), P[:, 0] if single else P,
+                                           targets[:, 0] if single else targets, **kwargs))
         scores = np.asarray(scores, dtype=np.float64)
         return scores.T if per_target else scores
 
@@ -434,9 +413,7 @@ class FederatedRidgeCVServer(StatisticsServer):
         estimator = self.estimator
         per_target = estimator.alpha_per_target
         if estimator.criterion == POOLED:
-            total = sums[0]
-            for part in sums[1:]:
-                total = total + part
+            total = sum(sums[1:], sums[0])
             pooled = -total.e2 / total.weight
             results = np.stack([part.e2 for part in sums])  # held-out weighted SSE
             self.finish(pooled if per_target else pooled.mean(axis=0), results, ledger)
@@ -471,7 +448,6 @@ class FederatedRidgeCVServer(StatisticsServer):
             best_alpha, best_score = float(alphas[best]), np.float64(scores[best])
         coef, solver = solve_statistics(aggregate, best_alpha)
         self._check_model(coef, aggregate, self._messages)
-        labels = estimator._known_labels([], self._labels)
         if results is not None:
             results = np.asarray(results, dtype=np.float64)
             if results.ndim == 3 and aggregate.single_target:
@@ -483,4 +459,4 @@ class FederatedRidgeCVServer(StatisticsServer):
             estimator.cv_results_ = results
         else:
             estimator.__dict__.pop("cv_results_", None)
-        estimator._commit_solution(self, aggregate, coef, solver, ledger, labels)
+        estimator._commit_solution(self, aggregate, coef, solver, ledger, self._labels)

@@ -14,6 +14,7 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..protocol import InvalidClientMessage, sorted_labels
 from ._ridge_cv_algebra import _complements, _held_out_sse
@@ -228,8 +229,6 @@ def check_rows_within_bounds(task_fields, X, y, site):
 
 
 def _row_norms(values):
-    import scipy.sparse as sp
-
     if sp.issparse(values):
         return np.sqrt(np.asarray(values.multiply(values).sum(axis=1)).ravel())
     values = np.asarray(values, dtype=np.float64)

@@ -114,12 +114,6 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False, in_place=False, spe
     return coef, path
 
 
-def _chunks(d, values=2**17):
-    """Row slices of a d x d matrix of about ``values`` entries each."""
-    step = max(1, values // d)
-    return [slice(start, start + step) for start in range(0, d, step)]
-
-
 def _trusted_cholesky(system):
     """``(factor, scale)`` with ``system`` scaled to a unit diagonal and factored, or None.
 
@@ -138,8 +132,11 @@ def _trusted_cholesky(system):
     scaled = system
     scaled *= scale[:, None]
     scaled *= scale[None, :]
-    # Its 1-norm (the largest row sum: it is symmetric), a row chunk at a time.
-    norm = max(np.abs(scaled[rows]).sum(axis=1).max() for rows in _chunks(d))
+    # Its 1-norm (the largest row sum: it is symmetric), a chunk of about 2**17 entries
+    # at a time.
+    step = max(1, 2**17 // d)
+    norm = max(np.abs(scaled[start : start + step]).sum(axis=1).max()
+               for start in range(0, d, step))
     # The transpose of the symmetric system is Fortran-ordered: LAPACK
     # factors it in place (lower L = U^T), no d x d copy.
     factor = _well_conditioned_factor(scaled.T, norm)

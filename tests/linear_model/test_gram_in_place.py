@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sklearn_fed import ClientStatistics, FederatedRidge, InvalidClientMessage
-from sklearn_fed.linear_model._base import _solve_gram
+from sklearn_fed.linear_model._solver import _solve_gram
 from sklearn_fed.statistics import StreamingMerge
 from sklearn_fed.statistics._inplace import _CHUNK_BYTES, lend_upper, restore_upper
 from sklearn_fed.statistics._validation import _is_psd

@@ -822,3 +822,15 @@ def test_solve_runs_on_one_blas_thread_and_restores_the_count():
     # and OpenBLAS's blocking (per kernel: Haswell, SkylakeX, ...) orders the sums
     # differently; the solve runs on one thread either way. Measured: 2.3e-16 relative.
     np.testing.assert_allclose(coef, again, rtol=1e-12, atol=1e-12 * np.abs(coef).max())
+
+
+def test_one_column_target_shaped_like_ridge():
+    # Ridge ravels coef_ (and predictions) for y of shape (n, 1); intercept_ stays (1,).
+    X, y, _ = stream()
+    y = y[:, None]
+    reference = Ridge(alpha=0.5).fit(X, y)
+    model = IncrementalFederatedRidge(alpha=0.5).fit(X, y, clients=np.arange(len(y)) % 3)
+    assert model.coef_.shape == reference.coef_.shape == (X.shape[1],)
+    assert np.shape(model.intercept_) == np.shape(reference.intercept_)
+    assert model.predict(X).shape == reference.predict(X).shape
+    assert rel_err(model, reference) < RTOL
