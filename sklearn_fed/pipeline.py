@@ -43,7 +43,14 @@ from ._composite import (
     site_targets,
     take_prefixed,
 )
-from .privacy._budget import PrivacyBudget, planned_ledger, release_parts, spent_ledgers
+from .privacy._budget import (
+    PrivacyBudget,
+    PrivacySpentMixin,
+    planned_ledger,
+    release_parts,
+    spent_ledgers,
+)
+from .privacy._budget import as_budget as _as_budget
 from .protocol import (
     Client,
     InvalidClientMessage,
@@ -249,17 +256,7 @@ class PipelineServer(Server):
                 for name, (part_ledger, d) in by_step.items()}
 
 
-def _as_budget(budget):
-    """A :class:`PrivacyBudget` from ``privacy_budget`` (None, a budget, or ``(epsilon, delta)``)."""
-    if budget is None or isinstance(budget, PrivacyBudget):
-        return budget
-    if isinstance(budget, tuple) and len(budget) == 2:
-        return PrivacyBudget(*budget)
-    raise ValueError(f"privacy_budget must be None, a PrivacyBudget or (epsilon, delta); "
-                     f"got {budget!r}.")
-
-
-class FederatedPipeline(FederatedCompositeMixin, Pipeline):
+class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
     """A :class:`~sklearn.pipeline.Pipeline` of federated steps, fitted as one protocol.
 
     Every step must be federated (an sklearn_fed estimator, a
@@ -340,17 +337,6 @@ class FederatedPipeline(FederatedCompositeMixin, Pipeline):
         super().__init__(steps, transform_input=transform_input, memory=memory,
                          verbose=verbose)
         self.privacy_budget = privacy_budget
-
-    @property
-    def privacy_spent_(self):
-        """``(epsilon, delta)`` of every step's releases, composed (see the class docstring)."""
-        privacy = self.__dict__.get("_privacy")
-        if privacy is None:
-            raise AttributeError("privacy_spent_ is set by fit when a step is differentially "
-                                 "private or privacy_budget is given.")
-        delta = self._privacy_delta
-        return (privacy.epsilon(delta) if delta > 0 else
-                (0.0 if len(privacy) == 0 else math.inf)), delta
 
     @property
     def _exact_federation(self):

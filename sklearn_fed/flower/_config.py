@@ -72,7 +72,7 @@ NODE_CONFIG_KEYS = (
     "min-rows", "max-epsilon", "allowed-features", "allowed-kinds", "columns-in-order",
     "worker-socket",
     # disclosure rules (SitePolicy); absent: the defaults, 0: off
-    "min-count", "max-parameters-per-row", "max-levels", "exact-extremes",
+    "min-count", "max-parameters-per-row", "max-levels", "exact-extremes", "exact-scores",
 )
 
 _ARRAY_TAG = "ndarray"
@@ -468,6 +468,7 @@ class NodeSettings:
                                         DEFAULT_MAX_PARAMETERS_PER_ROW, float),
             max_levels=rule("max-levels", DEFAULT_MAX_LEVELS, int),
             exact_extremes=_flag(config, "exact-extremes"),
+            exact_scores=_flag(config, "exact-scores"),
             max_epsilon=None if max_epsilon is None else _number(config, "max-epsilon", 0.0,
                                                                  float, 0.0),
             allowed_features=listed("allowed-features"),

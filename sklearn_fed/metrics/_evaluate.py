@@ -7,6 +7,7 @@ pooled over all sites' rows and per site.
 """
 
 import numbers
+import types
 import warnings
 from typing import ClassVar
 
@@ -20,8 +21,10 @@ from .._clients import group_rows_by_client, take_clients
 from .._compat import _check_sample_weight
 from ..protocol import (
     Client,
+    CountedTable,
     FederatedMixin,
     InvalidClientMessage,
+    ScoreBins,
     Server,
     atomic,
     decode_values,
@@ -30,6 +33,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
+from ..protocol._disclosure import screen_reply
 from ._ship import load_model_state, model_state
 from ._stats import (
     METRICS,
@@ -151,6 +155,19 @@ def answer_evaluation(template, fields, arrays, X, y, sample_weight, site):
         raise ValueError(f"site {site!r}: cannot evaluate the model on its rows: {exc}") from exc
 
 
+def screened_evaluation(template, fields, arrays, X, y, sample_weight, site, policy):
+    """:func:`answer_evaluation` with ``policy``'s disclosure rules applied, as an evaluator's
+    own reply would be (a search's scoring parts: the same sums, the same rules)."""
+    out_fields, out_arrays = answer_evaluation(template, fields, arrays, X, y, sample_weight,
+                                               site)
+    if policy is None:
+        return out_fields, out_arrays
+    frame = types.SimpleNamespace(fields=out_fields, arrays=out_arrays)
+    screen_reply(EvaluatorClient(None), policy, types.SimpleNamespace(site=site, fields={}),
+                 frame, X, None, _num_samples(X))
+    return frame.fields, frame.arrays
+
+
 def evaluation_task(model, metrics, pos_label, score_decimals):
     """``(fields, arrays)`` of an evaluation task for ``model``."""
     spec, spec_arrays = evaluation_spec(model, metrics, pos_label, score_decimals)
@@ -160,11 +177,28 @@ def evaluation_task(model, metrics, pos_label, score_decimals):
     return {"model_class": type(model).__name__, "model": fields, "spec": spec}, arrays
 
 
+#: What an evaluation's reply is made of, for the site's disclosure rules (see
+#: :doc:`/disclosure`): the confusion matrix is a table of counts (no cell of 1 or 2
+#: rows), the ROC table counts rows at each distinct score (merged into bins).
+EVALUATION_DISCLOSURE = (
+    CountedTable("cm_counts", "confusion matrix",
+                 "Evaluate on more rows per site (fewer folds), or with metrics read from "
+                 "sums (log_loss, brier_score)."),
+    ScoreBins("scores", ("pos_counts", "neg_counts"), ("pos_weights", "neg_weights"),
+              "Evaluate on more rows per site (fewer folds), or with metrics read from "
+              "sums (log_loss, brier_score)."),
+)
+
+
 class EvaluatorClient(Client):
     """A site: predicts its rows with the server's model and sends the metrics' sums."""
 
     protocol = "metrics.evaluate"
     y_numeric = False
+    disclosure = EVALUATION_DISCLOSURE
+
+    def released_parameters(self, task, frame):
+        return None  # it fits no model: the parameters-per-row rule does not apply
 
     def check_rows(self, X, y, sample_weight, schema, site):
         return site_rows(X, y, sample_weight, schema, site)
@@ -234,7 +268,38 @@ class EvaluatorServer(Server):
         estimator.communication_ = ledger
 
 
-class FederatedEvaluator(FederatedMixin, BaseEstimator):
+class InProcessFitMixin:
+    """``fit`` of a meta-protocol (an evaluation, a search): its roles run in process, one
+    simulated site per ``clients`` label (:func:`run_in_process`)."""
+
+    def _in_process_server_kwargs(self, names):
+        """What the server is told of an in-process run's rows (their column ``names``)."""
+        return {}
+
+    @atomic
+    def fit(self, X, y, sample_weight=None, clients=None):
+        """Run this protocol on rows split among sites by ``clients`` (in process).
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Used by every fit and score the protocol makes.
+        clients : array-like of shape (n_samples,), default=None
+            Site label of each row; None: one site.
+
+        Returns
+        -------
+        self
+            Fitted (``scores_`` of an evaluator, ``cv_results_`` of a search).
+        """
+        self._validate_params()
+        run_in_process(self, X, y, sample_weight, clients)
+        return self
+
+
+class FederatedEvaluator(InProcessFitMixin, FederatedMixin, BaseEstimator):
     """Scores of a fitted model over rows that stay at their sites, pooled and per site.
 
     One round: the server sends the fitted model's state and the metrics;
@@ -246,6 +311,12 @@ class FederatedEvaluator(FederatedMixin, BaseEstimator):
     Brier, anything weighted). It is a protocol like the estimators', so it
     runs in process (:meth:`fit`), over bytes, or on Flower (name it in the
     run config with ``evaluate-model``, see :doc:`/user_guide/evaluation`).
+    Deployed sites apply their disclosure rules to their replies
+    (:class:`~sklearn_fed.protocol.SitePolicy`, see :doc:`/disclosure`): a
+    confusion matrix with a cell of 1 to ``min_count - 1`` rows is refused, and
+    ROC AUC and average precision read scores merged into bins of
+    ``min_count`` rows per class (exact on those bins) unless the site sets
+    ``exact_scores``; ``fit``'s simulated sites release exactly.
 
     Parameters
     ----------
@@ -361,26 +432,6 @@ class FederatedEvaluator(FederatedMixin, BaseEstimator):
         return {"average": self.average, "multioutput": self.multioutput,
                 "zero_division": self.zero_division, "beta": self.beta}
 
-    @atomic
-    def fit(self, X, y, sample_weight=None, clients=None):
-        """Evaluate ``estimator`` on rows split among sites by ``clients`` (in process).
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row; None: one site.
-
-        Returns
-        -------
-        self : FederatedEvaluator
-            With ``scores_`` and ``site_scores_``.
-        """
-        self._validate_params()
-        run_evaluation(self, X, y, sample_weight, clients)
-        return self
 
 
 def _table(X):
@@ -412,14 +463,14 @@ def sites_of_rows(estimator, X, y, sample_weight, clients):
     return X, y, sample_weight, labels, rows, names
 
 
-def run_evaluation(evaluator, X, y, sample_weight, clients, **server_kwargs):
-    """The in-process run of an evaluator's roles, one simulated site per label."""
+def run_in_process(estimator, X, y, sample_weight, clients):
+    """The in-process run of a meta-protocol's roles (evaluation, search), one site per label."""
     X, y, sample_weight, labels, rows, names = sites_of_rows(
-        evaluator, X, y, sample_weight, clients)
-    server = evaluator.make_server(**server_kwargs)
+        estimator, X, y, sample_weight, clients)
+    server = estimator.make_server(**estimator._in_process_server_kwargs(names))
     if names is not None:
         match_columns(X, server.schema)  # the model's features, by name, or a clear error
-    return run_simulation(server, evaluator.make_client(), X, y, sample_weight, labels, rows,
+    return run_simulation(server, estimator.make_client(), X, y, sample_weight, labels, rows,
                           names)
 
 

@@ -26,24 +26,31 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
 from ..metrics._evaluate import (
-    answer_evaluation,
+    InProcessFitMixin,
     default_metric,
     evaluation_task,
     read_spec,
+    screened_evaluation,
     site_rows,
-    sites_of_rows,
 )
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
+from ..privacy import PrivacyBudget, PrivacyLedger
+from ..privacy._budget import (
+    PrivacySpentMixin,
+    as_budget,
+    planned_ledger,
+    release_parts,
+    spent,
+    spent_ledgers,
+)
 from ..protocol import (
     Client,
     FeatureSchema,
     FederatedMixin,
     InvalidClientMessage,
     Server,
-    atomic,
     label_key,
     nest,
-    run_simulation,
     sorted_labels,
     unnest,
 )
@@ -108,8 +115,14 @@ class SearchClient(Client):
     def check_rows(self, X, y, sample_weight, schema, site):
         return site_rows(X, y, sample_weight, schema, site)
 
+    def released_parameters(self, task, frame):
+        return None  # each part's own role applies the rule to the model it fits
+
     def compute(self, task, X, y, sample_weight, rows):
         search = self.estimator
+        # every part is screened by the policy this site's reply is: each fit part by its own
+        # role's declarations, each scoring part as an evaluator's reply
+        policy = self.policy_in_force()
         if rows is not None:
             X, y = _safe_indexing(X, rows), y[rows]
             sample_weight = None if sample_weight is None else sample_weight[rows]
@@ -145,8 +158,8 @@ class SearchClient(Client):
                 estimator = clone(search._base_estimator()).set_params(**candidates[index])
                 self._estimators[index] = estimator
             if part.get("evaluate") is True:
-                fields, part_arrays = answer_evaluation(
-                    estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site)
+                fields, part_arrays = screened_evaluation(
+                    estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site, policy)
                 for name, value in part_arrays.items():
                     arrays[f"p{j}.{name}"] = value
                 out.append({"candidate": i, "fold": k, "reply": fields})
@@ -154,7 +167,10 @@ class SearchClient(Client):
             inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=_server_error)
             client = self._clients.get(index)
             if client is None:
-                client = self._clients[index] = estimator.make_client(policy=self.policy)
+                client = self._clients[index] = estimator.make_client()
+            # the part's role, and the parts it nests (a pipeline's steps), apply the policy
+            # this site's reply is screened with (SitePolicy() when deployed without one)
+            client.policy = policy
             client.check_task(inner)
             try:
                 schema = FeatureSchema.from_json(inner.schema)
@@ -169,9 +185,9 @@ class SearchClient(Client):
                 checked = client.check_rows(Xk, yk, wk, schema, task.site)
                 self._checked[key] = (Xk, checked)
             Xc, yc, wc, names = checked
-            if self.policy is not None:
-                self.policy.check_task(client.protocol, inner, schema, Xc.shape[0], task.site)
-            reply = client.reply(inner, Xc, yc, wc, None, names)
+            if policy is not None:
+                policy.check_task(client.protocol, inner, schema, Xc.shape[0], task.site)
+            reply = client.screened_reply(policy, inner, Xc, yc, wc, None, names)
             out.append({"candidate": i, "fold": k, "reply": nest(reply, f"p{j}.", arrays)})
         return {"parts": out}, arrays
 
@@ -202,6 +218,8 @@ class SearchServer(Server):
         self.refit_server = None
         self._sites, self._site_fold, self._planned = None, None, None
         self._started = None
+        # checked when the folds are known, before any task is sent; charged at the end
+        self._budget = as_budget(estimator.privacy_budget)
 
     # ----------------------------------------------------------- planning
     def _inner_server(self, params):
@@ -221,13 +239,15 @@ class SearchServer(Server):
 
     def plan(self, sites):
         if self._sites is None:
-            self._started = time.perf_counter()
-            self._sites = list(sites)
+            sites, site_fold = list(sites), None
             if isinstance(self.cv, LeaveSitesOut):
-                self._site_fold = self.cv.fold_of_sites(self._sites)
-                self.n_splits = self.cv.get_n_splits(self._sites)
+                site_fold = self.cv.fold_of_sites(sites)
+                n_splits = self.cv.get_n_splits(sites)
             else:
-                self.n_splits = self.cv.get_n_splits()
+                n_splits = self.cv.get_n_splits()
+            self._check_budget(n_splits)  # a refusal leaves the search as it was
+            self._started = time.perf_counter()
+            self._sites, self._site_fold, self.n_splits = sites, site_fold, n_splits
             self.pairs = {(i, k): self._inner_server(params)
                           for i, params in enumerate(self.candidates)
                           for k in range(self.n_splits)}
@@ -253,6 +273,48 @@ class SearchServer(Server):
                                    for site, frame in frames.items()})
             self._commit()
         return {}
+
+    # ----------------------------------------------------------- privacy
+    def _fits_named(self):
+        """``[(name, fitted model)]`` of every fit of the search, the refit last."""
+        fits = [(f"candidate{i}__fold{k}", model) for (i, k), model in sorted(self.fitted.items())]
+        if self.refit_server is not None:
+            fits.append(("refit", self.refit_server.estimator))
+        return fits
+
+    def _check_budget(self, n_splits):
+        """Refuse, before any release, a search whose fits could exceed the budget: every
+        candidate on every fold, and the refit of whichever candidate wins."""
+        if self._budget is None:
+            return
+        base, folds = self.estimator._base_estimator(), PrivacyLedger()
+        plans = [planned_ledger(clone(base).set_params(**params)) for params in self.candidates]
+        for planned in plans:
+            for _ in range(n_splits):
+                folds = folds.compose(planned)
+        refit = self.estimator.refit
+        what = (f"this search's fits ({len(self.candidates)} candidates x {n_splits} "
+                f"folds{' and the refit of the best' if refit else ''})")
+        for planned in plans if refit else [PrivacyLedger()]:
+            self._budget.check(folds.compose(planned), what)
+
+    def _privacy(self):
+        """``(total ledger, delta, {fit__step: (ledger, delta)})`` of the search's fits, or
+        None when no fit is private and no budget is given."""
+        fits = self._fits_named()
+        private = self._budget is not None or any(
+            "_privacy" in part.__dict__ for _, model in fits for _, part in release_parts("", model))
+        if not private:
+            return None
+        by_step, total = {}, PrivacyLedger()
+        for name, model in fits:
+            parts, ledger = spent_ledgers(model)
+            by_step.update({f"{name}__{part}" if part else name: value
+                            for part, value in parts.items()})
+            total = total.compose(ledger)
+        delta = self._budget.delta if self._budget is not None else min(
+            sum(d for _, d in by_step.values()), 0.5)
+        return total, delta, by_step
 
     def _wrap(self, tasks):
         self._planned = "fit"
@@ -372,6 +434,26 @@ class SearchServer(Server):
 
     def _commit(self):
         estimator = self.estimator
+        privacy = self._privacy()
+        if privacy is not None and self._budget is not None:  # raises: nothing is committed
+            self._budget.charge(privacy[0], "this search's fits")
+        for name in ("_privacy", "_privacy_delta", "privacy_spent_by_step_",
+                     "privacy_spent_by_candidate_"):
+            estimator.__dict__.pop(name, None)
+        if privacy is not None:
+            total, delta, by_step = privacy
+            estimator._privacy, estimator._privacy_delta = total, delta
+            estimator.privacy_spent_by_step_ = {
+                name: spent(ledger, d) for name, (ledger, d) in by_step.items()}
+            estimator.privacy_spent_by_candidate_ = []
+            for i in range(len(self.candidates)):
+                mine = [value for name, value in by_step.items()
+                        if name.startswith(f"candidate{i}__")]
+                ledger = PrivacyLedger()
+                for part_ledger, _ in mine:
+                    ledger = ledger.compose(part_ledger)
+                estimator.privacy_spent_by_candidate_.append(
+                    spent(ledger, min(sum(d for _, d in mine), 0.5)))
         for name, value in self._results.items():
             setattr(estimator, name, value)
         if self.refit_server is not None:
@@ -392,7 +474,8 @@ class SearchServer(Server):
         self.phase = "done"
 
 
-class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
+class _FederatedSearchCV(InProcessFitMixin, PrivacySpentMixin, FederatedMixin, MetaEstimatorMixin,
+                         BaseEstimator):
     """What the grid and randomized searches share: the protocol and the results."""
 
     _server_role = SearchServer
@@ -403,13 +486,15 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
         "refit": ["boolean"],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), StrOptions({"sites"}),
                SiteKFold, LeaveSitesOut],
+        "privacy_budget": [None, tuple, PrivacyBudget],
     }
 
-    def __init__(self, estimator, *, scoring=None, refit=True, cv=5):
+    def __init__(self, estimator, *, scoring=None, refit=True, cv=5, privacy_budget=None):
         self.estimator = estimator
         self.scoring = scoring
         self.refit = refit
         self.cv = cv
+        self.privacy_budget = privacy_budget
 
     def _metrics(self):
         """The metrics each fold is scored with; the first ranks the candidates."""
@@ -452,29 +537,8 @@ class _FederatedSearchCV(FederatedMixin, MetaEstimatorMixin, BaseEstimator):
         return {"cv_results_": results, "best_index_": best,
                 "best_params_": candidates[best], "best_score_": float(means[best])}
 
-    @atomic
-    def fit(self, X, y, sample_weight=None, clients=None):
-        """Search over rows split among sites by ``clients``: one protocol run, in process.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        sample_weight : array-like of shape (n_samples,), default=None
-            Used to fit and to score.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row; None: one site.
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        X, y, sample_weight, labels, rows, names = sites_of_rows(
-            self, X, y, sample_weight, clients)
-        server = self.make_server(feature_names=names)
-        run_simulation(server, self.make_client(), X, y, sample_weight, labels, rows, names)
-        return self
+    def _in_process_server_kwargs(self, names):
+        return {"feature_names": names}
 
     def _check_refit(self, name):
         if not self.refit:
@@ -529,6 +593,13 @@ _DOC_COMMON = """
     cv : int, "sites", SiteKFold or LeaveSitesOut, default=5
         An int: each site splits its own rows with ``KFold(cv)``; ``"sites"``:
         leave one site out.
+    privacy_budget : PrivacyBudget or tuple (epsilon, delta), default=None
+        Refuse, before any task is sent, a search whose differentially private
+        releases (every candidate on every fold, and the refit of any
+        candidate) could exceed it; charged with what the fits spent. A
+        :class:`~sklearn_fed.privacy.PrivacyBudget` object is shared, not
+        copied. The scores the sites send are exact sums under their
+        disclosure rules, not private releases (see :doc:`/disclosure`).
 """
 
 
@@ -560,6 +631,16 @@ class FederatedGridSearchCV(_FederatedSearchCV):
     n_clients_ : int
     communication_ : CommunicationLedger
         Bytes of the whole search.
+    privacy_spent_ : tuple of (float, float)
+        Set when a fit is differentially private or a budget is given: the
+        ``(epsilon, delta)`` of every private release of every candidate,
+        fold and the refit, composed exactly (as a pipeline's); infinite
+        epsilon when a fit releases exact statistics.
+    privacy_spent_by_candidate_ : list of tuple
+        ``(epsilon, delta)`` of each candidate's fits on every fold.
+    privacy_spent_by_step_ : dict
+        ``"candidate<i>__fold<k>[__<step>]"`` and ``"refit[__<step>]"`` ->
+        ``(epsilon, delta)``: which fit and which step spent what.
 
     Examples
     --------
@@ -583,8 +664,10 @@ class FederatedGridSearchCV(_FederatedSearchCV):
     _parameter_constraints: ClassVar[dict] = {**_FederatedSearchCV._parameter_constraints,
                               "param_grid": [dict, list]}
 
-    def __init__(self, estimator, param_grid, *, scoring=None, refit=True, cv=5):
-        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv)
+    def __init__(self, estimator, param_grid, *, scoring=None, refit=True, cv=5,
+                 privacy_budget=None):
+        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv,
+                         privacy_budget=privacy_budget)
         self.param_grid = param_grid
 
     def _candidates(self):
@@ -630,8 +713,9 @@ class FederatedRandomizedSearchCV(_FederatedSearchCV):
     }
 
     def __init__(self, estimator, param_distributions, *, n_iter=10, scoring=None, refit=True,
-                 cv=5, random_state=None):
-        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv)
+                 cv=5, random_state=None, privacy_budget=None):
+        super().__init__(estimator, scoring=scoring, refit=refit, cv=cv,
+                         privacy_budget=privacy_budget)
         self.param_distributions = param_distributions
         self.n_iter = n_iter
         self.random_state = random_state

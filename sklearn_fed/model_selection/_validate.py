@@ -13,8 +13,9 @@ __all__ = ["federated_cross_validate"]
 class _CrossValidation(FederatedGridSearchCV):
     """A search of one candidate (the estimator as it is), scored with several metrics."""
 
-    def __init__(self, estimator, *, scoring=None, cv=5):
-        super().__init__(estimator, {}, scoring=scoring, refit=False, cv=cv)
+    def __init__(self, estimator, *, scoring=None, cv=5, privacy_budget=None):
+        super().__init__(estimator, {}, scoring=scoring, refit=False, cv=cv,
+                         privacy_budget=privacy_budget)
 
     def _metrics(self):
         scoring = self.scoring or default_metric(self._base_estimator())
@@ -22,7 +23,7 @@ class _CrossValidation(FederatedGridSearchCV):
 
 
 def federated_cross_validate(estimator, X, y, *, clients=None, scoring=None, cv=5,
-                             sample_weight=None):
+                             sample_weight=None, privacy_budget=None):
     """Cross-validation of a protocol estimator with folds defined at the sites, one protocol run.
 
     Fold ``k``'s model is fitted by the estimator's own protocol on every
@@ -44,13 +45,18 @@ def federated_cross_validate(estimator, X, y, *, clients=None, scoring=None, cv=
     cv : int, "sites", SiteKFold or LeaveSitesOut, default=5
     sample_weight : array-like of shape (n_samples,), default=None
         Used to fit and to score.
+    privacy_budget : PrivacyBudget or tuple (epsilon, delta), default=None
+        Refuse, before any release, folds whose private releases could exceed
+        it (see :class:`FederatedGridSearchCV`).
 
     Returns
     -------
     scores : dict
         ``test_score`` (one metric) or ``test_<name>`` per metric: arrays of
         one score per fold; ``run_time``: seconds of the whole run;
-        ``communication``: its ledger.
+        ``communication``: its ledger; ``privacy_spent``, when a fold's fit is
+        differentially private or a budget is given: the ``(epsilon, delta)``
+        of every fold's releases, composed, and ``privacy_spent_by_step``.
 
     Examples
     --------
@@ -64,7 +70,8 @@ def federated_cross_validate(estimator, X, y, *, clients=None, scoring=None, cv=
     >>> out["test_score"].shape
     (3,)
     """
-    validation = _CrossValidation(estimator, scoring=scoring, cv=cv)
+    validation = _CrossValidation(estimator, scoring=scoring, cv=cv,
+                                  privacy_budget=privacy_budget)
     start = time.perf_counter()
     validation.fit(X, y, sample_weight=sample_weight, clients=clients)
     metrics = validation._metrics()
@@ -75,4 +82,7 @@ def federated_cross_validate(estimator, X, y, *, clients=None, scoring=None, cv=
         out[key] = np.array([scores[0][k][name] for k in range(validation.n_splits_)])
     out["run_time"] = time.perf_counter() - start
     out["communication"] = validation.communication_
+    if "_privacy" in validation.__dict__:
+        out["privacy_spent"] = validation.privacy_spent_
+        out["privacy_spent_by_step"] = validation.privacy_spent_by_step_
     return out

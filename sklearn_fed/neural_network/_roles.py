@@ -209,6 +209,12 @@ class FedMPDDClient(Client):
         self._network = None
         self._local = secrets.randbits(63)  # the site's own randomness (local noise)
 
+    def released_parameters(self, task, frame):
+        """The network's parameters (every one the task carries), for the parameters-per-row
+        rule; the describe step fits nothing."""
+        params = task.arrays.get("params") if task.fields.get("step") == "train" else None
+        return int(params.shape[0]) if isinstance(params, np.ndarray) else None
+
     # -------------------------------------------------------------- answers
     def compute(self, task, X, y, sample_weight, rows):
         return self._answers({0: task}, X, y, sample_weight, {0: rows})[0]

@@ -16,7 +16,8 @@ import math
 from ._accounting import PrivacyLedger
 from ._calibration import gaussian_noise_std
 
-__all__ = ["PrivacyBudget", "planned_ledger", "planned_release", "release_parts", "spent_ledgers"]
+__all__ = ["PrivacyBudget", "PrivacySpentMixin", "as_budget", "planned_ledger", "planned_release", "release_parts",
+           "spent_ledgers"]
 
 
 class PrivacyBudget:
@@ -93,8 +94,74 @@ class PrivacyBudget:
         self.ledger_ = self.ledger_.compose(ledger)
         self.charges_.append((str(what), total))
 
+    def charge_site_release(self, fields, what):
+        """Charge one private release a site answers, read from its task's ``fields``.
+
+        A site's :class:`~sklearn_fed.protocol.SitePolicy` calls it (its
+        ``privacy_budget``) for every task with an ``epsilon`` that it
+        answers: the release is one Gaussian mechanism calibrated for the
+        task's ``epsilon`` and ``delta`` (``calibration``, ``"analytic"`` if
+        the task names none), or, for a task that is one of ``n_releases``
+        (DP-FedAvg's rounds), one of that many releases sharing the
+        ``(epsilon, delta)``. Raises ValueError, charging nothing, beyond the
+        budget.
+
+        Examples
+        --------
+        >>> site = PrivacyBudget(epsilon=1.5, delta=1e-5)
+        >>> site.charge_site_release({"epsilon": 1.0, "delta": 1e-5}, "a release")
+        >>> round(site.spent()[0], 2)
+        1.0
+        """
+        epsilon, delta = fields.get("epsilon"), fields.get("delta")
+        calibration = fields.get("calibration", "analytic")
+        releases = fields.get("n_releases", 1)
+        if not (isinstance(epsilon, float) and 0 < epsilon < math.inf
+                and isinstance(delta, float) and 0 < delta < 1
+                and calibration in ("analytic", "classic")
+                and type(releases) is int and 1 <= releases <= 10**9):
+            raise ValueError("the task's epsilon, delta, calibration or n_releases are not "
+                             "those of a private release this site can account.")
+        ledger = PrivacyLedger()
+        ledger.record(math.sqrt(releases) * gaussian_noise_std(
+            epsilon, delta, 1.0, calibration=calibration))
+        self.charge(ledger, what)
+
     def __repr__(self):
         return f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r})"
+
+
+def as_budget(budget):
+    """A :class:`PrivacyBudget` from a ``privacy_budget`` parameter: None, a budget, or
+    ``(epsilon, delta)``."""
+    if budget is None or isinstance(budget, PrivacyBudget):
+        return budget
+    if isinstance(budget, tuple) and len(budget) == 2:
+        return PrivacyBudget(*budget)
+    raise ValueError(f"privacy_budget must be None, a PrivacyBudget or (epsilon, delta); "
+                     f"got {budget!r}.")
+
+
+def spent(ledger, delta):
+    """``(epsilon, delta)`` of a composed ``ledger`` reported at ``delta`` (no release: 0;
+    a release without noise, or a delta of 0: infinite epsilon)."""
+    if len(ledger) == 0:
+        return 0.0, delta
+    return (ledger.epsilon(delta) if delta > 0 else math.inf), delta
+
+
+class PrivacySpentMixin:
+    """``privacy_spent_`` of an estimator whose fit composes its parts' releases (a pipeline,
+    a search): read from the ``_privacy`` ledger and ``_privacy_delta`` its fit sets."""
+
+    @property
+    def privacy_spent_(self):
+        """``(epsilon, delta)`` of every private release of every part, composed."""
+        privacy = self.__dict__.get("_privacy")
+        if privacy is None:
+            raise AttributeError("privacy_spent_ is set by fit when a part is differentially "
+                                 "private or privacy_budget is given.")
+        return spent(privacy, self._privacy_delta)
 
 
 def planned_release(estimator):

@@ -12,7 +12,8 @@ with the messages travelling as bytes (see :doc:`/deploying`).
   (:class:`BlockwiseClient` for answers that are reductions over rows).
 - :class:`SitePolicy`: what a site agrees to compute and release (disclosure
   rules applied to every reply, from what each role declares:
-  :class:`CountedValues`, :class:`CountedColumns`, :class:`ColumnExtremes`).
+  :class:`CountedValues`, :class:`CountedColumns`, :class:`ColumnExtremes`,
+  :class:`CountedTable`, :class:`ScoreBins`).
 - :class:`FeatureSchema`: the features a task expects.
 - :func:`run_rounds`: the one round loop; a :class:`Transport` carries each
   round (:class:`BytesTransport`: sites in this process through bytes).
@@ -21,7 +22,13 @@ with the messages travelling as bytes (see :doc:`/deploying`).
   attributes on the wire; :func:`nest`: a step's message inside a pipeline's.
 """
 
-from ._disclosure import ColumnExtremes, CountedColumns, CountedValues
+from ._disclosure import (
+    ColumnExtremes,
+    CountedColumns,
+    CountedTable,
+    CountedValues,
+    ScoreBins,
+)
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
 from ._nested import nest, unnest
@@ -49,6 +56,7 @@ __all__ = [
     "ColumnExtremes",
     "CommunicationLedger",
     "CountedColumns",
+    "CountedTable",
     "CountedValues",
     "FeatureSchema",
     "FederatedMixin",
@@ -56,6 +64,7 @@ __all__ = [
     "Frame",
     "InvalidClientMessage",
     "RowsElsewhere",
+    "ScoreBins",
     "Server",
     "SitePolicy",
     "SymmetricMatrix",

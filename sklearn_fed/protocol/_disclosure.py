@@ -13,11 +13,18 @@ this module:
   fewer than ``min_count`` rows is sent as if all its values were missing;
 - :class:`ColumnExtremes`: per-column minima and maxima (single rows'
   values): unless the policy has ``exact_extremes``, replaced by the
-  ``min_count``-th smallest and largest values rounded outward.
+  ``min_count``-th smallest and largest values rounded outward;
+- :class:`CountedTable`: a table of row counts (a confusion matrix): a
+  nonzero cell below ``min_count`` is refused, as DataSHIELD's ``ds.table``;
+- :class:`ScoreBins`: distinct values (a model's scores) with per-class
+  counts at each (what ROC AUC reads): unless the policy has
+  ``exact_scores``, consecutive values are merged into bins whose counts
+  are 0 or at least ``min_count``, each released as its mean value.
 
 And, for every reply, whatever it declares: no reply from fewer than
-``min_rows`` rows, and no model fit (:meth:`Client.released_parameters`)
-with more parameters than ``max_parameters_per_row`` times the rows.
+``min_rows`` rows, no model fit (:meth:`Client.released_parameters`)
+with more parameters than ``max_parameters_per_row`` times the rows, and,
+with a site ``privacy_budget``, no private release beyond it.
 :func:`screen_reply` applies them to the frame a role built, at the site.
 """
 
@@ -27,7 +34,8 @@ import numpy as np
 
 from ._values import decode_values, encode_values
 
-__all__ = ["ColumnExtremes", "CountedColumns", "CountedValues", "screen_reply"]
+__all__ = ["ColumnExtremes", "CountedColumns", "CountedTable", "CountedValues", "ScoreBins",
+           "screen_reply"]
 
 
 class CountedValues:
@@ -198,6 +206,189 @@ def bounds_outward(low, high):
     return float(np.round(down, 12)), float(np.round(up, 12))
 
 
+class CountedTable:
+    """Declares ``counts``: a table of row counts (a confusion matrix), with ``values`` per cell.
+
+    A cell of fewer than ``min_count`` rows but not zero is refused, as
+    DataSHIELD's ``ds.table`` refuses a table with a cell below
+    ``nfilter.tab`` (zero cells are released, as there). Suppressing the cell
+    instead would make the table's total disagree with the rows the reply
+    counts, and every metric read from it wrong.
+
+    Parameters
+    ----------
+    counts : str
+        The array of row counts.
+    what : str
+        What the table is, for the refusal.
+    remedy : str
+        What the user can do, for the refusal.
+
+    Examples
+    --------
+    A role declares it in its ``disclosure`` class attribute, as the evaluator's does:
+
+    >>> from sklearn_fed.metrics._evaluate import EvaluatorClient
+    >>> [type(rule).__name__ for rule in EvaluatorClient.disclosure]
+    ['CountedTable', 'ScoreBins']
+    >>> EvaluatorClient.disclosure[0].counts
+    'cm_counts'
+    """
+
+    def __init__(self, counts, what, remedy):
+        self.counts, self.what, self.remedy = counts, what, remedy
+
+    def screen(self, role, policy, task, frame, X, rows, refuse):
+        counts = frame.arrays.get(self.counts)
+        if policy is None or policy.min_count is None or counts is None:
+            return
+        small = (counts > 0) & (counts < policy.min_count)
+        if small.any():
+            refuse(f"min_count={policy.min_count}",
+                   f"its {self.what} has {int(small.sum())} cell(s) of 1 to "
+                   f"{policy.min_count - 1} rows (the smallest: {int(counts[small].min())}), "
+                   f"fewer than {policy.min_count}.",
+                   self.remedy + " Or ask the site to lower min_count.")
+
+
+class ScoreBins:
+    """Declares ``values`` (increasing distinct scores) with per-class row ``counts`` at each.
+
+    Unless the policy has ``exact_scores`` (or no ``min_count``), consecutive
+    values are merged into bins in which every count is 0 or at least
+    ``min_count`` (so no bin is backed by fewer rows, and no class within a
+    bin either: the ``nfilter.tab`` rule of a table of bin x class), tying as
+    few rows of different classes as possible (:func:`merged_bins`);
+    a bin is released as the mean of its rows' values, its counts and
+    ``sums`` (per-class weight sums) added up. A site whose rows cannot make
+    one such bin (1 or 2 rows of a class) is refused.
+
+    Parameters
+    ----------
+    values : str
+    counts : tuple of str
+    sums : tuple of str
+        Per-value arrays that are summed when values are merged.
+    remedy : str
+        What the user can do, for the refusal.
+
+    Examples
+    --------
+    >>> import types
+    >>> from sklearn_fed.protocol import SitePolicy
+    >>> frame = types.SimpleNamespace(fields={}, arrays={
+    ...     "scores": np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]),
+    ...     "pos": np.array([0, 0, 0, 1, 1, 1]), "neg": np.array([1, 1, 1, 0, 0, 0])})
+    >>> ScoreBins("scores", ("pos", "neg"), (), "").screen(
+    ...     None, SitePolicy(), None, frame, None, None, None)
+    >>> frame.arrays["scores"].round(2).tolist(), frame.arrays["pos"].tolist()
+    ([0.2, 0.5], [0, 3])
+    """
+
+    def __init__(self, values, counts, sums, remedy):
+        self.values, self.counts, self.sums = values, tuple(counts), tuple(sums)
+        self.remedy = remedy
+
+    def screen(self, role, policy, task, frame, X, rows, refuse):
+        arrays = frame.arrays
+        if (self.values not in arrays or policy is None or policy.exact_scores
+                or policy.min_count is None):
+            return
+        k = policy.min_count
+        counts = np.stack([np.asarray(arrays[name], dtype=np.int64) for name in self.counts])
+        ends = merged_bins(counts, k)
+        if ends is None:
+            totals = counts.sum(axis=1)
+            refuse(f"min_count={k}",
+                   f"its rows' scores cannot be binned with at least {k} rows of each class "
+                   f"per bin: the classes have {totals.tolist()} rows.",
+                   self.remedy + " Or ask the site to lower min_count or set exact_scores.")
+        starts = np.r_[0, ends[:-1]]
+        values = np.asarray(arrays[self.values], dtype=np.float64)
+        rows_at = counts.sum(axis=0)
+        means = np.add.reduceat(values * rows_at, starts) / np.add.reduceat(rows_at, starts)
+        # the means of disjoint sorted bins increase; keep them strictly so under round-off
+        for i in range(1, len(means)):
+            if means[i] <= means[i - 1]:
+                means[i] = np.nextafter(means[i - 1], np.inf)
+        out = dict(arrays)
+        out[self.values] = means.astype(arrays[self.values].dtype)
+        for name in (*self.counts, *self.sums):
+            out[name] = np.add.reduceat(arrays[name], starts).astype(arrays[name].dtype)
+        frame.arrays = out
+
+
+#: How many distinct values back a bin may reach (bounds the search's cost to values x this).
+_MAX_BIN_VALUES = 512
+
+
+def merged_bins(counts, k):
+    """End indices of consecutive bins of ``counts`` (classes x values) whose every class count
+    is 0 or at least ``k``, tying as few pairs of rows of different classes as possible;
+    None when even one bin of everything does not qualify.
+
+    The rows of two classes in one bin become ties for ROC AUC and average
+    precision (the metrics lose what orders them), so the partition minimises
+    the sum over bins of the products of their class counts (dynamic
+    programming over the end of the last bin; among partitions that tie the
+    fewest pairs, the finest). A bin spans at most 512 distinct values
+    (the cost is then linear in the values); where that allows no partition,
+    the bins are grown greedily from the lowest value instead.
+
+    Examples
+    --------
+    >>> merged_bins(np.array([[3, 1, 0, 2, 0], [0, 0, 3, 0, 3]]), 3)   # the lone 1 joins the 2
+    [1, 4, 5]
+    >>> merged_bins(np.array([[1, 1], [3, 0]]), 3) is None
+    True
+    """
+    def ok(c):
+        return ((c == 0) | (c >= k)).all(axis=0)
+
+    n_values = counts.shape[1]
+    if not ok(counts.sum(axis=1)):
+        return None
+    cumulative = np.concatenate([np.zeros((counts.shape[0], 1), dtype=np.int64),
+                                 np.cumsum(counts, axis=1)], axis=1)
+    cost = np.full(n_values + 1, np.inf)
+    cost[0], back = 0.0, np.zeros(n_values + 1, dtype=np.intp)
+    for end in range(1, n_values + 1):
+        first = max(0, end - _MAX_BIN_VALUES)
+        inside = cumulative[:, end:end + 1] - cumulative[:, first:end]
+        tied = np.prod(inside, axis=0, dtype=np.float64) if counts.shape[0] == 2 else (
+            (inside.sum(axis=0, dtype=np.float64) ** 2 - (inside.astype(np.float64) ** 2).sum(
+                axis=0)) / 2)
+        total = np.where(ok(inside), cost[first:end] + tied, np.inf)
+        best = len(total) - 1 - int(np.argmin(total[::-1]))  # the last start: the finest
+        cost[end], back[end] = total[best], first + best
+    if not np.isfinite(cost[n_values]):
+        return _greedy_bins(counts, ok)
+    ends, end = [], n_values
+    while end > 0:
+        ends.append(end)
+        end = int(back[end])
+    return ends[::-1]
+
+
+def _greedy_bins(counts, ok):
+    """Bins closed as soon as they qualify, lowest value first; the tail joins the bins before
+    it until the merge qualifies (the whole qualifies: checked by the caller)."""
+    ends, running = [], np.zeros(counts.shape[0], dtype=np.int64)
+    for j in range(counts.shape[1]):
+        running = running + counts[:, j]
+        if ok(running):
+            ends.append(j + 1)
+            running[:] = 0
+    while running.any() and ends:
+        start = ends[-2] if len(ends) > 1 else 0
+        running = running + counts[:, start:ends.pop()].sum(axis=1)
+        if ok(running):
+            break
+    if running.any():
+        ends.append(counts.shape[1])
+    return ends
+
+
 def screen_reply(role, policy, task, frame, X, rows, n_rows):
     """Apply ``policy``'s disclosure rules to the reply ``frame`` that ``role`` built.
 
@@ -228,4 +419,13 @@ def screen_reply(role, policy, task, frame, X, rows, n_rows):
                    "at this site.")
     for declaration in role.disclosure:
         declaration.screen(role, policy, task, frame, X, rows, refuse)
+    budget = None if policy is None else policy.privacy_budget
+    if budget is not None and role.reads_rows(task) and "epsilon" in task.fields:
+        # charged last, when nothing else refuses: a refused reply releases nothing
+        try:
+            budget.charge_site_release(task.fields, f"the {role.protocol!r} release")
+        except ValueError as exc:
+            refuse(f"privacy_budget=(epsilon={budget.epsilon:g}, delta={budget.delta:g})",
+                   str(exc), "ask the server for a smaller epsilon, or raise the site's "
+                   "budget (its releases so far stay spent).")
     return frame

@@ -9,7 +9,9 @@ reply from fewer than ``min_rows`` rows, no released category, distinct value
 or column statistic backed by fewer than ``min_count`` rows, no model with
 more parameters than ``max_parameters_per_row`` times the site's rows, at
 most ``max_levels`` levels per released category set, and extremes (single
-rows' values) only with ``exact_extremes=True``. They are on by default, with
+rows' values) only with ``exact_extremes=True``, a model's scores of single rows
+(ROC AUC's thresholds) only with ``exact_scores=True``, and no table cell
+(a confusion matrix's) of fewer than ``min_count`` rows but zero. They are on by default, with
 the thresholds of DataSHIELD's defaults (``nfilter.subset``, ``nfilter.tab``,
 ``nfilter.glm``, ``nfilter.levels.max``); a site changes them, and
 :meth:`SitePolicy.permissive` turns them off.
@@ -59,6 +61,12 @@ class SitePolicy:
         Release the exact minimum and maximum of a column (single rows'
         values). ``False``: the ``min_count``-th smallest and largest values,
         rounded outward to two significant digits of the column's range.
+    exact_scores : bool, default=False
+        Release each distinct score of the site's rows with its counts (what
+        an evaluation's ROC AUC and average precision read; a score is a
+        function of one row). ``False``: consecutive scores are merged into
+        bins of at least ``min_count`` rows, each with 0 or at least
+        ``min_count`` rows of either class, released as the bin's mean score.
     max_epsilon : float, default=None
         Answer only differentially private tasks with ``epsilon <= max_epsilon``
         (a task that adds no noise is refused).
@@ -66,6 +74,12 @@ class SitePolicy:
         Answer only tasks whose features are all in this list.
     allowed_kinds : sequence of str, default=None
         Answer only these protocols (e.g. ``["ridge.statistics"]``).
+    privacy_budget : PrivacyBudget, default=None
+        The site's own budget across tasks
+        (:class:`~sklearn_fed.privacy.PrivacyBudget`): every differentially
+        private release the site answers is charged to it, and a release that
+        would exceed it is refused (rule ``privacy_budget``) before it leaves.
+        Tasks without noise are not charged: add ``max_epsilon`` to refuse them.
     check : callable, default=None
         ``check(task_fields) -> None``; raise to refuse (the message is kept).
     columns_in_order : bool, default=False
@@ -84,8 +98,8 @@ class SitePolicy:
     def __init__(
         self, *, min_rows=DEFAULT_MIN_ROWS, min_count=DEFAULT_MIN_COUNT,
         max_parameters_per_row=DEFAULT_MAX_PARAMETERS_PER_ROW, max_levels=DEFAULT_MAX_LEVELS,
-        exact_extremes=False, max_epsilon=None, allowed_features=None, allowed_kinds=None,
-        check=None, columns_in_order=False,
+        exact_extremes=False, exact_scores=False, max_epsilon=None, privacy_budget=None,
+        allowed_features=None, allowed_kinds=None, check=None, columns_in_order=False,
     ):
         for name, value, kind in (("min_rows", min_rows, int), ("min_count", min_count, int),
                                   ("max_levels", max_levels, int),
@@ -94,14 +108,23 @@ class SitePolicy:
                                       or not value > 0):
                 raise ValueError(f"SitePolicy: {name} must be a positive number or None; "
                                  f"got {value!r}.")
-        if not isinstance(exact_extremes, bool):
-            raise TypeError(f"SitePolicy: exact_extremes must be a boolean; got "
-                            f"{exact_extremes!r}.")
+        for name, value in (("exact_extremes", exact_extremes),
+                            ("exact_scores", exact_scores)):
+            if not isinstance(value, bool):
+                raise TypeError(f"SitePolicy: {name} must be a boolean; got {value!r}.")
+        # duck-typed (the protocol imports nothing of the privacy package):
+        # sklearn_fed.privacy.PrivacyBudget has this method
+        if privacy_budget is not None and not callable(
+                getattr(privacy_budget, "charge_site_release", None)):
+            raise TypeError(f"SitePolicy: privacy_budget must be a "
+                            f"sklearn_fed.privacy.PrivacyBudget; got {privacy_budget!r}.")
         self.min_rows = min_rows
         self.min_count = min_count
         self.max_parameters_per_row = max_parameters_per_row
         self.max_levels = max_levels
         self.exact_extremes = exact_extremes
+        self.exact_scores = exact_scores
+        self.privacy_budget = privacy_budget
         self.columns_in_order = bool(columns_in_order)
         self.max_epsilon = max_epsilon
         self.allowed_features = None if allowed_features is None else set(allowed_features)
@@ -122,7 +145,7 @@ class SitePolicy:
         True
         """
         rules = {"min_rows": None, "min_count": None, "max_parameters_per_row": None,
-                 "max_levels": None, "exact_extremes": True}
+                 "max_levels": None, "exact_extremes": True, "exact_scores": True}
         rules.update(kwargs)
         return cls(**rules)
 
@@ -131,7 +154,7 @@ class SitePolicy:
         """Whether any disclosure rule is on (a permissive policy changes no reply)."""
         return not (self.min_rows is None and self.min_count is None
                     and self.max_parameters_per_row is None and self.max_levels is None
-                    and self.exact_extremes)
+                    and self.exact_extremes and self.exact_scores)
 
     def refuse(self, protocol, site, rule, reason, remedy):
         """Raise :class:`TaskRefused` for a broken disclosure ``rule``, saying what to do."""
@@ -173,7 +196,7 @@ class SitePolicy:
     def __repr__(self):
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in (
             "min_rows", "min_count", "max_parameters_per_row", "max_levels", "exact_extremes",
-            "max_epsilon"))
+            "exact_scores", "max_epsilon", "privacy_budget"))
         return f"SitePolicy({shown})"
 
 

@@ -24,6 +24,7 @@ from sklearn_fed.neural_network._roles import minibatch  # noqa: E402
 from sklearn_fed.protocol import (  # noqa: E402
     InvalidClientMessage,
     SitePolicy,
+    TaskRefused,
     decode,
     encode,
     simulate_through_bytes,
@@ -31,6 +32,9 @@ from sklearn_fed.protocol import (  # noqa: E402
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand  # noqa: E402
 
 SGD = dict(optimizer=torch.optim.SGD)
+# Sites driven by hand release as fit's simulated sites (the default policy refuses a network
+# of more parameters than 0.33 x its rows, e.g. 259 from iris' 150 rows).
+PERMISSIVE = SitePolicy.permissive()
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +138,7 @@ def test_history_records_the_bytes_of_real_messages(iris):
     # a reply is one frame: the codec's m float32 values, its seed and loss, the framing
     net = FedMPDDClassifier(**kw)
     server = net.make_server()
-    site = net.make_client()
+    site = net.make_client(policy=PERMISSIVE)
     server.receive({0: site.respond(server.next_tasks([0])[0], X, y)})
     reply = site.respond(server.next_tasks([0])[0], X, y)
     frame = decode(reply, client=0)
@@ -227,7 +231,7 @@ def test_full_uplink_minibatch_round_equals_pooled_batch(iris):
     kw = dict(uplink="full", client_fraction=1.0, batch_size=4, lr=0.5, random_state=1, **SGD)
     net = FedMPDDClassifier(max_epochs=1, **kw)
     server = net.make_server()
-    sites = {s: net.make_client() for s in range(5)}
+    sites = {s: net.make_client(policy=PERMISSIVE) for s in range(5)}
     tasks = server.next_tasks(range(5))
     server.receive({s: sites[s].respond(t, X[clients == s], y[clients == s])
                     for s, t in tasks.items()})
@@ -369,7 +373,7 @@ def test_a_round_that_fails_at_the_server_is_undone(iris):
     X, y = iris
     net = FedMPDDClassifier(n_directions=8, max_epochs=3, lr=1e38, random_state=0, **SGD)
     server = net.make_server()
-    site = net.make_client()
+    site = net.make_client(policy=PERMISSIVE)
     tasks = server.next_tasks([0])
     server.receive({0: site.respond(tasks[0], X, y)})
     params = [p.detach().clone() for p in net.module_.parameters()]
@@ -402,7 +406,7 @@ def test_a_malformed_reply_is_rejected_naming_the_site(iris, change, match):
     X, y = iris
     net = FedMPDDClassifier(n_directions=8, max_epochs=2, client_fraction=1.0, random_state=0)
     server = net.make_server()
-    sites = {s: net.make_client() for s in (0, 1)}
+    sites = {s: net.make_client(policy=PERMISSIVE) for s in (0, 1)}
     tasks = server.next_tasks([0, 1])
     server.receive({s: sites[s].respond(t, X[s::2], y[s::2]) for s, t in tasks.items()})
     before = pickle.dumps(net)
@@ -429,7 +433,7 @@ def test_a_site_refuses_a_malformed_task(iris, change, match):
     X, y = iris
     net = FedMPDDClassifier(n_directions=8, max_epochs=2, random_state=0)
     server = net.make_server()
-    site = net.make_client()
+    site = net.make_client(policy=PERMISSIVE)
     tasks = server.next_tasks([0])
     server.receive({0: site.respond(tasks[0], X, y)})
     task = _tampered(server.next_tasks([0])[0], change)
@@ -441,7 +445,7 @@ def test_a_site_with_unknown_labels_says_so(iris):
     X, y = iris
     net = FedMPDDClassifier(n_directions=8, max_epochs=1, random_state=0)
     server = net.make_server()
-    site = net.make_client()
+    site = net.make_client(policy=PERMISSIVE)
     server.receive({0: site.respond(server.next_tasks([0])[0], X, y)})
     with pytest.raises(ValueError, match="not among the task's classes"):
         site.respond(server.next_tasks([0])[0], X, y + 5)
@@ -452,13 +456,13 @@ def test_local_noise_comes_from_the_site_unless_seeded(iris):
     kw = dict(uplink="gaussian", noise_scale=1.0, max_epochs=1, client_fraction=1.0)
     net = FedMPDDClassifier(random_state=None, **kw)
     server = net.make_server()
-    site = net.make_client()
+    site = net.make_client(policy=PERMISSIVE)
     server.receive({0: site.respond(server.next_tasks([0])[0], X, y)})
     task = server.next_tasks([0])[0]
-    one, two = (decode(net.make_client().respond(task, X, y)).arrays["g"] for _ in range(2))
+    one, two = (decode(net.make_client(policy=PERMISSIVE).respond(task, X, y)).arrays["g"] for _ in range(2))
     assert not np.array_equal(one, two)  # the server cannot know (or remove) the noise
     seeded = FedMPDDClassifier(random_state=0, **kw)  # reproducible: for simulations
-    one, two = (decode(seeded.make_client().respond(task, X, y)).arrays["g"] for _ in range(2))
+    one, two = (decode(seeded.make_client(policy=PERMISSIVE).respond(task, X, y)).arrays["g"] for _ in range(2))
     np.testing.assert_array_equal(one, two)
 
 
@@ -470,7 +474,7 @@ def test_dataframe_sites_may_order_columns_differently(iris):
     kw = dict(n_directions=8, max_epochs=2, client_fraction=1.0, random_state=0)
     net = FedMPDDClassifier(**kw)
     server = net.make_server(feature_names=names)
-    sites = {s: net.make_client() for s in range(3)}
+    sites = {s: net.make_client(policy=PERMISSIVE) for s in range(3)}
     parts = {s: frame.iloc[s::3][list(reversed(names)) if s == 1 else names] for s in range(3)}
     tasks = server.next_tasks(range(3))
     while tasks:
@@ -557,3 +561,23 @@ def test_missing_torch_names_the_extra(monkeypatch):
                         lambda name, *a: None if name == "skorch" else real(name, *a))
     with pytest.raises(ImportError, match=r"sklearn-fed\[nn\]"):
         nn_pkg.__getattr__("FedMPDDClassifier")
+
+
+def test_the_parameters_per_row_rule_counts_the_networks_parameters(iris):
+    # an MLP of 4 features, 8 hidden units, 3 classes: 4*8+8 + 8*3+3 = 67 parameters, not
+    # the (4 + 1) * 1 of a linear model; 0.33 * 150 rows allow 49
+    X, y = iris
+    net = FedMPDDClassifier(module__hidden_units=8, n_directions=4, max_epochs=1,
+                            random_state=0)
+    server = net.make_server()
+    labels = [0]
+    describe = server.next_tasks(labels)
+    server.receive({0: net.make_client().respond(describe[0], X, y)})  # labels only: answered
+    train = server.next_tasks(labels)[0]
+    with pytest.raises(TaskRefused, match=(
+            r"rule max_parameters_per_row=0\.33: a model of 67 parameters from 150 rows "
+            r"exceeds 0\.33 parameters per row\. What you can do: use fewer features, or at "
+            r"least 204 rows")):
+        net.make_client().respond(train, X, y)
+    assert sum(p.numel() for p in server.estimator.module_.parameters()) == 67
+    net.make_client(policy=SitePolicy(max_parameters_per_row=0.5)).respond(train, X, y)

@@ -1,6 +1,7 @@
 """Disclosure control: every reply of every estimator, decoded, under the default site policy."""
 
 import importlib.util
+import itertools
 import math
 
 import numpy as np
@@ -31,6 +32,13 @@ from sklearn_fed import (
 )
 from sklearn_fed.compose import FederatedColumnTransformer
 from sklearn_fed.flower import NodeSettings
+from sklearn_fed.metrics import FederatedEvaluator
+from sklearn_fed.model_selection import (
+    FederatedGridSearchCV,
+    FederatedRandomizedSearchCV,
+    LeaveSitesOut,
+)
+from sklearn_fed.model_selection._validate import _CrossValidation
 from sklearn_fed.pipeline import make_federated_pipeline
 from sklearn_fed.protocol import SitePolicy, TaskRefused, decode, simulated_policy
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
@@ -265,9 +273,12 @@ def test_flower_node_config_sets_the_disclosure_rules():
             node.policy.max_levels, node.policy.exact_extremes) == (3, 3, 0.33, 40, False)
     node = NodeSettings.from_node_config({
         "site": "a", "data-path": "a.csv", "min-rows": 0, "min-count": 5,
-        "max-parameters-per-row": 0.1, "max-levels": 0, "exact-extremes": True})
+        "max-parameters-per-row": 0.1, "max-levels": 0, "exact-extremes": True,
+        "exact-scores": True})
     assert (node.policy.min_rows, node.policy.min_count, node.policy.max_parameters_per_row,
             node.policy.max_levels, node.policy.exact_extremes) == (None, 5, 0.1, None, True)
+    assert node.policy.exact_scores and not NodeSettings.from_node_config(
+        {"site": "a", "data-path": "a.csv"}).policy.exact_scores
     with pytest.raises(ValueError, match="exact-extremes"):
         NodeSettings.from_node_config({"site": "a", "data-path": "a.csv",
                                        "exact-extremes": "yes"})
@@ -278,3 +289,183 @@ def test_policy_thresholds_are_checked():
         SitePolicy(min_count=0)
     assert not SitePolicy.permissive().controls_disclosure and SitePolicy().controls_disclosure
     assert math.isclose(SitePolicy().max_parameters_per_row, 0.33)
+
+
+# ---------------------------------------------------------------- evaluation and searches
+def _noisy_labels(X, rng):
+    # labels a linear model gets wrong often enough that no confusion cell is small
+    return (X[:, 0] + rng.normal(scale=1.5, size=len(X)) > 0).astype(int)
+
+
+def _evaluation_data():
+    X, _, clients = disclosive_data(FederatedLogisticRegression())
+    rng = np.random.default_rng(1)
+    return X, _noisy_labels(X, rng), X[:, 0] - np.clip(X[:, 1], -3, 3) + rng.normal(
+        size=len(X)), clients
+
+
+def _evaluators():
+    X, y_class, y_reg, clients = _evaluation_data()
+    classifier = FederatedLogisticRegression().fit(X, y_class, clients=clients)
+    regressor = FederatedRidge().fit(X, y_reg, clients=clients)
+    return [
+        (FederatedEvaluator(classifier, metrics=[
+            "accuracy", "f1", "confusion_matrix", "roc_auc", "average_precision", "log_loss",
+            "brier_score"]), True),
+        (FederatedEvaluator(regressor, metrics=["r2", "mean_absolute_error"]), False),
+    ]
+
+
+SEARCHES = [
+    (FederatedGridSearchCV(FederatedLogisticRegression(), {"C": [0.1, 1.0]}, cv=2,
+                           scoring="roc_auc"), True),
+    (FederatedRandomizedSearchCV(FederatedRidge(), {"alpha": [0.1, 10.0, 100.0]}, n_iter=2,
+                                 random_state=0, cv=LeaveSitesOut()), False),
+    # the steps inside a search are screened as the steps of a fit: no outlier from min-max
+    (FederatedGridSearchCV(make_federated_pipeline(
+        FederatedColumnTransformer([
+            ("minmax", FederatedMinMaxScaler(), [0, 1]),
+            ("onehot", FederatedOneHotEncoder(handle_unknown="ignore"), [2])]),
+        FederatedRidge()), {"federatedridge__alpha": [1.0, 10.0]}, cv=2), False),
+    (_CrossValidation(FederatedLogisticRegression(), scoring=["roc_auc", "neg_log_loss"], cv=2),
+     True),
+]
+
+
+def _check_tables(site, frame):
+    """Every score bin and confusion cell of a (possibly nested) reply backed by 0 or >= 3 rows."""
+    for name, array in frame.arrays.items():
+        base = name.rsplit(".", 1)[-1]
+        if base in ("cm_counts", "pos_counts", "neg_counts"):
+            small = (array > 0) & (array < 3)
+            assert not small.any(), f"site {site!r} released {base} {array.tolist()}"
+
+
+def _evaluation_replies(estimator, X, y, clients, policy):
+    replies = []
+
+    def keep(site, reply):
+        replies.append((site, decode(reply)))
+        return reply
+
+    server, _ = run_protocol_by_hand(estimator, X, y, clients, tamper=keep, policy=policy)
+    return server, replies
+
+
+@pytest.mark.parametrize("case", range(len(SEARCHES) + 2))
+def test_default_policy_screens_every_evaluation_and_search_message(case):
+    X, y_class, y_reg, clients = _evaluation_data()
+    estimator, classifies = (_evaluators() + SEARCHES)[case]
+    y = y_class if classifies else y_reg
+    server, replies = _evaluation_replies(clone(estimator) if case >= 2 else estimator,
+                                          X, y, clients, SitePolicy())
+    assert replies and server.round >= 1
+    scores_seen = 0
+    for site, frame in replies:
+        rows = clients == site
+        rare = rare_values(X[rows], y[rows])
+        leaked = [v for v in released(frame) if isinstance(v, float) and v in rare]
+        assert not leaked, f"site {site!r} released {leaked[:3]} ({frame.kind})"
+        _check_tables(site, frame)
+        if case == 0:  # the evaluator: no released score is a single row's score
+            own = set(estimator.estimator.decision_function(X[rows]).tolist())
+            assert not own & set(frame.arrays["scores"].tolist())
+            scores_seen += len(frame.arrays["scores"])
+    assert case != 0 or scores_seen > 0
+
+
+def _binned_from_the_release(scores, labels, frame, k=3):
+    """Each row's score replaced by the mean score of the bin the site released it in.
+
+    The released bins are read back onto the site's rows (sorted by score, whole
+    groups of equal scores), checking that they partition them and that every
+    class count of every bin is 0 or at least ``k``.
+    """
+    counts = frame.arrays["pos_counts"] + frame.arrays["neg_counts"]
+    order = np.argsort(scores, kind="stable")
+    edges = np.r_[0, np.cumsum(counts)]
+    assert edges[-1] == len(scores)
+    out = np.empty(len(scores))
+    for j, (a, b) in enumerate(itertools.pairwise(edges)):
+        rows = order[a:b]
+        assert b == len(scores) or scores[order[b - 1]] < scores[order[b]]  # whole groups
+        positives = int(labels[rows].sum())
+        assert positives == frame.arrays["pos_counts"][j]
+        assert all(c == 0 or c >= k for c in (positives, len(rows) - positives))
+        out[rows] = scores[rows].mean()
+        assert math.isclose(out[rows][0], frame.arrays["scores"][j], rel_tol=1e-12)
+    return out
+
+
+def test_roc_auc_under_the_default_policy_is_exact_on_the_site_bins_and_exact_with_the_opt_in():
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    X, y, _, clients = _evaluation_data()
+    model = FederatedLogisticRegression().fit(X, y, clients=clients)
+    scores = model.decision_function(X)
+    evaluator = FederatedEvaluator(model, metrics=["roc_auc", "average_precision"])
+    server, replies = _evaluation_replies(evaluator, X, y, clients, SitePolicy())
+    binned = np.empty(len(y))
+    for site, frame in replies:
+        rows = clients == site
+        binned[rows] = _binned_from_the_release(scores[rows], y[rows], frame)
+    assert len(np.unique(binned)) < len(np.unique(scores)) / 3  # merged, much
+    controlled = server.estimator.scores_
+    assert math.isclose(controlled["roc_auc"], roc_auc_score(y, binned), rel_tol=1e-12)
+    assert math.isclose(controlled["average_precision"], average_precision_score(y, binned),
+                        rel_tol=1e-12)
+    with simulated_policy(SitePolicy()):  # fit's simulated sites: the same
+        assert clone(evaluator).set_params(estimator=model).fit(
+            X, y, clients=clients).scores_ == controlled
+    with simulated_policy(SitePolicy(exact_scores=True)):  # the opt-in: every distinct score
+        exact = clone(evaluator).set_params(estimator=model).fit(X, y, clients=clients)
+    assert exact.scores_["roc_auc"] == roc_auc_score(y, scores)
+    assert exact.scores_["average_precision"] == average_precision_score(y, scores)
+
+
+def test_evaluation_refusals_name_the_rule_and_the_threshold():
+    X, y, _, clients = _evaluation_data()
+    rows = clients == 0
+    model = FederatedLogisticRegression().fit(X, y, clients=clients)
+    y_one = np.zeros(rows.sum(), dtype=int)
+    y_one[0] = 1  # one positive row: every table of this site has a cell of 1
+    for metric, message in [
+        ("accuracy", (r"rule min_count=3: its confusion matrix has \d+ cell\(s\) of 1 to 2 "
+                      r"rows \(the smallest: 1\), fewer than 3\. What you can do: Evaluate")),
+        ("roc_auc", (r"rule min_count=3: its rows' scores cannot be binned with at least 3 "
+                     r"rows of each class per bin: the classes have \[1, 59\] rows\. What you")),
+    ]:
+        evaluator = FederatedEvaluator(model, metrics=[metric])
+        task = evaluator.make_server().next_tasks(["a"])["a"]
+        with pytest.raises(TaskRefused, match=message):
+            evaluator.make_client(site="a").respond(task, X[rows], y_one)
+        # the opt-ins release it
+        policy = SitePolicy(min_count=1) if metric == "accuracy" else SitePolicy(
+            exact_scores=True)
+        evaluator.make_client(policy=policy).respond(task, X[rows], y_one)
+    with pytest.raises(TaskRefused, match="rule min_rows=3"):
+        evaluator.make_client().respond(task, X[:2], y[:2])
+    # an evaluation fits no model: many features from few rows are not refused for that
+    task = FederatedEvaluator(model, metrics=["log_loss"]).make_server().next_tasks(["a"])["a"]
+    FederatedEvaluator(model, metrics=["log_loss"]).make_client().respond(task, X[:6], y[:6])
+
+
+def test_a_deployed_search_site_screens_its_parts_with_the_default_policy():
+    X, _, y_reg, clients = _evaluation_data()
+    search = SEARCHES[2][0]
+    replies_default = _evaluation_replies(clone(search), X, y_reg, clients, SitePolicy())[1]
+    permissive = _evaluation_replies(clone(search), X, y_reg, clients,
+                                     SitePolicy.permissive())[1]
+    outliers = {OUTLIER + s for s in range(3)}
+    assert outliers & {v for _, f in permissive for v in released(f)}  # released without rules
+    assert not outliers & {v for _, f in replies_default for v in released(f)}
+    # a site made without a policy applies SitePolicy() to every part it answers
+    server, site = clone(search).make_server(), clone(search).make_client()
+    tasks, seen = server.next_tasks([0, 1, 2]), set()
+    while tasks:
+        replies = {s: site.respond(t, X[clients == s], y_reg[clients == s])
+                   for s, t in tasks.items()}
+        seen.update(v for r in replies.values() for v in released(decode(r)))
+        server.receive(replies)
+        tasks = server.next_tasks([0, 1, 2])
+    assert len(seen) > 100 and not outliers & seen
