@@ -23,9 +23,11 @@ demo: $(STAMP)
 	$(PY) examples/demo_diabetes.py
 
 # lint-imports first: the import layers of pyproject.toml's [tool.importlinter] (issue 26)
+# --dist loadgroup: the real-SuperNode tests (xdist_group "flower-federation") share one
+# federation, so they must run on one worker
 test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -n 2 --durations=15
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=15
 
 # scikit-learn's own test files through the federated adapters, with the few tests
 # whose time goes to scikit-learn's cross-validated references (`make test` skips them)

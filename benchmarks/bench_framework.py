@@ -10,6 +10,12 @@ Usage::
 
     python benchmarks/bench_framework.py                  # 2e5 x 50, 10 sites, 7 runs
     python benchmarks/bench_framework.py --rows 50000 --runs 3
+    python benchmarks/bench_framework.py --blas-threads 1   # both sides on one BLAS thread
+    python benchmarks/bench_framework.py --only Logistic
+
+``--blas-threads`` limits BLAS on both sides (threadpoolctl): on a loaded
+machine, threaded BLAS waits for cores it cannot get, and the ratio then
+measures the load more than the code.
 """
 
 import argparse
@@ -20,8 +26,13 @@ import numpy as np
 from sklearn.decomposition import PCA
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
-from sklearn_fed import FederatedLogisticRegression, FederatedPCA, FederatedStandardScaler
+from sklearn_fed import (
+    FederatedLogisticRegression,
+    FederatedPCA,
+    FederatedStandardScaler,
+)
 
 
 def _pairs(X, y, clients):
@@ -53,15 +64,27 @@ def main(argv=None):
     parser.add_argument("--features", type=int, default=50)
     parser.add_argument("--sites", type=int, default=10)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--blas-threads", type=int, default=None,
+                        help="BLAS threads for both sides (default: the library's own)")
+    parser.add_argument("--only", default="",
+                        help="only the estimators whose name contains this (e.g. Logistic)")
     args = parser.parse_args(argv)
+    with threadpool_limits(args.blas_threads):
+        _compare(args)
+
+
+def _compare(args):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(args.rows, args.features))
     y = (X @ rng.normal(size=args.features) + rng.normal(size=args.rows) > 0).astype(int)
     clients = rng.integers(0, args.sites, size=args.rows)
+    threads = "" if args.blas_threads is None else f", {args.blas_threads} BLAS thread(s)"
     print(f"{args.rows} x {args.features}, {args.sites} sites, median of {args.runs} "
-          "interleaved runs")
+          f"interleaved runs{threads}")
     print(f"{'estimator':<29} | {'federated ms':>12} | {'sklearn ms':>10} | ratio")
     for name, (federated, pooled) in _pairs(X, y, clients).items():
+        if args.only not in name:
+            continue
         federated(), pooled()  # warm up (imports, BLAS threads)
         times = [(_seconds(federated), _seconds(pooled)) for _ in range(args.runs)]
         fed = statistics.median(t for t, _ in times)

@@ -16,15 +16,20 @@ An estimator declares its roles (``_server_role``, ``_client_role``) and its
 parameters; its public ``fit`` keeps its own docstring and is one line.
 """
 
+import functools
+import inspect
+import textwrap
+
 import numpy as np
 from sklearn.utils.validation import _num_samples
 
 from ._clients import group_rows_by_client, known_labels, take_clients
-from .protocol import FederatedMixin, InvalidClientMessage, run_simulation
+from ._compat import _fit_context
+from .protocol import FederatedMixin, InvalidClientMessage, atomic, run_simulation
 from .protocol._schema import nan_advice
 from .utils._collections import is_dask_collection
 
-__all__ = ["FederatedEstimatorMixin", "set_federation_attributes"]
+__all__ = ["FederatedEstimatorMixin", "fit_method", "set_federation_attributes"]
 
 
 def set_federation_attributes(estimator, schema, ledger, clients, *, previous_clients=(),
@@ -223,3 +228,83 @@ class FederatedEstimatorMixin(FederatedMixin):
     def _fitted_feature_names(self):
         names = getattr(self, "feature_names_in_", None)
         return None if names is None else [str(name) for name in names]
+
+
+#: The parameters of a ``fit`` as :func:`fit_method` documents them: ``(type, description)``.
+_FIT_PARAMETERS = {
+    "X": ("{array-like, sparse matrix} of shape (n_samples, n_features)", "Training rows."),
+    "y": ("array-like of shape (n_samples,) or (n_samples, n_targets)", "Targets."),
+    "sample_weight": ("array-like of shape (n_samples,), default=None",
+                      "Non-negative row weights."),
+    "clients": ("array-like of shape (n_samples,), default=None",
+                "Client label of each row (any hashable). ``None``: one client."),
+}
+
+
+def fit_method(method=None, *, partial=False, prefer_skip_nested_validation=True,
+               **descriptions):
+    """Make ``method``, whose body calls :meth:`FederatedEstimatorMixin._fit`, a public ``fit``.
+
+    It adds what every ``fit`` shares: scikit-learn's parameter validation
+    (``_fit_context``), :func:`~sklearn_fed.protocol.atomic`, and the
+    Parameters (read from the signature) and Returns sections of the
+    docstring, appended to the method's own summary.
+
+    Parameters
+    ----------
+    method : callable, default=None
+        The method; None returns the decorator with the other arguments bound.
+    partial : bool or str, default=False
+        Document a ``partial_fit``: the parameters not in ``descriptions`` are
+        listed together as "As in :meth:`fit`." (or as this text).
+    prefer_skip_nested_validation : bool, default=True
+        As in ``_fit_context``: False for a ``fit`` that fits estimators given
+        as parameters (a pipeline's steps).
+    **descriptions : str or tuple of (str, str)
+        By parameter name, its description or ``(type, description)``. ``X``,
+        ``y``, ``sample_weight`` and ``clients`` have defaults (``y=None`` in
+        the signature: ignored); any other parameter must be described.
+
+    Returns
+    -------
+    method : callable
+        The decorated method.
+
+    Examples
+    --------
+    >>> from sklearn_fed import FederatedEmpiricalCovariance
+    >>> print(*FederatedEmpiricalCovariance.fit.__doc__.splitlines()[2:7], sep="\\n")
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The rows, as EmpiricalCovariance's ``fit`` takes them.
+    y : None
+    """
+    if method is None:
+        return functools.partial(fit_method, partial=partial, **descriptions,
+                                 prefer_skip_nested_validation=prefer_skip_nested_validation)
+    shared, entries = [], []
+    for parameter in list(inspect.signature(method).parameters.values())[1:]:
+        name, described = parameter.name, descriptions.get(parameter.name)
+        if parameter.kind is parameter.VAR_KEYWORD:
+            name = f"**{name}"
+        if partial and described is None:
+            shared.append(name)
+            continue
+        kind, text = ("None", "Ignored.") if name == "y" and parameter.default is None else (
+            _FIT_PARAMETERS.get(name, (None, None)))
+        kind, text = described if isinstance(described, tuple) else (kind, described or text)
+        if text is None:
+            raise TypeError(f"fit_method: describe {name!r} of {method.__qualname__}.")
+        entries.append((name if kind is None else f"{name} : {kind}", text))
+    if shared:
+        entries.insert(0, (", ".join(shared), partial if isinstance(partial, str) else (
+            "As in :meth:`fit`.")))
+    lines = [inspect.cleandoc(method.__doc__), "", "Parameters", "----------"]
+    for entry, text in entries:
+        lines += [entry, textwrap.fill(text, 79, initial_indent="    ",
+                                       subsequent_indent="    ")]
+    lines += ["", "Returns", "-------", "self : object", "    The fitted estimator."]
+    method.__doc__ = "\n".join(lines)
+    context = _fit_context(prefer_skip_nested_validation=prefer_skip_nested_validation)
+    return context(atomic(method))

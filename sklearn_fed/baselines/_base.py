@@ -31,18 +31,15 @@ from sklearn.utils.extmath import safe_sparse_dot
 from .._compat import (
     Interval,
     StrOptions,
-    _check_sample_weight,
-    _fit_context,
     check_is_fitted,
     validate_data,
 )
-from ..base import FederatedEstimatorMixin, set_federation_attributes
-from ..linear_model._base import validate_regression
+from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
+from ..linear_model._base import rows_and_weights, validate_regression
 from ..protocol import (
     Client,
     InvalidClientMessage,
     Server,
-    atomic,
     label_key,
     sorted_labels,
 )
@@ -702,33 +699,17 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         return 0.0
 
     # ---------------------------------------------------------------- public
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(
+        sample_weight="Non-negative row weights; a client's aggregation weight is the sum "
+                      "of its rows' weights.",
+        clients="Client label of each row (any hashable). ``None``: all rows belong to one "
+                "client (then FedAvg is plain local gradient descent).",
+    )
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Run the setup round and ``n_rounds`` rounds from a zero model.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative row weights; a client's aggregation weight is the sum
-            of its rows' weights.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row (any hashable). ``None``: all rows belong
-            to one client (then FedAvg is plain local gradient descent).
-
-        Returns
-        -------
-        self : object
-            Fitted estimator.
-        """
+        """Run the setup round and ``n_rounds`` rounds from a zero model."""
         return self._fit(X, y, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y, sample_weight=None, clients=None):
         """Run the setup round and exactly one more model round on the rows given.
 
@@ -739,16 +720,6 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         announce their weights and means for the rows of this call (pass the
         same rows to continue training), then train one round. A call that
         raises leaves the estimator unchanged.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : object
-            Updated estimator.
         """
         # the setup round and one model round, on the first call too
         return self._fit(X, y, sample_weight, clients, partial=True, max_rounds=2)
@@ -778,12 +749,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
         X, y = validate_regression(self, X, y, reset=reset)
-        if sp.issparse(X):
-            X = X.tocsr()
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
+        X, sample_weight = rows_and_weights(X, sample_weight)
         return X, y, sample_weight
 
     def _fitted_state(self):

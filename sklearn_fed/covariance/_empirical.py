@@ -12,9 +12,8 @@ import numpy as np
 from sklearn.covariance import EmpiricalCovariance
 from sklearn.utils.validation import validate_data
 
-from .._compat import _fit_context  # scikit-learn's parameter validation
-from ..base import FederatedEstimatorMixin, set_federation_attributes
-from ..protocol import BlockwiseClient, InvalidClientMessage, Server, atomic
+from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
+from ..protocol import BlockwiseClient, InvalidClientMessage, Server
 from ..statistics import ClientStatistics, StreamingMerge
 
 __all__ = ["FederatedEmpiricalCovariance"]
@@ -161,25 +160,11 @@ class FederatedEmpiricalCovariance(FederatedEstimatorMixin, EmpiricalCovariance)
     _client_role = EmpiricalCovarianceClient
     _exact_federation = True  # any split of the rows into sites gives the same model
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(X=("array-like of shape (n_samples, n_features)",
+                   "The rows, as EmpiricalCovariance's ``fit`` takes them."),
+                clients="Site label of each row. ``None``: one site.")
     def fit(self, X, y=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            The rows, as EmpiricalCovariance's ``fit`` takes them.
-        y : None
-            Ignored.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedEmpiricalCovariance
-            The fitted estimator.
-        """
+        """Fit on rows split among sites by ``clients``: one message per site."""
         return self._fit(X, None, None, clients)
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):

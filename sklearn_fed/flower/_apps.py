@@ -20,7 +20,7 @@ One run:
    ClientApp) or not at all is dropout: left out of this round and of later
    ones. Fewer than ``min-nodes`` replies stops the run. The server checks
    every reply, then applies the round; repeat until it has no more tasks.
-4. Save ``server.estimator`` to ``model-path`` (skops, see
+3. Save ``server.estimator`` to ``model-path`` (skops, see
    :func:`~sklearn_fed.flower.save_model`).
 """
 
@@ -64,13 +64,6 @@ _CONFIGURED = frozenset({"estimator", "key", "policy", "site"})  # rebuilt for e
 
 
 # ---------------------------------------------------------------- client side
-def _error_reply(message, exc):
-    return Message(
-        Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"),
-        reply_to=message,
-    )
-
-
 def roll_call(message, context):
     """A node's answer to the roll call: its site label (JSON), from its node config."""
     node = NodeSettings.from_node_config(context.node_config)
@@ -144,15 +137,11 @@ def respond(task, node, estimator, client):
 def answer_task(message, context):
     """A node's answer to one task: ``make_client(...).respond`` on its own rows.
 
-    Flower starts a new process for every message, so what a client role
-    keeps between rounds (rows held back, a round's secret key) is saved in
-    the node's ``context.state`` (it never leaves the node) and restored for
-    the next message of the run (a site worker, see
-    :mod:`sklearn_fed.flower.worker`, keeps the role in memory instead).
-
-    A task the site refuses (its policy), one that is not authentic, or rows
-    it cannot use are answered with an error reply that says why; the server
-    treats the site as dropout.
+    What the client role keeps between rounds is restored from, and saved to,
+    the node's ``context.state`` (see :mod:`._state`; a site worker keeps the
+    role in memory instead). A task the site refuses (its policy), one that is
+    not authentic, or rows it cannot use are answered with an error reply that
+    says why; the server treats the site as dropout.
     """
     try:
         record = message.content.config_records.get(RECORD)
@@ -163,7 +152,8 @@ def answer_task(message, context):
         reply = respond(task, node, estimator, client)
     except (TaskRefused, InvalidClientMessage, ValueError) as exc:
         _log.warning("sklearn-fed: not answering: %s", exc)
-        return _error_reply(message, exc)
+        return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                             reason=f"{type(exc).__name__}: {exc}"), reply_to=message)
     context.state[STATE_RECORD] = ConfigRecord(kept_state(client))
     return Message(RecordDict({RECORD: ConfigRecord({"reply": reply})}), reply_to=message)
 
@@ -201,15 +191,11 @@ def _exchange(grid, outgoing, *, timeout, poll_interval):
     """
     sites = list(outgoing)
     ids = list(grid.push_messages([outgoing[site] for site in sites]))
-    failed = {}
     if len(ids) != len(sites):  # e.g. the SuperLink refused an oversized request
-        return {}, {site: "the SuperLink did not accept the message." for site in sites}
-    site_of = {}
-    for site, message_id in zip(sites, ids):
-        if message_id is None:
-            failed[site] = "the SuperLink did not accept the message."
-        else:
-            site_of[message_id] = site
+        ids = [None] * len(sites)
+    failed = {site: "the SuperLink did not accept the message."
+              for site, message_id in zip(sites, ids) if message_id is None}
+    site_of = {message_id: site for site, message_id in zip(sites, ids) if message_id is not None}
     pending, replies = set(site_of), {}
     deadline = time.monotonic() + timeout
     while pending:

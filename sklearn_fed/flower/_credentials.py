@@ -1,19 +1,11 @@
 """TLS certificates and SuperNode keys for a Flower federation, made with ``cryptography``.
 
-What an operator makes once per federation (see :doc:`/deploying_flower`):
-
-- a certificate authority (CA) and, signed by it, the SuperLink's server
-  certificate for the host names and addresses the SuperNodes dial; every
-  SuperNode and the ``flwr`` CLI are given the CA certificate
-  (``--root-certificates``, ``root-certificates``) and refuse a SuperLink
-  whose certificate it did not sign;
-- one key pair per SuperNode (ECDSA P-384, OpenSSH format, as
-  ``flower-supernode --auth-supernode-private-key`` reads it): the public
-  half is enrolled at the SuperLink (``flwr supernode register``), which
-  then refuses every node whose key was not.
-
-These are the files :class:`~sklearn_fed.flower.LocalFederation` makes for
-its own processes; production CAs are usually an organisation's own.
+What an operator makes once per federation (see :doc:`/deploying_flower`): a
+certificate authority and the SuperLink's certificate signed by it, which
+every SuperNode and the ``flwr`` CLI check, and one key pair per SuperNode,
+whose public half is enrolled at the SuperLink. These are the files
+:class:`~sklearn_fed.flower.LocalFederation` makes for its own processes;
+production CAs are usually an organisation's own.
 """
 
 import datetime

@@ -1,17 +1,13 @@
 """A real Flower federation on this machine: one SuperLink, one SuperNode per site.
 
-Every process listens on 127.0.0.1 only, on free ports. It is deployed as a
-production federation is (:doc:`/deploying_flower`): the SuperLink serves
-TLS with a certificate signed by a CA made for the federation, only
-SuperNodes whose keys were enrolled (``flwr supernode register``) may join,
-every site has its own HMAC key, and each site's tasks are answered by its
-long-running worker (:mod:`sklearn_fed.flower.worker`). The SuperLink runs with
-``--disable-runtime-dependency-installation``, so apps use the installed
-sklearn-fed; every process gets this interpreter's ``bin`` on ``PATH`` and
-the directory holding the imported :mod:`sklearn_fed` on ``PYTHONPATH``,
-so nodes run exactly the code the caller runs. Waits are bounded, and every
-process started here is ended by its PID (with the processes it spawned),
-also on error and on timeout.
+Deployed as a production federation is (:doc:`/deploying_flower`; TLS,
+enrolled node keys, HMAC site keys, site workers), with every process on
+127.0.0.1. The SuperLink runs with ``--disable-runtime-dependency-installation``
+and every process gets this interpreter's ``bin`` on ``PATH`` and the
+directory holding the imported :mod:`sklearn_fed` on ``PYTHONPATH``, so nodes
+run exactly the code the caller runs. Waits are bounded, and every process
+started here is ended by its PID (with the processes it spawned), also on
+error and on timeout.
 """
 
 import json
@@ -26,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -263,17 +260,21 @@ class LocalFederation:
         self._closed = False
         try:
             self._prepare()
-            self._start_superlink()
-            if self.workers:
-                for index, label in enumerate(self.sites):
-                    self._start_worker(index, label)
-                self._wait_workers()
+            deadline = time.monotonic() + self.startup_timeout
+            for index, label in enumerate(self.sites if self.workers else ()):
+                self._workers[label] = self._popen(f"worker-{index}", [
+                    sys.executable, "-m", "sklearn_fed.flower.worker",
+                    "--socket", str(self._sockets / f"{index}.sock"),
+                ], f"site-{index}")
+            self._start_superlink(deadline)
+            if self.node_auth:  # one `flwr supernode register` (a CLI process) per site, at once
+                with ThreadPoolExecutor(min(len(self.sites), 4)) as pool:
+                    list(pool.map(self._enroll, [public for _, public in self._node_keys.values()]))
             for index, label in enumerate(self.sites):
-                if self.node_auth:
-                    self._enroll(self._node_keys[label][1])
-                self._start_supernode(index, label)
-            self._wait_online(len(self.sites))
-            self._node_sites = self._read_node_ids()
+                private_key = self._node_keys[label][0] if self.node_auth else None
+                self._supernodes[label] = self._popen(f"supernode-{index}", self._supernode_command(
+                    self._node_configs[label], private_key=private_key), f"site-{index}")
+            self._wait_ready(deadline)
         except BaseException:
             self.close(failed=True)
             raise
@@ -365,11 +366,10 @@ class LocalFederation:
         missing = [label for label in self.sites if label not in self.keys]
         if missing:
             raise ValueError(f"keys has no key for site(s) {missing}.")
+        keys = {label: self.keys[label] for label in self.sites}
         # key files and the server's keys file hold text
-        return {
-            label: key.decode("utf-8") if isinstance(key, bytes) else str(key)
-            for label, key in ((label, self.keys[label]) for label in self.sites)
-        }
+        return {label: key.decode("utf-8") if isinstance(key, bytes) else str(key)
+                for label, key in keys.items()}
 
     def _write_data(self, index, label, data):
         if isinstance(data, (str, os.PathLike)):
@@ -401,7 +401,7 @@ class LocalFederation:
             start_new_session=True,  # a Ctrl-C in the caller's terminal is ours to handle
         )
 
-    def _start_superlink(self):
+    def _start_superlink(self, deadline):
         self._port = _free_port()
         security = ["--insecure"] if self._tls is None else [
             "--ssl-ca-certfile", str(self._tls["ca"]), "--ssl-certfile", str(self._tls["cert"]),
@@ -412,14 +412,8 @@ class LocalFederation:
             _tool("flower-superlink"), *security, "--disable-runtime-dependency-installation",
             "--host", "127.0.0.1", "--port", str(self._port),
         ], "superlink")
-        deadline = time.monotonic() + self.startup_timeout
-        while not _port_open(self._port):
-            self._check_alive(self._superlink, "superlink")
-            if time.monotonic() > deadline:
-                raise TimeoutError(self._explain(
-                    f"the SuperLink did not open port {self._port} within "
-                    f"{self.startup_timeout:g} s.", "superlink"))
-            time.sleep(0.2)
+        self._wait(lambda: _port_open(self._port), deadline, {"superlink": self._superlink},
+                   f"the SuperLink did not open port {self._port}", "superlink")
         home = self.workdir / "homes" / "cli"
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(tomli_w.dumps({"superlink": {
@@ -440,13 +434,6 @@ class LocalFederation:
             # a node the SuperLink refuses gives up (and says why) instead of retrying forever
             "--max-retries", "3", "--max-wait-time", "30",
         ]
-
-    def _start_supernode(self, index, label):
-        private_key = self._node_keys[label][0] if self.node_auth else None
-        self._supernodes[label] = self._popen(
-            f"supernode-{index}",
-            self._supernode_command(self._node_configs[label], private_key=private_key),
-            f"site-{index}")
 
     def _enroll(self, public_key):
         """Register a SuperNode's public key at the SuperLink (``flwr supernode register``)."""
@@ -480,23 +467,6 @@ class LocalFederation:
             ca=ca), name))
         return self.logs / f"{name}.log"
 
-    def _start_worker(self, index, label):
-        self._workers[label] = self._popen(f"worker-{index}", [
-            sys.executable, "-m", "sklearn_fed.flower.worker",
-            "--socket", str(self._sockets / f"{index}.sock"),
-        ], f"site-{index}")
-
-    def _wait_workers(self):
-        deadline = time.monotonic() + self.startup_timeout
-        for index, label in enumerate(self.sites):
-            while not (self._sockets / f"{index}.sock").is_socket():
-                self._check_alive(self._workers[label], f"worker-{index}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(self._explain(
-                        f"the worker of site {label!r} was not ready within "
-                        f"{self.startup_timeout:g} s.", f"worker-{index}"))
-                time.sleep(0.1)
-
     def _cli(self, *args, timeout=60.0):
         env = dict(self._env)
         env["FLWR_HOME"] = str(self.workdir / "homes" / "cli")
@@ -505,42 +475,41 @@ class LocalFederation:
             timeout=timeout, check=False,  # callers read the output
         )
 
-    def _wait_online(self, n_nodes):
-        deadline = time.monotonic() + self.startup_timeout
-        online = 0
-        while time.monotonic() < deadline:
-            for index, label in enumerate(self.sites):
-                self._check_alive(self._supernodes[label], f"supernode-{index}")
-            result = self._cli("supernode", "ls", CONNECTION, "--format", "json")
-            try:
-                nodes = json.loads(result.stdout)["nodes"]
-                online = sum(node.get("status") == "online" for node in nodes)
-            except (ValueError, KeyError, TypeError):
-                online = 0
-            if online >= n_nodes:
-                return
-            time.sleep(0.5)
-        raise TimeoutError(self._explain(
-            f"{online} of {n_nodes} SuperNodes were online after {self.startup_timeout:g} s.",
-            "superlink"))
+    def _wait(self, ready, deadline, processes, what, log_name):
+        """Poll ``ready()`` until true; fail when one of ``processes`` exits or at ``deadline``."""
+        while not ready():
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(self._explain(
+                        f"{name} exited with status {process.returncode}.", name))
+            if time.monotonic() > deadline:
+                raise TimeoutError(self._explain(
+                    f"{what} within {self.startup_timeout:g} s.", log_name))
+            time.sleep(0.1)
 
-    def _read_node_ids(self):
-        """``{node id: site}`` from the SuperNodes' logs, so runs skip the roll call.
+    def _wait_ready(self, deadline):
+        """Until every worker listens and every SuperNode is online.
 
-        Empty when a log does not say (then every run asks the nodes).
+        A SuperNode logs its id once the SuperLink has activated it (online):
+        its log is read, which costs nothing, rather than polling ``flwr
+        supernode ls`` (a CLI process each time). The ids are kept, so runs
+        skip the roll call.
         """
-        node_sites = {}
+        processes = {"superlink": self._superlink}
         for index, label in enumerate(self.sites):
-            match = re.search(r"SuperNode ID: (\d+)", _tail(self.logs / f"supernode-{index}.log"))
-            if match is None:
-                return {}
-            node_sites[match.group(1)] = label
-        return node_sites
-
-    def _check_alive(self, process, name):
-        if process.poll() is not None:
-            raise RuntimeError(self._explain(
-                f"{name} exited with status {process.returncode}.", name))
+            processes[f"supernode-{index}"] = self._supernodes[label]
+            if label in self._workers:
+                processes[f"worker-{index}"] = self._workers[label]
+        for index, label in enumerate(self.sites):
+            if label in self._workers:
+                socket_path = self._sockets / f"{index}.sock"
+                self._wait(socket_path.is_socket, deadline, processes,
+                           f"the worker of site {label!r} was not ready", f"worker-{index}")
+            log = self.logs / f"supernode-{index}.log"
+            self._wait(lambda log=log: "SuperNode ID: " in _tail(log, 10**6), deadline, processes,
+                       f"the SuperNode of site {label!r} was not online", f"supernode-{index}")
+            node_id = re.search(r"SuperNode ID: (\d+)", _tail(log, 10**6)).group(1)
+            self._node_sites[node_id] = label
 
     def _explain(self, what, log_name):
         self._failed = True
@@ -626,8 +595,8 @@ class LocalFederation:
         """``flwr run app`` with ``config``; returns when the ServerApp wrote ``result``.
 
         The ServerApp writes its result (atomically) as its last step: done
-        when it is there, without waiting for the CLI's log stream to wind
-        down; failed when the CLI exits without it.
+        when it is there (the log stream's end is waited for briefly, see
+        below); failed when the CLI exits without it.
         """
         overrides = run_dir / "run-config.toml"
         overrides.write_text(tomli_w.dumps(config))
@@ -645,10 +614,13 @@ class LocalFederation:
                     "stopped.", log_name))
             time.sleep(0.05)
         self.last_run_seconds = time.monotonic() - (deadline - timeout)
-        try:  # the CLI streams the run's last log lines (the server's summary), then exits
-            process.wait(timeout=_LOG_GRACE)
-        except subprocess.TimeoutExpired:
-            pass
+        # the CLI streams the run's last log lines, then exits, seconds later: done when
+        # the log names the result (the ServerApp's last line), or the CLI has exited
+        grace = time.monotonic() + _LOG_GRACE
+        log = self.logs / f"{log_name}.log"
+        while (process.poll() is None and time.monotonic() < grace
+               and str(result) not in _tail(log)):
+            time.sleep(0.05)
         _end_all([process], grace=0)
         if not result.exists():
             raise RuntimeError(self._explain(

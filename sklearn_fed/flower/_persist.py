@@ -1,22 +1,15 @@
 """Saving a fitted estimator so it can be loaded without pickle: skops.
 
-skops writes a zip of JSON schemas and ``.npy`` arrays and, on load,
-rebuilds only the types the caller trusts; an untrusted type in a file is
-refused before anything is constructed. :func:`load_model` trusts exactly the
-types listed in :data:`~sklearn_fed.flower._trust.MODEL_TYPES` (sklearn-fed's
-estimators, the classes and numpy/builtin types their fitted attributes hold),
-not skops' wider defaults, and checks the archive's sizes and array headers
-first (:func:`~sklearn_fed.flower._trust.check_archive`), so a model file from
-a server can be opened without running code from it or allocating more than
-its cap. :func:`save_model` refuses to write what :func:`load_model` would
-refuse to read.
+:func:`load_model` trusts exactly the types of
+:data:`~sklearn_fed.flower._trust.MODEL_TYPES`, not skops' wider defaults, and
+checks the archive first (:func:`~sklearn_fed.flower._trust.check_archive`);
+:func:`save_model` refuses to write what :func:`load_model` would refuse to read.
 
 A torch network (an estimator with ``module_``, e.g. FedMPDDClassifier) is
-not written as itself: skorch's own state is a pickle of the module. It is
 written as its class name, its parameters (JSON, as in a run config), its
-module's ``state_dict`` as arrays and its other fitted attributes that skops
-writes with trusted types only; loading rebuilds the estimator, initializes
-its module and loads the arrays into it.
+module's ``state_dict`` as arrays and its other fitted attributes, since
+skorch's own state is a pickle of the module; loading rebuilds the estimator
+and loads the arrays into its module.
 """
 
 import io

@@ -1,21 +1,16 @@
 """What a SuperNode keeps between the messages of one run, written without pickle.
 
-Flower starts a new ClientApp process for every message, so a client role's
-attributes (rows held back by a streaming protocol, a round's X25519 key)
-are saved in the node's ``context.state`` and read back by the next
-message's process. That state never leaves the node.
-
-The format is a small ``.npz`` archive read with ``allow_pickle=False``: one
-JSON tree in which every container is tagged (``{"dict": [[key, value],
-...]}``, ``{"tuple": [...]}``, ``{"array": i}``, ...) plus the numeric arrays
-it points to. Objects are the sklearn-fed classes of
+A client role's attributes (rows held back by a streaming protocol, a round's
+X25519 key) are saved in the node's ``context.state`` for the run's next
+message; they never leave the node. The format is a small ``.npz`` archive
+read with ``allow_pickle=False``: one JSON tree in which every container is
+tagged (``{"dict": [[key, value], ...]}``, ``{"tuple": [...]}``, ``{"array":
+i}``, ...) plus the numeric arrays it points to; objects are the classes of
 :data:`~sklearn_fed.flower._trust.STATE_TYPES` only, rebuilt from their
-``__getstate__``. Reading checks the archive's sizes and array headers first
-(:func:`~sklearn_fed.flower._trust.check_archive`) and the tree's shape as it
-goes: anything else is a ValueError naming the state entry, which the
-ClientApp answers as an error reply. It is not skops (the model files are): importing skops
-imports every scikit-learn estimator (seconds on a busy machine), and a
-ClientApp process would pay that on every message.
+``__getstate__``. Anything else is a ValueError naming the state entry, which
+the ClientApp answers as an error reply. It is not skops (the model files
+are): importing skops imports every scikit-learn estimator, seconds that a
+ClientApp process would pay on every message.
 """
 
 import io

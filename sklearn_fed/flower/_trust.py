@@ -1,30 +1,16 @@
 """What a model file or a node's saved state may hold, and how large it may be.
 
-Both are zip archives (skops writes a model as ``schema.json`` plus ``.npy``
-arrays; :mod:`._state` writes a node's state as an ``.npz``), read from a
-disk or a Flower context that someone else may have written. Before anything
-is rebuilt, :func:`check_archive` reads only the archive's directory and the
-arrays' headers and refuses:
-
-- an archive whose members decompress to more than ``max_bytes`` in all
-  (default :data:`DEFAULT_MAX_BYTES`), or to more than
-  :data:`MAX_EXPANSION` times the archive's own size plus 1 MiB (a
-  compression bomb: sklearn-fed's files are stored uncompressed, so a
-  genuine one expands by 1);
-- an array whose header promises another number of bytes than its member
-  holds (numpy allocates what the header says before reading the data), or
-  whose dtype is not a plain number, boolean or string.
-
-What may be rebuilt is an explicit list, :data:`MODEL_TYPES` (and
-:data:`STATE_TYPES` for a node's state): sklearn-fed's estimator classes
-and the classes their fitted attributes hold, named as ``module.qualname``
-where they are defined, and the numpy, scikit-learn and builtin types those
-attributes are made of. A name that merely resolves to a class (any module
-that imports ``Path`` has a ``Path`` attribute) is not on it.
+Both are zip archives read from a disk or a Flower context that someone else
+may have written: :func:`check_archive` checks their sizes and array headers
+before anything is read, and only the types named in :data:`MODEL_TYPES` (and
+:data:`STATE_TYPES` for a node's state) are rebuilt, each named where it is
+defined. What is refused and why: :doc:`/security` ("Files a node or a server
+reads").
 """
 
 import io
 import json
+import math
 import zipfile
 
 import numpy as np
@@ -250,14 +236,11 @@ def _check_npy(archive, info, where):
     try:
         with archive.open(info) as member:
             version = np.lib.format.read_magic(member)
-            if version == (1, 0):
-                shape, _fortran, dtype = np.lib.format.read_array_header_1_0(
-                    member, max_header_size=_MAX_HEADER)
-            elif version in ((2, 0), (3, 0)):
-                shape, _fortran, dtype = np.lib.format.read_array_header_2_0(
-                    member, max_header_size=_MAX_HEADER)
-            else:
+            if version not in ((1, 0), (2, 0), (3, 0)):
                 raise ValueError(f"unknown .npy version {version}")
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _fortran, dtype = read_header(member, max_header_size=_MAX_HEADER)
             header = member.tell()
     except (ValueError, OSError, EOFError, TypeError, SyntaxError, zipfile.BadZipFile,
             NotImplementedError, RuntimeError) as exc:
@@ -265,9 +248,7 @@ def _check_npy(archive, info, where):
     if not _plain_dtype(dtype):
         raise ValueError(f"{what} has dtype {dtype!s}; only plain numbers, booleans and "
                          "strings are read.")
-    count = 1
-    for n in shape:
-        count *= n
+    count = math.prod(shape)
     if header + count * dtype.itemsize != info.file_size:
         raise ValueError(
             f"{what} says shape {shape} of {dtype.str} ({count * dtype.itemsize} bytes) but "

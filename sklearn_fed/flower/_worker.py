@@ -1,22 +1,14 @@
 """A site's long-running worker: it answers the tasks its SuperNode's ClientApps hand over.
 
-Flower 1.41 runs every message in a new ``flwr-clientapp`` process. The
-thin ClientApp (:mod:`sklearn_fed_site`) imports no scikit-learn and hands
-the task over a Unix socket to this worker, which:
-
-- has scikit-learn and sklearn-fed loaded once (the ~2 CPU-seconds a
-  ClientApp process spent importing them, every message);
-- keeps each run's client role in memory between the run's rounds, and
-  returns its state (no-pickle, :mod:`._state`) with every reply, so the
-  node's ``context.state`` still holds it: a worker that restarts rebuilds
-  the role from there, as a ClientApp without a worker does;
-- answers one task at a time (a site's rounds are sequential; several runs
-  at once queue), and a task that fails leaves the run's kept role as it was
-  before the task (the role is dropped and rebuilt from ``context.state``).
-
-It trusts what comes over the socket as much as the SuperNode itself: the
-socket is in a directory only the worker's user can enter. The task bytes are
-still checked (HMAC under the site's key, the site's policy) by the role.
+The thin ClientApp (:mod:`sklearn_fed_site`) imports no scikit-learn and hands
+each task over a Unix socket to this worker, which has sklearn-fed loaded once
+and keeps each run's client role in memory between rounds. It still returns
+the role's state with every reply, for the node's ``context.state``: a worker
+that restarts, or a failed task, rebuilds the role from there. Tasks are
+answered one at a time. The socket is as trusted as the SuperNode (a
+directory only the worker's user can enter); the task bytes are still checked
+by the role (HMAC under the site's key, the site's policy). See
+:doc:`/deploying_flower`.
 """
 
 import argparse

@@ -1,8 +1,6 @@
 """What every ridge estimator shares: the statistics roles and the base class."""
 
-import inspect
 import math
-import textwrap
 from collections.abc import Mapping
 from numbers import Real
 
@@ -15,17 +13,15 @@ from sklearn.utils.extmath import safe_sparse_dot
 from .._compat import (
     Interval,
     _check_sample_weight,
-    _fit_context,
     check_is_fitted,
     validate_data,
 )
-from ..base import FederatedEstimatorMixin, set_federation_attributes
+from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
 from ..protocol import (
     BlockwiseClient,
     FoldedReplies,
     InvalidClientMessage,
     Server,
-    atomic,
     run_simulation,
     sorted_labels,
 )
@@ -65,44 +61,6 @@ def validate_regression(estimator, X, y, *, reset, ensure_all_finite=True):
         reset=reset,
         ensure_all_finite=ensure_all_finite,
     )
-
-
-#: The parameters every ridge ``fit`` takes: ``(type, description)`` by name.
-_FIT_PARAMETERS = {
-    "X": ("{array-like, sparse matrix} of shape (n_samples, n_features)", "Training rows."),
-    "y": ("array-like of shape (n_samples,) or (n_samples, n_targets)", "Targets."),
-    "sample_weight": ("array-like of shape (n_samples,), default=None",
-                      "Non-negative row weights."),
-    "clients": ("array-like of shape (n_samples,), default=None",
-                "Client label of each row (any hashable). ``None``: one client."),
-}
-
-
-def fit_method(method=None, *, partial=False, **descriptions):
-    """Make ``method`` a ridge estimator's ``fit`` (or, with ``partial``, ``partial_fit``).
-
-    It validates the parameters as scikit-learn's ``fit`` does, is
-    :func:`~sklearn_fed.protocol.atomic`, and its docstring (the summary and
-    what is particular to the estimator) gets the Parameters and Returns
-    sections every ``fit`` shares: ``descriptions`` replace a parameter's
-    description, ``partial`` (True or a text) documents ``partial_fit``'s
-    parameters as those of ``fit``.
-    """
-    if method is None:
-        return lambda method: fit_method(method, partial=partial, **descriptions)
-    if partial:
-        text = partial if isinstance(partial, str) else "As in :meth:`fit`."
-        entries = [("X, y, sample_weight, clients", text)]
-    else:
-        entries = [(f"{name} : {kind}", descriptions.get(name, text))
-                   for name, (kind, text) in _FIT_PARAMETERS.items()]
-    lines = [inspect.cleandoc(method.__doc__), "", "Parameters", "----------"]
-    for entry, text in entries:
-        lines += [entry, textwrap.fill(text, 79, initial_indent="    ",
-                                       subsequent_indent="    ")]
-    lines += ["", "Returns", "-------", "self : object", "    The fitted estimator."]
-    method.__doc__ = "\n".join(lines)
-    return _fit_context(prefer_skip_nested_validation=True)(atomic(method))
 
 
 def rows_and_weights(X, sample_weight):

@@ -1,7 +1,7 @@
 """FederatedRidge: one-shot ridge from aggregated client statistics."""
 
-from .._compat import StrOptions, _fit_context
-from ..protocol import CommunicationLedger, atomic
+from .._compat import StrOptions
+from ..protocol import CommunicationLedger
 from ._base import (
     BaseFederatedRidge,
     MessagesOnDemand,
@@ -186,8 +186,10 @@ class FederatedRidge(BaseFederatedRidge):
         """
         return self._fit(X, y, sample_weight, clients, partial=True)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(messages=("list or dict", (
+        ":class:`~sklearn_fed.statistics.ClientStatistics` objects or their bytes "
+        "(:meth:`~sklearn_fed.statistics.ClientStatistics.to_bytes`). A dict maps client "
+        "labels to messages; a list labels them 0..K-1.")))
     def fit_statistics(self, messages):
         """Fit from client messages alone: the deployment path.
 
@@ -197,17 +199,6 @@ class FederatedRidge(BaseFederatedRidge):
         in Gram or factor form; there is no second round, so Gram messages
         are solved by the Gram path (``solver_`` is ``"cholesky"`` or
         ``"eigen"``) and factor messages by the SVD (``"svd"``).
-
-        Parameters
-        ----------
-        messages : list or dict
-            :class:`~sklearn_fed.statistics.ClientStatistics` objects or their
-            bytes (:meth:`~sklearn_fed.statistics.ClientStatistics.to_bytes`).
-            A dict maps client labels to messages; a list labels them 0..K-1.
-
-        Returns
-        -------
-        self : FederatedRidge
         """
         replies = MessagesOnDemand(self._read_messages(messages, keep_bytes=True))
         ledger = CommunicationLedger()

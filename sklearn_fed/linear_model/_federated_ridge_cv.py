@@ -15,8 +15,8 @@ from sklearn.metrics import check_scoring, get_scorer_names
 from sklearn.model_selection import check_cv
 from sklearn.utils import check_scalar
 
-from .._compat import Interval, StrOptions, _fit_context
-from ..protocol import CommunicationLedger, RowsElsewhere, atomic, label_key
+from .._compat import Interval, StrOptions
+from ..protocol import CommunicationLedger, RowsElsewhere, label_key
 from ._base import BaseFederatedRidge, fit_method
 from ._ridge_cv_algebra import _MEAN, POOLED, _scorer_kind
 from ._ridge_cv_client import CVClient
@@ -324,24 +324,15 @@ class FederatedRidgeCV(BaseFederatedRidge):
         in_order[np.argsort(np.argsort(order))] = results
         return in_order
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(messages=("list or dict", (
+        "At least two clients' :class:`~sklearn_fed.statistics.ClientStatistics` or their "
+        "bytes.")))
     def fit_statistics(self, messages):
         """Leave-one-client-out CV and the fit from client messages alone (no rows).
 
         Only ``cv="clients"`` with a decomposable scorer is computable from
         the messages; each message is one client's statistics (see
         :meth:`FederatedRidge.fit_statistics`).
-
-        Parameters
-        ----------
-        messages : list or dict
-            At least two clients' :class:`~sklearn_fed.statistics.ClientStatistics`
-            or their bytes.
-
-        Returns
-        -------
-        self : FederatedRidgeCV
         """
         if self.cv != "clients":
             raise ValueError(

@@ -4,13 +4,14 @@ L2-penalized logistic regression (binary and multinomial) has a smooth,
 strictly convex objective whose Hessian at any point is a weighted Gram
 matrix of the rows. So each round the server broadcasts the current model,
 every site sends its loss, gradient and Hessian there (aggregates of its
-rows, computed with the statistics' blocked BLAS products), and the server
+rows, computed in one blocked pass over them), and the server
 takes one Newton step on their sum. Newton's method converges quadratically:
 a handful of rounds reach the pooled optimum to machine precision, where
 FedAvg needs hundreds (see the user guide's comparison).
 """
 
 from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -83,25 +84,26 @@ def _on_classes(stats, site_classes, classes):
                             moment, target_ss, centered=True, single_target=False)
 
 
-def _weighted_gram(A, weight):
-    """``[A 1]^T diag(weight) [A 1]`` from the statistics' blocked syrk (float64).
-
-    Returns the Gram of ``A``, the weighted column sums and the weight sum:
-    the three blocks of the Gram of ``A`` with a column of ones appended.
-    """
-    stats = ClientStatistics.from_data(A, None, weight, centered=False, check_input=False)
-    return stats.gram, stats.x_mean * stats.weight_sum, stats.weight_sum
+# Rows per block of a site's Newton terms: a block of centered rows (and, for
+# several classes, its scaled copy) stays in a core's cache while it is read.
+_BLOCK_BYTES = 2**19
 
 
-def site_newton_terms(X, index, weight, coef, center, fit_intercept, n_classes):
+def site_newton_terms(X, rows, index, weight, coef, center, fit_intercept, n_classes):
     """A site's loss, gradient and Hessian of its summed weighted log-loss at ``coef``.
+
+    One pass over the site's rows in blocks: each block is gathered and
+    centered into a cache-sized buffer, where its logits, loss, gradient and
+    Hessian terms are computed before the next block is read.
 
     Parameters
     ----------
     X : {ndarray, sparse matrix} of shape (n_samples, n_features)
-    index : ndarray of shape (n_samples,)
-        Each row's class position.
-    weight : ndarray of shape (n_samples,)
+    rows : slice, ndarray or None
+        The site's rows of ``X`` (None: all of them).
+    index : ndarray of shape (n_site_rows,)
+        Each of the site's rows' class position.
+    weight : ndarray of shape (n_site_rows,)
         Sample weight times class weight.
     coef : ndarray of shape (n_outputs, n_features + 1)
         The model in centered coordinates, one row ``[w, b]`` per output
@@ -118,53 +120,78 @@ def site_newton_terms(X, index, weight, coef, center, fit_intercept, n_classes):
     gradient : ndarray of shape (n_outputs * (n_features + fit_intercept),)
     hessian : ndarray of shape (len(gradient), len(gradient))
     """
-    n, d = X.shape
+    if rows is not None and not (isinstance(X, np.ndarray) and X.dtype == np.float64
+                                 and isinstance(rows, np.ndarray) and rows.dtype.kind in "iu"):
+        X, rows = X[rows], None  # a view of a slice, or a copy that each block reads
+    n = X.shape[0] if rows is None else rows.shape[0]
+    d = X.shape[1]
     k = coef.shape[0]
     p = d + 1 if fit_intercept else d
-    Xc = (X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)) - center
-    eta = Xc @ coef[:, :d].T + (coef[:, d] if fit_intercept else 0.0)  # (n, k)
-    if n_classes == 2:
-        y = (index == 1).astype(np.float64)
-        z = eta[:, 0]
-        loss = float(weight @ (-log_expit(z) + (1 - y) * z))
-        probability = expit(z)[:, None]
-        others = expit(-z)[:, None]  # 1 - p, with its digits when p is close to 1
-        residual = probability - y[:, None]
-    else:
-        loss = float(weight @ (logsumexp(eta, axis=1) - eta[np.arange(n), index]))
-        probability = softmax(eta, axis=1)
-        residual = probability.copy()
-        residual[np.arange(n), index] -= 1.0
-        # 1 - p_j as the sum of the other classes' probabilities (prefix plus
-        # suffix sums), not as sum - p_j: when p_j is close to 1 the
-        # difference is 0 or round-off, and the diagonal block would lose
-        # what the off-diagonal blocks keep (Cauchy-Schwarz would fail).
-        before = np.zeros_like(probability)
-        before[:, 1:] = np.cumsum(probability[:, :-1], axis=1)
-        after = np.zeros_like(probability)
-        after[:, :-1] = np.cumsum(probability[:, :0:-1], axis=1)[:, ::-1]
-        others = before + after
+    # At least p rows a block: each block adds a p x p product to the Hessian.
+    size = max(1, min(n, max(_BLOCK_BYTES // (8 * d), p)))
+    centered = np.empty((size, d))
+    scaled = np.empty((size, d)) if k > 1 else None
+    directions = coef[:, :d].T.copy()
+    offset = coef[:, d] if fit_intercept else 0.0
+    loss = 0.0
     gradient = np.zeros((k, p))
-    gradient[:, :d] = (residual * weight[:, None]).T @ Xc
-    if fit_intercept:
-        gradient[:, d] = weight @ residual
-    # Block (j, l) of the Hessian is the Gram of [x - center, 1] weighted by
-    # w p_j (1 - p_j) on the diagonal and -w p_j p_l off it: positive weights,
-    # each block accurate on its own (1 - p_j is summed from the other classes,
-    # so it keeps its digits when p_j is close to 1).
     hessian = np.zeros((k * p, k * p))
-    for j in range(k):
-        for m in range(j, k):
-            curvature = probability[:, j] * (others[:, j] if m == j else probability[:, m])
-            gram, sums, total = _weighted_gram(Xc, weight * curvature)
-            block = np.empty((p, p))
-            block[:d, :d] = gram
-            if fit_intercept:
-                block[:d, d] = block[d, :d] = sums
-                block[d, d] = total
-            sign = 1.0 if m == j else -1.0
-            hessian[j * p : (j + 1) * p, m * p : (m + 1) * p] = sign * block
-            hessian[m * p : (m + 1) * p, j * p : (j + 1) * p] = sign * block.T
+    block = np.empty((p, p))
+    for start in range(0, n, size):
+        m = min(size, n - start)
+        Xc = centered[:m]
+        if rows is None:
+            part = X[start : start + m]
+            np.subtract(part.toarray() if sp.issparse(part) else part, center, out=Xc)
+        else:  # gathered straight into the block: no copy of the site's rows
+            np.take(X, rows[start : start + m], axis=0, out=Xc, mode="clip")
+            Xc -= center
+        eta = Xc @ directions + offset  # (m, k)
+        y, w = index[start : start + m], weight[start : start + m]
+        if n_classes == 2:
+            z, positive = eta[:, 0], y == 1
+            # -log p on a positive row, -log(1 - p) on a negative one
+            loss -= float(w @ log_expit(np.where(positive, z, -z)))
+            probability = expit(z)[:, None]
+            others = expit(-z)[:, None]  # 1 - p, with its digits when p is close to 1
+            residual = probability - positive[:, None]
+        else:
+            loss += float(w @ (logsumexp(eta, axis=1) - eta[np.arange(m), y]))
+            probability = softmax(eta, axis=1)
+            residual = probability.copy()
+            residual[np.arange(m), y] -= 1.0
+            # 1 - p_j as the sum of the other classes' probabilities (prefix plus
+            # suffix sums), not as sum - p_j: when p_j is close to 1 the
+            # difference is 0 or round-off, and the diagonal block would lose
+            # what the off-diagonal blocks keep (Cauchy-Schwarz would fail).
+            before = np.zeros_like(probability)
+            before[:, 1:] = np.cumsum(probability[:, :-1], axis=1)
+            after = np.zeros_like(probability)
+            after[:, :-1] = np.cumsum(probability[:, :0:-1], axis=1)[:, ::-1]
+            others = before + after
+        weighted = residual * w[:, None]
+        gradient[:, :d] += weighted.T @ Xc
+        if fit_intercept:
+            gradient[:, d] += w @ residual
+        # Block (j, i) of the Hessian is the Gram of [x - center, 1] weighted by
+        # w p_j (1 - p_j) on the diagonal and -w p_j p_i off it: positive weights,
+        # each block accurate on its own, from one syrk of the rows scaled by the
+        # weights' square roots (the last block scales the centered rows in place).
+        for j in range(k):
+            for i in range(j, k):
+                root = np.sqrt(w * probability[:, j] * (
+                    others[:, j] if i == j else probability[:, i]))
+                design = Xc if i == j == k - 1 else scaled[:m]
+                np.multiply(Xc, root[:, None], out=design)
+                np.matmul(design.T, design, out=block[:d, :d])  # numpy runs syrk
+                if fit_intercept:
+                    block[d, :d] = block[:d, d] = root @ design
+                    block[d, d] = root @ root
+                if i == j:
+                    hessian[j * p : (j + 1) * p, j * p : (j + 1) * p] += block
+                else:
+                    hessian[j * p : (j + 1) * p, i * p : (i + 1) * p] -= block
+                    hessian[i * p : (i + 1) * p, j * p : (j + 1) * p] -= block.T
     return loss, gradient.ravel(), hessian
 
 
@@ -192,16 +219,30 @@ class LogisticClient(ClassesClient):
             _server_error("class weights must be one finite non-negative float per label.")
         weight_of = dict(zip(labels.tolist(), factors.tolist()))
         classes, index = _unique(y, return_inverse=True)
-        weight = np.array([weight_of.get(c, 1.0) for c in classes.tolist()])[index]
+        factor = np.array([weight_of.get(c, 1.0) for c in classes.tolist()])
+        weight = None if np.all(factor == 1.0) else factor[index]  # None: the unweighted kernel
         if sample_weight is not None:
-            weight = weight * sample_weight
+            weight = sample_weight if weight is None else weight * sample_weight
         indicators = np.zeros((y.shape[0], classes.shape[0]))
         indicators[np.arange(y.shape[0]), index] = 1.0
         stats = ClientStatistics.from_data(X, indicators, weight, check_input=False)
         fields, arrays = stats.to_payload()
         return {"statistics": fields}, {f"s.{name}": value for name, value in arrays.items()}
 
-    def _compute_encoded(self, task, X, index, weight, classes):
+    def replies_are_independent(self, tasks):
+        # A reply reads its task and its rows only: simulated sites may answer on threads.
+        return True
+
+    def compute(self, task, X, y, sample_weight, rows):
+        if rows is None or task_field(task, "step", str) == "classes":
+            return super().compute(task, X, y, sample_weight, rows)
+        # A Newton round reads the site's features block by block (the kernel
+        # gathers each block into cache): only its labels and weights are taken here.
+        labels = self._encode_labels(
+            task, y[rows], None if sample_weight is None else sample_weight[rows])
+        return self._compute_encoded(task, X, *labels, rows=rows)
+
+    def _compute_encoded(self, task, X, index, weight, classes, rows=None):
         coef = task.arrays.get("coef")
         center = task.arrays.get("center")
         fit_intercept = task_field(task, "fit_intercept", bool)
@@ -212,7 +253,7 @@ class LogisticClient(ClassesClient):
                 and np.all(np.isfinite(coef)) and np.all(np.isfinite(center))):
             raise InvalidClientMessage("server: malformed Newton task (coef, center).", "server")
         loss, gradient, hessian = site_newton_terms(
-            X, index, weight, coef, center, fit_intercept, classes.shape[0]
+            X, rows, index, weight, coef, center, fit_intercept, classes.shape[0]
         )
         fields = {"step": "newton", "loss": float(loss), "weight_sum": float(weight.sum())}
         return fields, {"gradient": gradient, "hessian": SymmetricMatrix(hessian)}
@@ -348,11 +389,12 @@ class LogisticServer(ClassesServerMixin, Server):
         n_classes = self.classes_.shape[0]
         k = 1 if n_classes == 2 else n_classes
         fit_intercept = self.estimator.fit_intercept
+        # Balanced: bounds from each site's first Newton reply, at the origin.
+        bounds, last = {}, {}
         if not self._first_step:
             moments = merge_statistics(replies[site][2] for site in labels)
             d = moments.n_features
             center = moments.mean if fit_intercept else np.zeros(d)
-            bounds, last = {}, {}  # from each site's first Newton reply, at the origin
         else:
             widened = {site: _on_classes(replies[site][2], replies[site][0], self.classes_)
                        for site in labels}
@@ -362,7 +404,6 @@ class LogisticServer(ClassesServerMixin, Server):
             center = stats.x_mean if fit_intercept else np.zeros(d)
             # Each site's own terms at the origin: the reference its later
             # Newton replies are checked against (caps and bracket).
-            bounds, last = {}, {}
             for site in labels:
                 loss, gradient, block, _ = origin_terms(
                     widened[site], center, k, n_classes, fit_intercept)
@@ -396,10 +437,6 @@ class LogisticServer(ClassesServerMixin, Server):
         arrays.update(coef=self.coef, center=self.center)
         return {site: (dict(fields), dict(arrays)) for site in wanted}
 
-    def _newton_shape(self):
-        k = self.coef.shape[0]
-        return k, self.coef.shape[1] - (not self.estimator.fit_intercept)
-
     def _read_classified(self, site, frame):
         def fail(reason):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
@@ -409,7 +446,7 @@ class LogisticServer(ClassesServerMixin, Server):
         if set(fields) != {"step", "loss", "weight_sum"} or fields["step"] != "newton" or not (
                 all(type(v) is float and np.isfinite(v) and v >= 0 for v in (loss, weight))):
             fail("malformed Newton reply (loss and weight_sum must be finite, >= 0).")
-        k, p = self._newton_shape()
+        k, p = self.coef.shape[0], self.coef.shape[1] - (not self.estimator.fit_intercept)
         size = k * p
         gradient, hessian = frame.arrays.get("gradient"), frame.arrays.get("hessian")
         if isinstance(hessian, SymmetricMatrix):  # handed over in process
@@ -624,8 +661,8 @@ class FederatedLogisticRegression(
       the Hessian there: the server takes the first Newton step at once.
     - Each later round broadcasts the model; every site sends its weighted
       log-loss, gradient and Hessian there (a weighted Gram matrix of its
-      rows, computed with the statistics' blocked BLAS products:
-      ``(d + 1)(d + 2) / 2`` values for two classes), and the server takes
+      rows, computed in one blocked pass over them: ``(d + 1)(d + 2) / 2``
+      values for two classes), and the server takes
       a Newton step on the sum, halved while the loss does not drop enough.
 
     Every Newton reply is checked against its site's own earlier messages
@@ -698,7 +735,7 @@ class FederatedLogisticRegression(
     (True, 6)
     """
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         "C": [Interval(Real, 0, None, closed="right")],
         "fit_intercept": ["boolean"],
         "class_weight": [dict, StrOptions({"balanced"}), None],
@@ -749,11 +786,6 @@ class FederatedLogisticRegression(
 
     def _commit_model(self, server, coef, replies, ledger):
         """Set the fitted attributes from the final centered model (the server calls it)."""
-        if server.classes_.shape[0] < 2:
-            raise ValueError(
-                "This solver needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {server.classes_[0]!r}."
-            )
         d = coef.shape[1] - 1
         dtype = server.round_dtype.type
         weights = coef[:, :d]

@@ -219,7 +219,8 @@ class SearchServer(Server):
         self._sites, self._site_fold, self._planned = None, None, None
         self._started = None
         # checked when the folds are known, before any task is sent; charged at the end
-        self._budget = as_budget(estimator.privacy_budget)
+        # (FederatedLogisticRegressionCV, a search that releases nothing private, has none)
+        self._budget = as_budget(getattr(estimator, "privacy_budget", None))
 
     # ----------------------------------------------------------- planning
     def _inner_server(self, params):

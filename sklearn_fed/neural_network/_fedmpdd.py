@@ -35,12 +35,11 @@ from .._compat import (
     Interval,
     StrOptions,
     _check_sample_weight,
-    _fit_context,
     validate_data,
     validate_parameter_constraints,
 )
-from ..base import FederatedEstimatorMixin
-from ..protocol import atomic, label_key
+from ..base import FederatedEstimatorMixin, fit_method
+from ..protocol import label_key
 from ..simulation._partition import (
     partition_dirichlet,
     partition_iid,
@@ -378,48 +377,26 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
         return bool(self.initialized_) and hasattr(self, "n_rounds_")
 
     # ------------------------------------------------------------------- fit
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(
+        X=("array-like of shape (n_samples, n_features)", "Training rows."),
+        y=("array-like of shape (n_samples,)", "Class labels."),
+        sample_weight="Per-row weights: a client's loss is the mean of its rows' weighted "
+                      "losses.",
+        clients="Client label of each row; ``None`` partitions rows by ``partition``.",
+        fit_params="Not supported: nothing but the protocol's tasks reaches a site.",
+    )
     def fit(self, X, y, sample_weight=None, clients=None, **fit_params):
-        """Train for ``max_epochs`` rounds from a fresh model (unless ``warm_start``).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        sample_weight : array-like of shape (n_samples,), default=None
-            Per-row weights: a client's loss is the mean of its rows'
-            weighted losses.
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` partitions rows by ``partition``.
-        **fit_params
-            Not supported: nothing but the protocol's tasks reaches a site.
-
-        Returns
-        -------
-        self
-        """
+        """Train for ``max_epochs`` rounds from a fresh model (unless ``warm_start``)."""
         # skorch's warm_start: fit continues a trained model, as partial_fit does
         return self._fit(X, y, sample_weight, clients, partial=bool(self.warm_start),
                          fit_params=fit_params)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True, classes=("array-like, default=None",
+                                       "Every label, when the first call does not see them all."))
     def partial_fit(self, X, y, classes=None, sample_weight=None, clients=None, **fit_params):
         """Run ``max_epochs`` more rounds, continuing from the current model.
 
         A call that raises leaves the estimator as it was.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-        classes : array-like, default=None
-            Every label, when the first call does not see them all.
-
-        Returns
-        -------
-        self
         """
         return self._fit(X, y, sample_weight, clients, partial=True, classes=classes,
                          fit_params=fit_params)

@@ -147,6 +147,18 @@ def _in_process(estimator, sites):
     return model
 
 
+_REFERENCES = {}
+
+
+def _reference(estimator):
+    """``_in_process(estimator, _site_rows())``, fitted once per estimator and test session
+    (several tests compare their fits with it); never modified by its callers."""
+    key = json.dumps(estimator_to_config(estimator), sort_keys=True)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _in_process(estimator, _site_rows())
+    return _REFERENCES[key]
+
+
 def _flower_config(estimator):
     """Run-config overrides: a streaming protocol runs one round per batch of rows."""
     return {"max-rounds": N_ROUNDS} if _streaming(estimator) else {}
@@ -454,7 +466,7 @@ def test_apps_give_the_in_process_fit(estimator, tmp_path, task_identity):
                     _run_config(estimator, tmp_path, KEYS, **{"model-path": str(tmp_path / "m")},
                                 **_flower_config(estimator)))
     fitted = run_server(grid, grid.run_config)
-    local = _in_process(estimator, sites)
+    local = _reference(estimator)
     _assert_same_model(fitted, local)
     _assert_same_model(load_model(tmp_path / "m"), local)
 
@@ -492,7 +504,7 @@ def test_node_sites_skip_the_roll_call_and_a_wrong_one_is_dropout(tmp_path, task
     config = _run_config(FederatedRidge(), tmp_path, KEYS,
                          **{"node-sites": json.dumps({"101": "a", "102": "b", "103": "c"})})
     grid = FakeGrid(configs, config)
-    _assert_same_model(run_server(grid, config), _in_process(FederatedRidge(), sites))
+    _assert_same_model(run_server(grid, config), _reference(FederatedRidge()))
     assert grid.rounds == 1  # the task round only
     swapped = dict(config, **{"node-sites": json.dumps({"101": "b", "102": "a", "103": "c"})})
     fitted = run_server(FakeGrid(configs, swapped), swapped)  # a and b cannot verify their tasks
@@ -610,7 +622,7 @@ def test_site_worker_gives_the_in_process_fit(estimator, max_runs, tmp_path, tas
                         app=sklearn_fed_site.clientapp)
         fitted = run_server(grid, grid.run_config)
         assert len(worker._runs) == (3 if max_runs else 0)  # one role per site of run 1
-    _assert_same_model(fitted, _in_process(estimator, sites))
+    _assert_same_model(fitted, _reference(estimator))
     for context in grid.contexts.values():  # the state is written as without a worker
         assert "sklearn_fed_client" in context.state.config_records
 
@@ -741,66 +753,125 @@ def test_local_federation_writes_each_sites_node_config(tmp_path):
 
 
 # ----------------------------------------------------------------- a real federation
-# The estimators the issue names, through real SuperNodes (every other case runs through
-# the apps above; distributed noise's two rounds there too), in two groups of six
-# messages per site, each group on its own federation, both at once.
-_GROUPS = (
-    ("FederatedRidge", "FederatedRidgeCV", "ProjectedFederatedRidge", "FedMPDDClassifier"),
-    ("PrivateFederatedRidge-local", "IncrementalFederatedRidge", "FESCRidge"),
-)
-REAL_CASES = [[case for case in FLOWER_CASES if _case_id(case) in names] for names in _GROUPS]
-REAL_CASES[1].append(_pipeline())  # imputer, scaler, logistic regression: one run
+# The estimators the issue names, and a whole pipeline, through real SuperNodes (every
+# other case runs through the apps above; distributed noise's two rounds there too).
+REAL_CASES = [_pipeline()] + [  # the pipeline (imputer, scaler, logistic regression) is one run
+    case for case in FLOWER_CASES[::-1] if _case_id(case) != "PrivateFederatedRidge-distributed"
+]  # the runs of most rounds first: the one-round runs fill in beside them
+OUTSIDERS = ("not-enrolled", "wrong-certificate")
 
 
-def _fit_side_by_side(federation, runs):
-    """``federation.fit(*args, **kwargs)`` for every run at once; results or exceptions.
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    """``federation()``: the module's federation, as deployed (TLS, enrolled node keys, HMAC
+    site keys, site workers), shared by the tests below; started anew after a test ends it.
+
+    From its start, two outsiders try to join: a SuperNode whose key was never enrolled,
+    and an enrolled one that trusts another CA (the runs meanwhile see neither).
+    """
+    from sklearn_fed.flower._credentials import make_tls_files
+
+    started = []
+
+    def get():
+        if not started or started[-1]._closed or started[-1]._dead:
+            federation = LocalFederation(_site_rows(), node_config=PERMISSIVE_NODE).start()
+            started.append(federation)
+            federation.start_outsider("not-enrolled", "a")
+            federation.start_outsider("wrong-certificate", "b", enroll=True,
+                                      ca=make_tls_files(tmp_path_factory.mktemp("ca"))["ca"])
+        return started[-1]
+
+    yield get
+    for federation in started:
+        federation.close()
+
+
+def _fit_side_by_side(federation, runs, at_once=None):
+    """``federation.fit(*args, **kwargs)`` for every run, ``at_once`` at a time (default: all);
+    results or exceptions.
 
     The SuperLink holds the runs side by side; each SuperNode answers their
     messages one at a time, so the runs' fixed costs (the CLI, the ServerApp
-    process, saving the model) overlap.
+    process, saving the model) overlap. More than a few at once on two busy
+    cores gain nothing: a ServerApp process that is not up within Flower's 30 s
+    task heartbeat is started again, which only adds load.
     """
-    with ThreadPoolExecutor(len(runs)) as pool:
+    with ThreadPoolExecutor(at_once or len(runs)) as pool:
         futures = [pool.submit(federation.fit, *args, **kwargs) for args, kwargs in runs]
         return [future.exception() or future.result() for future in futures]
 
 
-def _differences_from_in_process(cases):
-    """Fit ``cases`` on a new federation; what differs from the in-process fits."""
-    sites = _site_rows()
-    with LocalFederation(sites, node_config=PERMISSIVE_NODE) as federation:
-        fitted = _fit_side_by_side(federation, [
-            ((estimator,), {"timeout": 600, "run_config": _flower_config(estimator)})
-            for estimator in cases
-        ])
+@pytest.mark.slow
+@pytest.mark.xdist_group("flower-federation")
+@pytest.mark.filterwarnings("ignore:FederatedLogisticRegression did not converge")
+def test_every_estimator_through_real_supernodes_equals_in_process_fit(federation):
+    """Each estimator is one `flwr run`; its model equals the in-process fit on the same rows."""
+    start = time.perf_counter()
+    fitted = _fit_side_by_side(federation(), [
+        ((estimator,), {"timeout": 600, "run_config": _flower_config(estimator)})
+        for estimator in REAL_CASES
+    ], at_once=4)
+    print(f"{len(REAL_CASES)} Flower runs: {time.perf_counter() - start:.1f} s")
     differences = []
-    for estimator, flower in zip(cases, fitted, strict=True):
+    for estimator, flower in zip(REAL_CASES, fitted, strict=True):
         if isinstance(flower, Exception):
             differences.append(f"{_case_id(estimator)}: the Flower run failed: {flower}")
             continue
         try:
-            _assert_same_model(flower, _in_process(estimator, sites))
+            _assert_same_model(flower, _reference(estimator))
         except AssertionError as exc:
             differences.append(f"{_case_id(estimator)}: {exc}")
-    return differences
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:FederatedLogisticRegression did not converge")
-def test_every_estimator_through_real_supernodes_equals_in_process_fit():
-    """Each estimator is one `flwr run`; its model equals the in-process fit on the same rows."""
-    start = time.perf_counter()
-    with ThreadPoolExecutor(len(REAL_CASES)) as pool:
-        differences = [d for found in pool.map(_differences_from_in_process, REAL_CASES)
-                       for d in found]
-    print(f"{sum(map(len, REAL_CASES))} Flower runs: {time.perf_counter() - start:.1f} s")
     assert not differences, "\n".join(differences)
 
 
 @pytest.mark.slow
-def test_killed_supernode_is_dropout_and_every_process_ends():
+@pytest.mark.xdist_group("flower-federation")
+def test_outsiders_and_a_wrong_site_key_are_refused_and_the_run_completes(federation):
+    """As deployed (TLS, enrolled node keys, HMAC site keys): a SuperNode whose key was never
+    enrolled, one that trusts another CA, and a site holding the wrong HMAC key are each
+    refused with a message saying why; the run completes on the other sites."""
+    import tomllib
+
     sites = _site_rows()
-    federation = LocalFederation(sites)
-    with federation:  # ends every process it started, also when something here fails
+    federation = federation()
+    assert federation.tls and federation.node_auth and federation.workers
+    key_file = Path(tomllib.loads(federation._node_configs["c"].read_text())["key-file"])
+    key = key_file.read_text()
+    key_file.write_text("0" * 64)  # c's node holds another key than the server's for c
+    try:
+        fitted = federation.fit(FederatedRidge(alpha=1.0), run_config={"min-nodes": 2})
+    finally:
+        key_file.write_text(key)  # the next runs' roles read it anew
+    run_log = (federation.logs / f"run-{federation._runs}.log").read_text(errors="replace")
+    deadline = time.monotonic() + 120  # the outsiders give up after 3 tries
+    while any(p.poll() is None for p in federation._outsiders):
+        assert time.monotonic() < deadline, "an outsider is still trying"
+        time.sleep(0.5)
+    logs = {name: (federation.logs / f"{name}.log").read_text(errors="replace")
+            for name in OUTSIDERS}
+    superlink_log = (federation.logs / "superlink.log").read_text(errors="replace")
+    assert fitted.clients_.tolist() == ["a", "b"]
+    np.testing.assert_equal(_model_state(fitted), _model_state(
+        _in_process(FederatedRidge(alpha=1.0), {s: sites[s] for s in ("a", "b")})))
+    # the wrong site key: the server's log names the site and why
+    assert re.search(r"site 'c' is dropout from round 1 on: .*the task does not verify under "
+                     r"site 'c'.s key.*this node's key-file: ", run_log)
+    assert "fitted FederatedRidge in 1 round(s) over 2 site(s) ['a', 'b']" in run_log
+    # TLS: the node that trusts another CA says so and gives up
+    assert "CERTIFICATE_VERIFY_FAILED" in logs["wrong-certificate"]
+    # node enrollment: the SuperLink refuses to activate a key it does not know
+    assert "Failed to activate SuperNode" in logs["not-enrolled"]
+    assert "No SuperNode found with the given public key" in superlink_log
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("flower-federation")
+def test_killed_supernode_is_dropout_and_every_process_ends(federation):
+    """Last: it kills a site and ends the federation (a test after it would get a new one)."""
+    sites = _site_rows()
+    federation = federation()
+    try:
         ours = [federation._superlink, *federation._supernodes.values()]
         processes = {(p.pid, _proc_identity(p.pid)[1]) for p in ours}
         federation.kill_site("c")  # dies before it replies; the SuperLink still lists it
@@ -811,6 +882,8 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
             ((FederatedRidge(alpha=1.0),), {"run_config": {"reply-timeout": 20.0}}),
         ])
         processes.update(child for p in ours for child in _descendants(p.pid))  # apps too
+    finally:
+        federation.close()  # ends every process it started, by PID
     assert [pid for pid, started in processes if _still_running(pid, started)] == []
     assert isinstance(failed, RuntimeError)
     assert re.search(r"(?s)no model was saved.*Logs are kept in.*min-nodes=4", str(failed))
@@ -825,44 +898,3 @@ def test_killed_supernode_is_dropout_and_every_process_ends():
     np.testing.assert_allclose(fitted.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(fitted.intercept_, reference.intercept_, rtol=1e-10)
     assert fitted.clients_.tolist() == ["a", "b"]
-
-
-@pytest.mark.slow
-def test_outsiders_and_a_wrong_site_key_are_refused_and_the_run_completes(tmp_path):
-    """As deployed (TLS, enrolled node keys, HMAC site keys): a SuperNode whose key was never
-    enrolled, one that trusts another CA, and a site holding the wrong HMAC key are each
-    refused with a message saying why; the run completes on the other sites."""
-    import tomllib
-
-    from sklearn_fed.flower._credentials import make_tls_files
-
-    sites = _site_rows()
-    with LocalFederation(sites) as federation:
-        assert federation.tls and federation.node_auth and federation.workers
-        key_file = Path(tomllib.loads(federation._node_configs["c"].read_text())["key-file"])
-        key_file.write_text("0" * 64)  # c's node holds another key than the server's for c
-        outsiders = {
-            "not-enrolled": federation.start_outsider("not-enrolled", "a"),
-            "wrong-certificate": federation.start_outsider(
-                "wrong-certificate", "b", enroll=True, ca=make_tls_files(tmp_path)["ca"]),
-        }
-        fitted = federation.fit(FederatedRidge(alpha=1.0), run_config={"min-nodes": 2})
-        deadline = time.monotonic() + 120  # the outsiders give up after 3 tries
-        while any(p.poll() is None for p in federation._outsiders):
-            assert time.monotonic() < deadline, "an outsider is still trying"
-            time.sleep(0.5)
-        logs = {name: path.read_text(errors="replace") for name, path in outsiders.items()}
-        run_log = (federation.logs / "run-1.log").read_text(errors="replace")
-        superlink_log = (federation.logs / "superlink.log").read_text(errors="replace")
-    assert fitted.clients_.tolist() == ["a", "b"]
-    np.testing.assert_equal(_model_state(fitted), _model_state(
-        _in_process(FederatedRidge(alpha=1.0), {s: sites[s] for s in ("a", "b")})))
-    # the wrong site key: the server's log names the site and why
-    assert re.search(r"site 'c' is dropout from round 1 on: .*the task does not verify under "
-                     r"site 'c'.s key.*this node's key-file: ", run_log)
-    assert "fitted FederatedRidge in 1 round(s) over 2 site(s) ['a', 'b']" in run_log
-    # TLS: the node that trusts another CA says so and gives up
-    assert "CERTIFICATE_VERIFY_FAILED" in logs["wrong-certificate"]
-    # node enrollment: the SuperLink refuses to activate a key it does not know
-    assert "Failed to activate SuperNode" in logs["not-enrolled"]
-    assert "No SuperNode found with the given public key" in superlink_log

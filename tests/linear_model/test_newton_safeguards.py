@@ -10,12 +10,14 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.datasets import load_breast_cancer, make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from sklearn_fed import FederatedLogisticRegression
+from sklearn_fed.linear_model import _logistic
 from sklearn_fed.linear_model._logistic import origin_terms, site_newton_terms
 from sklearn_fed.linear_model._newton import (
     SiteBounds,
@@ -232,7 +234,7 @@ def test_a_site_consistent_with_its_own_messages_is_never_named():
             if not fit_intercept:
                 coef[:, 4] = 0
             loss, gradient, hessian = site_newton_terms(
-                X, y, weight, coef, center, fit_intercept, n_classes)
+                X, None, y, weight, coef, center, fit_intercept, n_classes)
             assert check_reply_terms(loss, weight.sum(), gradient, hessian, bounds, k,
                                      residual_bound=1.0, curvature_bound=0.25) is None
             delta = (coef - previous[0])[:, :p].ravel()
@@ -243,6 +245,45 @@ def test_a_site_consistent_with_its_own_messages_is_never_named():
             assert -slack <= change <= curvature + slack
             assert is_psd(hessian)
             previous = (coef, loss, gradient)
+
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_site_terms_are_the_same_however_its_rows_are_given(monkeypatch, n_classes,
+                                                            fit_intercept):
+    """A site's rows of a shared X (a slice, an index array, a list, CSR, Fortran order)
+    give the bits of its gathered rows; blocks of a few rows give them to round-off, and
+    the user's X is never written."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(400, 6)) * [1, 10, 1, 1, 1, 1] + [0, 1e3, 0, 0, 0, -5]
+    before = X.copy()
+    index, weight = rng.integers(0, n_classes, 400), rng.random(400) * 2
+    k = 1 if n_classes == 2 else n_classes
+    coef, center = rng.normal(size=(k, 7)) * 0.1, X.mean(axis=0)
+    rows = np.flatnonzero(rng.random(400) < 0.5)
+
+    def terms(X, rows, site):
+        return site_newton_terms(X, rows, index[site], weight[site], coef, center,
+                                 fit_intercept, n_classes)
+
+    reference = terms(X[rows], None, rows)
+    for given in (rows, list(rows), rows.astype(np.int32)):
+        for same_rows in (X, sp.csr_matrix(X), np.asfortranarray(X)):
+            for got, expected in zip(terms(same_rows, given, rows), reference):
+                np.testing.assert_array_equal(got, expected)
+    for got, expected in zip(terms(X, slice(100, 300), slice(100, 300)),
+                             terms(X[100:300].copy(), None, slice(100, 300))):
+        np.testing.assert_array_equal(got, expected)
+    monkeypatch.setattr(_logistic, "_BLOCK_BYTES", 8)  # blocks of p rows
+    for got, expected in zip(terms(X, rows, rows), reference):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.max(
+            np.abs(expected)))
+    monkeypatch.undo()
+    assert np.all(terms(X, rows, rows)[2] == terms(X, rows, rows)[2].T)
+    empty = terms(X, rows[:0], rows[:0])
+    assert empty[0] == 0 and not np.any(empty[1]) and not np.any(empty[2])
+    np.testing.assert_array_equal(X, before)
 
 
 # ------------------------------------------------------- scikit-learn's failures
