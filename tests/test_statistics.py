@@ -162,6 +162,16 @@ def test_format_1_messages_are_still_read():
     np.testing.assert_array_equal(old.moment, stats.moment)
     with pytest.raises(InvalidClientMessage, match="checksum"):
         ClientStatistics.from_bytes(body + bytes(32))
+    # every other refusal of a format-1 message names the client too
+    signed = body + hashlib.sha256(body).digest()
+    for data, message in [
+        (signed[:40], "message is truncated .* shorter than the fixed header"),
+        (signed[:8] + struct.pack("<H", 2) + signed[10:], "version 2"),
+        (signed[:12] + struct.pack("<I", 0) + signed[16:], "implausible shape n_features=0"),
+        (signed + bytes(8), "header announces .* \\(truncated or padded\\)"),
+    ]:
+        with pytest.raises(InvalidClientMessage, match="client 'x': .*" + message):
+            ClientStatistics.from_bytes(data, client="x")
 
 
 def test_truncated_message_names_the_client():
@@ -354,7 +364,7 @@ def test_streaming_merge_is_the_balanced_tree_bit_for_bit(n_parts):
     merger = StreamingMerge()
     for stats in parts:
         merger.add(stats)
-    assert len(merger) == bin(n_parts).count("1")  # one partial merge per bit of the count
+    assert len(merger) == n_parts.bit_count()  # one partial merge per bit of the count
     streamed, tree = merger.result(), _balanced_blocks(parts)
     for name in ("x_mean", "y_mean", "gram", "moment", "target_ss"):
         np.testing.assert_array_equal(getattr(streamed, name), getattr(tree, name))

@@ -1,6 +1,7 @@
 """FederatedPCA: PCA (``svd_solver="covariance_eigh"``) from the merged centered Gram."""
 
 from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 from sklearn.decomposition import PCA
@@ -19,18 +20,42 @@ from ..preprocessing._base import (
     OneRoundServer,
     TransformerClient,
 )
-from ..statistics import ClientStatistics, check_aggregate, most_extreme_client
+from ..protocol import BlockwiseClient
+from ..protocol._threads import MIN_ROWS_PER_THREAD
+from ..statistics import (
+    ClientStatistics,
+    StreamingMerge,
+    check_aggregate,
+    most_extreme_client,
+)
+from ..statistics._validation import parts_within_caps
 
 __all__ = ["FederatedPCA"]
 
 
-class PCAClient(TransformerClient):
-    """A site of :class:`FederatedPCA`: its row count, mean and centered Gram (no targets)."""
+class PCAClient(TransformerClient, BlockwiseClient):
+    """A site of :class:`FederatedPCA`: its row count, mean and centered Gram (no targets).
+
+    A reduction over its rows (blockwise), so a pooled round is computed in
+    parts on threads.
+    """
 
     protocol = "decomposition.pca"
 
-    def compute(self, task, X, y, sample_weight, rows):
-        return ClientStatistics.from_data(X, None, rows=rows, check_input=False).to_payload()
+    def summarize(self, task, X, y, sample_weight, rows):
+        return ClientStatistics.from_data(X, None, rows=rows, check_input=False)
+
+    def merge(self, first, second):  # two blocks of one site's rows (Chan et al.)
+        return first.merge(second)
+
+    def finish(self, task, summary):
+        return summary.to_payload()
+
+    def replies_are_independent(self, tasks):
+        return True  # a reply reads only its task and rows: simulated sites may use threads
+
+    def fields_of_rows(self, fields, n_rows):
+        return dict(fields, n_samples=n_rows, weight_sum=float(n_rows))
 
 
 class PCAServer(OneRoundServer):
@@ -45,6 +70,25 @@ class PCAServer(OneRoundServer):
         if stats.n_features != frame.schema["n_features"] or not stats.centered:
             self._fail(site, "statistics must be centered, one entry per feature.")
         return stats
+
+    def reply_fold(self):
+        # apply reads the replies only through their merge: fold them as they come
+        # (the tree of merge_statistics, so the same bits)
+        return StreamingMerge(owned=True)
+
+    def pools_round(self, fields):
+        return fields is None or fields == {}
+
+    def pooled_fold(self, site, reply, fewest_rows):
+        # The merged Gram is the pooled rows' (Chan et al.), so the model equals the
+        # per-site run's to round-off. Only where that pays: a smaller fit runs per
+        # site, and gives exactly the bits of the sites' own messages.
+        stats = self.read_reply(site, reply)
+        if stats.n_samples < MIN_ROWS_PER_THREAD or not parts_within_caps(stats, fewest_rows):
+            return None
+        fold = self.reply_fold()
+        fold.add(stats)
+        return fold
 
     def apply(self, replies, ledger):
         estimator = self.estimator
@@ -115,7 +159,7 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
     ['pca0', 'pca1']
     """
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         "n_components": [
             Interval(Integral, 0, None, closed="left"),
             Interval(Real, 0, 1, closed="neither"),

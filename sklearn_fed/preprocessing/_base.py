@@ -17,6 +17,7 @@ from .._compat import _check_sample_weight, _fit_context
 from ..base import FederatedEstimatorMixin, set_federation_attributes
 from ..protocol import (
     Client,
+    FoldedReplies,
     InvalidClientMessage,
     Server,
     atomic,
@@ -92,6 +93,10 @@ class OneRoundServer(Server):
 
     @staticmethod
     def _merged(replies):
+        """The merge of the round's replies, in label order (folded already by a server
+        with a ``reply_fold``)."""
+        if isinstance(replies, FoldedReplies):
+            return replies.fold.result()
         return merge_statistics(replies[site] for site in sorted_labels(replies))
 
     @staticmethod

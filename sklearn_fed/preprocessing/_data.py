@@ -53,6 +53,9 @@ class StandardScalerClient(TransformerClient):
         fields.update(sparse=bool(sp.issparse(X)), weighted=sample_weight is not None)
         return fields, arrays
 
+    def replies_are_independent(self, tasks):
+        return True  # a reply reads only its task and rows: simulated sites may use threads
+
 
 class StandardScalerServer(OneRoundServer):
     """Server of :class:`FederatedStandardScaler`: merge moments, set the scaler's attributes."""
@@ -236,6 +239,9 @@ class MinMaxScalerClient(TransformerClient):
             data_min, data_max = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
         return {"n_samples": int(X.shape[0])}, {"data_min": data_min, "data_max": data_max}
 
+    def replies_are_independent(self, tasks):
+        return True  # a reply reads only its task and rows: simulated sites may use threads
+
 
 class MinMaxScalerServer(OneRoundServer):
     """Server of :class:`FederatedMinMaxScaler`: the smallest minimum, the largest maximum."""
@@ -343,8 +349,8 @@ feature_names_in_
         low, high = self.feature_range
         if low >= high:
             raise ValueError(
-                "Minimum of desired feature range must be smaller than maximum. Got %s."
-                % str(self.feature_range)
+                "Minimum of desired feature range must be smaller than maximum. "
+                f"Got {self.feature_range}."
             )
         low = np.asarray(low, dtype=data_min.dtype)
         high = np.asarray(high, dtype=data_min.dtype)

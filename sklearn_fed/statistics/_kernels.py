@@ -1,7 +1,8 @@
 """Row kernels: one client's rows reduced to its statistics, block by block.
 
-The Gram form of dense rows (one shift and one accumulator,
-:func:`_shifted_statistics`, else the blocked Chan path,
+The Gram form of dense rows (unweighted float rows: one shift and one
+accumulator, :func:`_shifted_statistics`; weighted rows, and the rare rows on
+which one shift would cancel digits: the blocked Chan path,
 :func:`_chan_statistics`), of sparse rows (:func:`_sparse_statistics`), and
 the factor form (:func:`_factor_statistics`, a TSQR of the blocks); why the
 rows are shifted and how blocks are combined is told in the docstring of
@@ -51,6 +52,14 @@ def _scratch(n_rows, n_cols, name="buffer"):
         cached = np.empty(size)
         setattr(_workspace, name, cached)
     return cached[:size].reshape(n_rows, n_cols)
+
+
+def gathered(X, take):
+    """``X[take]`` for an index array ``take``: C-ordered, float64 rows in reused memory
+    (``np.take`` into it is ~1.6x faster than ``X[take]``)."""
+    if isinstance(X, np.ndarray) and X.dtype == np.float64:
+        return np.take(X, take, axis=0, out=_scratch(len(take), X.shape[1], "rows"), mode="clip")
+    return X[take]
 
 
 def _triangular_factor(rows):
@@ -146,31 +155,6 @@ def few_rows_factor(X, y, sample_weight, centered):
     return weight_sum, x_mean, y_mean, factor
 
 
-def _chan_add(total, mean, weight, block_products, block_mean, block_weight, centered):
-    """Add one block's (centered) products to the running ones (Chan et al.)."""
-    new_weight = weight + block_weight
-    if centered and weight > 0:
-        delta = block_mean - mean
-        block_products = block_products + (weight * block_weight / new_weight) * np.outer(
-            delta, delta
-        )
-    return total + block_products, mean + (block_weight / new_weight) * (block_mean - mean), new_weight
-
-
-def _dense_statistics(X, y, sample_weight, centered, rows):
-    """Statistics of dense rows: one shift and one accumulator, else the Chan path.
-
-    Unweighted float rows take :func:`_shifted_statistics`; weighted rows,
-    and the rare rows on which one shift would cancel digits, the blocked
-    Chan path :func:`_chan_statistics`.
-    """
-    if sample_weight is None and isinstance(X, np.ndarray):
-        parts = _shifted_statistics(X, y, centered, rows)
-        if parts is not None:
-            return parts
-    return _chan_statistics(X, y, sample_weight, centered, rows)
-
-
 # Rows of a client that choose its shift (a few cache lines per column).
 _HEAD_ROWS = 64
 
@@ -212,9 +196,7 @@ def _shifted_statistics(X, y, centered, rows):
                 Xb = np.copyto(out, Xb) or out  # BLAS always sees one layout
             return Xb, yb
         take = index[start:stop]
-        if out is None:
-            return X[take], y[take]
-        return np.take(X, take, axis=0, out=out, mode="clip"), y[take]
+        return (X[take] if out is None else gathered(X, take)), y[take]
 
     head_X, head_y = block_of(0, min(_HEAD_ROWS, n), None)
     # C order: the reductions below then add in the same order for any layout of X.
@@ -357,10 +339,7 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
             take = slice(first + start, first + min(start + block, n))
         else:
             take = rows[start : start + block]
-        if contiguous or not (isinstance(X, np.ndarray) and X.dtype == np.float64):
-            Xv = X[take]
-        else:  # gathered into reused memory (np.take is ~1.6x faster than X[take])
-            Xv = np.take(X, take, axis=0, out=_scratch(len(take), d, "rows"), mode="clip")
+        Xv = X[take] if contiguous else gathered(X, take)
         yv = y[take]
         wv = None if sample_weight is None else sample_weight[take]
         if wv is not None and not np.all(wv > 0):  # rows of weight 0 add nothing
@@ -403,9 +382,14 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
             if constant.size:
                 block_products[constant, :] = 0.0
                 block_products[:, constant] = 0.0
-        total, mean, weight_sum = _chan_add(
-            total, mean, weight_sum, block_products, shift + sums / wsum, wsum, centered
-        )
+        # the block added to the running products (Chan et al.)
+        block_mean, new_weight = shift + sums / wsum, weight_sum + wsum
+        if centered and weight_sum > 0:
+            delta = block_mean - mean
+            block_products = block_products + (weight_sum * wsum / new_weight) * np.outer(
+                delta, delta)
+        total = total + block_products
+        mean, weight_sum = mean + (wsum / new_weight) * (block_mean - mean), new_weight
     gram = np.ascontiguousarray(total[:d, :d])
     moment = np.ascontiguousarray(total[:d, d:])
     # Sums of squares: round-off of a (near-)constant target must not make them negative.

@@ -20,9 +20,10 @@ from ..protocol._schema import check_site_data, count_rows
 from ..protocol._wire import Frame, SymmetricMatrix, decode, encode
 from ._inplace import _update_by_outer, upper_mask
 from ._kernels import (
-    _dense_statistics,
+    _chan_statistics,
     _DenseRows,
     _factor_statistics,
+    _shifted_statistics,
     _sparse_statistics,
     _triangular_factor,
 )
@@ -244,9 +245,13 @@ class ClientStatistics:
             sw = None if sample_weight is None else sample_weight[rows]
             parts = _sparse_statistics(X[rows], y2[rows], sw, centered)
             if parts is None:  # offsets: centering the products would cancel digits
-                parts = _dense_statistics(_DenseRows(X), y2, sample_weight, centered, rows)
-        else:
-            parts = _dense_statistics(X, y2, sample_weight, centered, rows)
+                parts = _chan_statistics(_DenseRows(X), y2, sample_weight, centered, rows)
+        else:  # unweighted rows in one pass, unless a single shift would cancel digits
+            parts = None
+            if sample_weight is None and isinstance(X, np.ndarray):
+                parts = _shifted_statistics(X, y2, centered, rows)
+            if parts is None:
+                parts = _chan_statistics(X, y2, sample_weight, centered, rows)
         return cls(n_samples, *parts, centered=centered, single_target=single_target)
 
     # -------------------------------------------------------------------- merge
@@ -264,7 +269,12 @@ class ClientStatistics:
         """:meth:`merge`; with ``reuse``, the result takes over ``self``'s Gram and
         adds ``other``'s into it in place (same bits, no d x d allocation): only for
         a ``self`` that nothing else will read."""
-        _check_compatible(self, other)
+        for what, a, b in (("features", self.n_features, other.n_features),
+                           ("targets", self.n_targets, other.n_targets)):
+            if a != b:
+                raise ValueError(f"cannot merge statistics with {a} and {b} {what}.")
+        if self.centered != other.centered:
+            raise ValueError("cannot merge centered with uncentered statistics.")
         wa, wb = self.weight_sum, other.weight_sum
         w = wa + wb
         if w > 0:
@@ -276,7 +286,7 @@ class ClientStatistics:
         scale = wa * wb / w if shifted else 0.0
         dx = other.x_mean - self.x_mean
         dy = other.y_mean - self.y_mean
-        common = dict(centered=self.centered, single_target=self.single_target)
+        common = {"centered": self.centered, "single_target": self.single_target}
         if self.factor is not None and other.factor is not None:
             parts = [self.factor, other.factor]
             if shifted:
@@ -357,13 +367,11 @@ class ClientStatistics:
             fail(f"statistics fields must be {sorted(expected_fields)}; got {sorted(fields)}.")
         if arrays.keys() != (_FACTOR_ARRAY_NAMES if factored else _ARRAY_NAMES):
             fail(f"statistics arrays must be {list(names)}; got {sorted(arrays)}.")
+        # The count, the flags and the dimensions are checked by validate; the weight
+        # sum's type here, before it is read as a float.
         n_samples, weight_sum = fields["n_samples"], fields["weight_sum"]
-        if not (type(n_samples) is int and 0 < n_samples < 2**63):
-            fail(f"n_samples must be a positive integer, got {n_samples!r}.")
         if not (type(weight_sum) in (int, float) and math.isfinite(weight_sum)):
             fail(f"weight_sum must be a finite number, got {weight_sum!r}.")
-        if not all(type(fields[k]) is bool for k in ("centered", "single_target")):
-            fail("centered and single_target must be booleans.")
         values = {}
         # A Gram handed over in process as a SymmetricMatrix is symmetric by construction.
         symmetric = isinstance(arrays.get("gram"), SymmetricMatrix)
@@ -378,11 +386,7 @@ class ClientStatistics:
         if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1:
             fail("x_mean and y_mean must be non-empty vectors.")
         d, t = values["x_mean"].shape[0], values["y_mean"].shape[0]
-        if not (0 < d and (0 < t or n_targets == 0)):
-            fail("x_mean and y_mean must be non-empty vectors.")
-        if fields["single_target"] and t != 1:
-            fail(f"declares a single target but has {t}.")
-        common = dict(centered=fields["centered"], single_target=fields["single_target"])
+        common = {"centered": fields["centered"], "single_target": fields["single_target"]}
         if factored:
             p, packed = fields["factor_rows"], values["factor"]
             if not (type(p) is int and 0 <= p <= d + t):
@@ -392,17 +396,8 @@ class ClientStatistics:
                      f"({_trapezoid_size(p, d + t)},) for {p} rows of {d + t} columns.")
             stats = cls(n_samples, float(weight_sum), values["x_mean"], values["y_mean"],
                         factor=_unpack_trapezoid(packed, p, d + t), **common)
-        else:
-            stats = cls(
-                n_samples,
-                float(weight_sum),
-                values["x_mean"],
-                values["y_mean"],
-                values["gram"],
-                values["moment"],
-                values["target_ss"],
-                **common,
-            )
+        else:  # the arrays in the order of the fields
+            stats = cls(n_samples, float(weight_sum), *(values[name] for name in names), **common)
         if validate:
             validate_statistics(stats, client, n_features, n_targets, psd, symmetric=symmetric)
         return stats
@@ -502,19 +497,6 @@ class ClientStatistics:
         """
         return validate_statistics(self, client, n_features, n_targets, psd,
                                    symmetric=False)
-
-
-def _check_compatible(a, b):
-    if a.n_features != b.n_features:
-        raise ValueError(
-            f"cannot merge statistics with {a.n_features} and {b.n_features} features."
-        )
-    if a.n_targets != b.n_targets:
-        raise ValueError(
-            f"cannot merge statistics with {a.n_targets} and {b.n_targets} targets."
-        )
-    if a.centered != b.centered:
-        raise ValueError("cannot merge centered with uncentered statistics.")
 
 
 def _trapezoid_size(n_rows, n_cols):

@@ -8,11 +8,15 @@ import scipy.sparse as sp
 from .._compat import _get_mask
 from ..protocol._errors import InvalidClientMessage
 from ..protocol._errors import who as _who
-from ._kernels import _BLOCK_BYTES
+from ._kernels import _BLOCK_BYTES, _HEAD_ROWS, _scratch, gathered
 from ._merge import merge_statistics
 from ._validation import MAX_MEAN, MAX_SECOND
 
 __all__ = ["ColumnMoments"]
+
+
+def _is_nan(value):
+    return isinstance(value, float) and np.isnan(value)
 
 
 def _constant_columns(low, high):
@@ -105,51 +109,81 @@ class ColumnMoments:
         """
         if order not in (0, 1, 2):
             raise ValueError(f"order must be 0, 1 or 2; got {order!r}.")
-        if rows is not None:
-            X = X[rows]
+        if rows is not None and (sp.issparse(X) or isinstance(rows, slice)):
+            X = X[rows]  # a view of contiguous dense rows
             sample_weight = None if sample_weight is None else sample_weight[rows]
+            rows = None
         if sp.issparse(X):
             return cls._from_sparse(sp.csc_matrix(X), sample_weight, order, missing_values)
         block = max(1, _BLOCK_BYTES // (8 * max(X.shape[1], 1)))
-        parts = [
-            cls._from_dense(
-                X[start : start + block],
-                None if sample_weight is None else sample_weight[start : start + block],
-                order,
-                missing_values,
-            )
-            for start in range(0, X.shape[0], block)
-        ]
-        if not parts:
-            parts = [cls._from_dense(X, sample_weight, order, missing_values)]
+
+        def block_of(start):
+            """Rows start:start + block of ``X[rows]``, gathered block by block (in cache
+            for the passes over them) in C order, as ``X[rows]`` is: the same bits."""
+            take = slice(start, start + block) if rows is None else rows[start : start + block]
+            Xb = X[take] if rows is None else gathered(X, take)
+            return Xb, None if sample_weight is None else sample_weight[take]
+
+        parts = [cls._from_dense(*block_of(start), order, missing_values)
+                 for start in range(0, X.shape[0] if rows is None else len(rows), block)]
+        if not parts:  # no rows: the moments of none
+            parts = [cls._from_dense(*block_of(0), order, missing_values)]
         return merge_statistics(parts)
 
     @classmethod
     def _from_dense(cls, X, sample_weight, order, missing_values):
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        n, d = X.shape
+        if order and n and X.flags.c_contiguous and _is_nan(missing_values) and (
+                w is None or np.all(w > 0)):
+            # Without a NaN (which would make its column's sum NaN) every value
+            # counts with its row's weight: the general passes below on the same
+            # values, without their masks.
+            values = X.astype(np.float64, copy=False)
+            sums = values.sum(axis=0) if w is None else w @ values
+            if np.all(np.isfinite(sums)):
+                counts = np.full(d, n, dtype=np.int64)
+                weights = np.full(d, float(n) if w is None else w.sum())
+                head = values[:_HEAD_ROWS]
+                if (head == head[0]).all(axis=0).any():
+                    constant = _constant_columns(values.min(axis=0, initial=np.inf),
+                                                 values.max(axis=0, initial=-np.inf))
+                else:  # no column is constant on its first rows, so none is on all
+                    constant = np.zeros(d, dtype=bool), np.zeros(d)
+                return cls._from_values(counts, weights, values, None, w, sums, constant, order)
         present = ~_get_mask(X, missing_values)
         counts = present.sum(axis=0).astype(np.int64)
-        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         if w is None:
             weights = counts.astype(np.float64)
         else:  # complete columns share one sum, bit for bit
-            weights = np.where(counts == X.shape[0], w.sum(), w @ present)
+            weights = np.where(counts == n, w.sum(), w @ present)
         if order == 0:
             return cls(counts, weights)
         values = np.where(present, X, 0.0).astype(np.float64, copy=False)
-        sums = values.sum(axis=0) if w is None else w @ values
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(weights > 0, sums / weights, 0.0)
         counted = present if w is None else present & (w > 0)[:, None]
-        constant, value = _constant_columns(
+        constant = _constant_columns(
             np.where(counted, values, np.inf).min(axis=0, initial=np.inf),
             np.where(counted, values, -np.inf).max(axis=0, initial=-np.inf),
         )
+        sums = values.sum(axis=0) if w is None else w @ values
+        return cls._from_values(counts, weights, values, present, w, sums, constant, order)
+
+    @classmethod
+    def _from_values(cls, counts, weights, values, present, w, sums, constant, order):
+        """The moments of dense ``values`` (0 where not ``present``; None: all are) from
+        their (weighted) ``sums`` and ``(constant, value)`` of :func:`_constant_columns`."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(weights > 0, sums / weights, 0.0)
+        constant, value = constant
         mean = np.where(constant, value, mean)
         if order == 1:
             return cls(counts, weights, mean)
         # Two passes, with the correction term of scikit-learn's
         # _incremental_mean_and_var: exact for offsets as large as the data allow.
-        deviation = np.where(present, values - mean, 0.0)
+        deviation = np.subtract(values, mean, out=_scratch(*values.shape, "deviation")
+                                if values.flags.c_contiguous else None)
+        if present is not None:
+            deviation[~present] = 0.0
         correction = deviation.sum(axis=0) if w is None else w @ deviation
         deviation **= 2
         squares = deviation.sum(axis=0) if w is None else w @ deviation

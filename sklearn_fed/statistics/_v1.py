@@ -42,38 +42,24 @@ def from_v1_bytes(cls, data, *, client, validate):
         Naming ``client``: a truncated or padded message, an unknown version
         or flag, an implausible shape, a checksum mismatch, or invalid statistics.
     """
-    who = _who(client)
+    def fail(reason):
+        raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
+
     if len(data) < _V1_HEADER.size + _V1_CHECKSUM_BYTES:
-        raise InvalidClientMessage(
-            f"{who}: message is truncated ({len(data)} bytes is shorter than "
-            "the fixed header).",
-            client,
-        )
-    magic, version, flags, d, t, n_samples, weight_sum = _V1_HEADER.unpack_from(data)
+        fail(f"message is truncated ({len(data)} bytes is shorter than the fixed header).")
+    _, version, flags, d, t, n_samples, weight_sum = _V1_HEADER.unpack_from(data)
     if version != _V1_VERSION or flags & ~_V1_FLAGS:
-        raise InvalidClientMessage(
-            f"{who}: unsupported statistics message (version {version}, flags "
-            f"{flags:#x}).",
-            client,
-        )
+        fail(f"unsupported statistics message (version {version}, flags {flags:#x}).")
     if not (0 < d <= _MAX_FEATURES and 0 < t <= _MAX_FEATURES):
-        raise InvalidClientMessage(
-            f"{who}: implausible shape n_features={d}, n_targets={t}.", client
-        )
+        fail(f"implausible shape n_features={d}, n_targets={t}.")
     n_values = d + t + d * (d + 1) // 2 + d * t + t
     expected = _V1_HEADER.size + 8 * n_values + _V1_CHECKSUM_BYTES
     if len(data) != expected:
-        raise InvalidClientMessage(
-            f"{who}: message has {len(data)} bytes but its header announces "
-            f"{expected} (truncated or padded).",
-            client,
-        )
+        fail(f"message has {len(data)} bytes but its header announces {expected} "
+             "(truncated or padded).")
     body, checksum = data[:-_V1_CHECKSUM_BYTES], data[-_V1_CHECKSUM_BYTES:]
     if not hmac.compare_digest(hashlib.sha256(body).digest(), checksum):
-        raise InvalidClientMessage(
-            f"{who}: checksum mismatch (the message was altered or corrupted).",
-            client,
-        )
+        fail("checksum mismatch (the message was altered or corrupted).")
     values = np.frombuffer(body, dtype="<f8", offset=_V1_HEADER.size).astype(np.float64)
     sizes = np.cumsum([d, t, d * (d + 1) // 2, d * t])
     x_mean, y_mean, packed, moment, target_ss = np.split(values, sizes)
@@ -81,17 +67,9 @@ def from_v1_bytes(cls, data, *, client, validate):
     upper = np.triu_indices(d)
     gram[upper] = packed
     gram.T[upper] = packed
-    stats = cls(
-        int(n_samples),
-        float(weight_sum),
-        x_mean,
-        y_mean,
-        gram,
-        moment.reshape(d, t),
-        target_ss,
-        centered=bool(flags & _V1_FLAG_CENTERED),
-        single_target=bool(flags & _V1_FLAG_SINGLE_TARGET),
-    )
+    stats = cls(int(n_samples), float(weight_sum), x_mean, y_mean, gram, moment.reshape(d, t),
+                target_ss, centered=bool(flags & _V1_FLAG_CENTERED),
+                single_target=bool(flags & _V1_FLAG_SINGLE_TARGET))
     if validate:
         stats.validate(client=client)
     return stats

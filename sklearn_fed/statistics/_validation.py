@@ -68,16 +68,42 @@ def validate_statistics(stats, client, n_features, n_targets, psd, *, symmetric)
     InvalidClientMessage
         Naming ``client`` and the first check that failed.
     """
-    fail = _failure(client)
-    n = _check_n_samples(stats, fail)
-    weight = _check_weight_sum(stats, fail)
-    _check_flags(stats, fail)
-    _check_array_types(stats, fail)
-    _check_dimensions(stats, fail, n_targets)
-    _check_expected_dimensions(stats, fail, n_features, n_targets)
+    def fail(reason):
+        raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
+
+    n = stats.n_samples
+    if isinstance(n, np.integer):  # a numpy integer is read as an int
+        n = int(n)
+    if not (type(n) is int and 0 < n < 2**63):
+        fail(f"n_samples must be a positive integer below 2**63, got {stats.n_samples!r}.")
+    weight = stats.weight_sum
+    if not (isinstance(weight, (int, float, np.floating, np.integer))
+            and not isinstance(weight, bool)
+            and math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):
+        fail(f"weight_sum must be a finite number in [0, {MAX_WEIGHT:g}], got {weight!r}.")
+    if not (type(stats.centered) is bool and type(stats.single_target) is bool):
+        fail("centered and single_target must be booleans.")
+    for name in _ARRAYS if stats.factor is None else _FACTOR_ARRAYS:
+        value = getattr(stats, name)
+        if not (isinstance(value, np.ndarray) and value.dtype == np.float64):
+            fail(f"{name} must be a float64 ndarray, got "
+                 f"{getattr(value, 'dtype', type(value).__name__)}.")
+    if stats.x_mean.ndim != 1 or stats.y_mean.ndim != 1:
+        fail("x_mean and y_mean must be vectors.")
+    d, t = stats.n_features, stats.n_targets
+    if d == 0 or (t == 0 and n_targets != 0):  # no targets only when asked for
+        fail("has no features or no targets.")
+    if stats.single_target and t != 1:
+        fail(f"declares a single target but has {t}.")
+    if n_features is not None and d != n_features:
+        fail(f"has {d} features, expected {n_features}.")
+    if n_targets is not None and t != n_targets:
+        fail(f"has {t} targets, expected {n_targets}.")
     if stats.factor is not None:
         return _validate_factor(stats, fail, weight, n)
-    _check_shapes(stats, fail)
+    for name, want in (("gram", (d, d)), ("moment", (d, t)), ("target_ss", (t,))):
+        if getattr(stats, name).shape != want:
+            fail(f"{name} has shape {getattr(stats, name).shape}, expected {want}.")
     _check_caps(stats, fail, x_mean=MAX_MEAN, y_mean=MAX_MEAN, moment=MAX_SECOND,
                 target_ss=MAX_SECOND)
     diag = np.diag(stats.gram)
@@ -88,82 +114,6 @@ def validate_statistics(stats, client, n_features, n_targets, psd, *, symmetric)
     if psd and not _is_psd(stats.gram):
         fail("gram is not positive semi-definite.")
     return stats
-
-
-def _failure(client):
-    """``fail(reason)``: raise :class:`InvalidClientMessage` naming ``client``."""
-    def fail(reason):
-        raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
-
-    return fail
-
-
-def _check_n_samples(stats, fail):
-    """A positive row count below 2**63 (a numpy integer is read as an int); returns it."""
-    n = stats.n_samples
-    if isinstance(n, np.integer):
-        n = int(n)
-    if not (type(n) is int and 0 < n < 2**63):
-        fail(f"n_samples must be a positive integer below 2**63, got {stats.n_samples!r}.")
-    return n
-
-
-def _check_weight_sum(stats, fail):
-    """A real, finite weight sum in ``[0, MAX_WEIGHT]`` (not a bool); returns it."""
-    weight = stats.weight_sum
-    if not (isinstance(weight, (int, float, np.floating, np.integer))
-            and not isinstance(weight, bool)
-            and math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):
-        fail(f"weight_sum must be a finite number in [0, {MAX_WEIGHT:g}], got {weight!r}.")
-    return weight
-
-
-def _check_flags(stats, fail):
-    """``centered`` and ``single_target`` are booleans."""
-    if not (type(stats.centered) is bool and type(stats.single_target) is bool):
-        fail("centered and single_target must be booleans.")
-
-
-def _check_array_types(stats, fail):
-    """The arrays of the statistics' form are float64 ndarrays; the means, vectors."""
-    for name in _ARRAYS if stats.factor is None else _FACTOR_ARRAYS:
-        value = getattr(stats, name)
-        if not (isinstance(value, np.ndarray) and value.dtype == np.float64):
-            fail(f"{name} must be a float64 ndarray, got "
-                 f"{getattr(value, 'dtype', type(value).__name__)}.")
-    if stats.x_mean.ndim != 1 or stats.y_mean.ndim != 1:
-        fail("x_mean and y_mean must be vectors.")
-
-
-def _check_dimensions(stats, fail, n_targets):
-    """Some features, and some targets unless ``n_targets=0`` is asked for; one if declared."""
-    d, t = stats.n_features, stats.n_targets
-    if d == 0 or (t == 0 and n_targets != 0):  # no targets only when asked for
-        fail("has no features or no targets.")
-    if stats.single_target and t != 1:
-        fail(f"declares a single target but has {t}.")
-
-
-def _check_expected_dimensions(stats, fail, n_features, n_targets):
-    """As many features and targets as the server expects (``None``: any)."""
-    d, t = stats.n_features, stats.n_targets
-    if n_features is not None and d != n_features:
-        fail(f"has {d} features, expected {n_features}.")
-    if n_targets is not None and t != n_targets:
-        fail(f"has {t} targets, expected {n_targets}.")
-
-
-def _check_shapes(stats, fail):
-    """The shapes of the Gram form's second moments."""
-    d, t = stats.n_features, stats.n_targets
-    shapes = {
-        "gram": (stats.gram.shape, (d, d)),
-        "moment": (stats.moment.shape, (d, t)),
-        "target_ss": (stats.target_ss.shape, (t,)),
-    }
-    for name, (got, want) in shapes.items():
-        if got != want:
-            fail(f"{name} has shape {got}, expected {want}.")
 
 
 def _check_targets(stats, fail, diag):

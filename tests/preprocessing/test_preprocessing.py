@@ -69,6 +69,31 @@ def test_column_moments_merge_equals_one_pass():
         np.testing.assert_allclose(merged.m2[j], weights @ (values - mean) ** 2, rtol=1e-8)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_column_moments_without_missing_values_are_the_general_paths_bits(
+        dtype, weighted, monkeypatch):
+    # Rows without NaN skip the masks; a site's rows of a shared X are gathered
+    # block by block. Both must give the bits of the masked passes over X[rows].
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(30_000, 7)) * 3 + 1e4).astype(dtype)
+    X[:, 1] = 0.1  # constant (its running sum is not exact)
+    X[:200, 2] = 4.0  # constant on the first rows of a block only
+    X[:, 3] = rng.choice([0.0, -0.0], size=len(X))  # constant, zeros of both signs
+    w = rng.random(len(X)) + 0.5 if weighted else None
+    rows = np.flatnonzero(rng.random(len(X)) < 0.8)
+    fast = [ColumnMoments.from_data(X, w, order=order, rows=rows) for order in (1, 2)]
+    monkeypatch.setattr("sklearn_fed.statistics._moments._is_nan", lambda value: False)
+    general = [ColumnMoments.from_data(X[rows], None if w is None else w[rows], order=order)
+               for order in (1, 2)]
+    for a, b in zip(fast, general):
+        for name in ("n_samples", "weight_sum", "mean", "m2")[: a.order + 2]:
+            left, right = getattr(a, name), getattr(b, name)
+            assert left.dtype == right.dtype
+            np.testing.assert_array_equal(left.view(np.uint8), right.view(np.uint8), name)
+    assert fast[1].m2[1] == 0 and fast[1].mean[1] == X[0, 1] and fast[1].m2[2] > 0
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"m2": -np.ones(2)}, "m2 must be non-negative"),
     ({"weight_sum": np.array([1.0, np.inf])}, "must be finite"),
@@ -102,7 +127,7 @@ def test_standard_scaler_equals_pooled(n_sites, weighted, missing):
 def test_standard_scaler_options_dtypes_and_sparse(with_mean, with_std):
     X = _with_missing(load_diabetes().data).astype(np.float32)
     sites = _sites(len(X), 7)
-    kw = dict(with_mean=with_mean, with_std=with_std)
+    kw = {"with_mean": with_mean, "with_std": with_std}
     pooled, fed = StandardScaler(**kw).fit(X), FederatedStandardScaler(**kw).fit(X, clients=sites)
     _assert_same(pooled, fed, ["n_samples_seen_", "mean_", "var_", "scale_"], rtol=1e-6)
     if not with_mean:
@@ -184,7 +209,7 @@ def test_set_output_pandas_and_feature_names():
 @pytest.mark.parametrize("n_sites", N_SITES)
 def test_minmax_scaler_equals_pooled(n_sites):
     X = _with_missing(load_diabetes().data)
-    kw = dict(feature_range=(-1, 2), clip=True)
+    kw = {"feature_range": (-1, 2), "clip": True}
     pooled = MinMaxScaler(**kw).fit(X)
     fed = FederatedMinMaxScaler(**kw).fit(X, clients=_sites(len(X), n_sites))
     _assert_same(pooled, fed, ["scale_", "min_", "data_min_", "data_max_", "data_range_"], 0)
@@ -250,8 +275,8 @@ def test_onehot_encoder_given_categories_infrequent_with_a_site_lacking_them():
     # a site none of whose values are among the given categories encoded an
     # empty array as a float index (IndexError) when counting for infrequent grouping
     X = np.array([["a"] * 5 + ["e"] * 30], dtype=object).T
-    kw = dict(categories=[["c", "d", "a", "b"]], sparse_output=False,
-              handle_unknown="infrequent_if_exist", max_categories=2)
+    kw = {"categories": [["c", "d", "a", "b"]], "sparse_output": False,
+              "handle_unknown": "infrequent_if_exist", "max_categories": 2}
     pooled = OneHotEncoder(**kw).fit(X)
     for n_sites in (1, 7):
         fed = FederatedOneHotEncoder(**kw).fit(X, clients=np.arange(35) % n_sites)
@@ -322,7 +347,7 @@ def test_simple_imputer_equals_pooled(n_sites, strategy, options):
 def test_simple_imputer_text_and_sparse():
     rng = np.random.default_rng(0)
     text = rng.choice(np.array(["x", "y", "z", None], dtype=object), size=(120, 2))
-    kw = dict(strategy="most_frequent", missing_values=None)
+    kw = {"strategy": "most_frequent", "missing_values": None}
     pooled, fed = SimpleImputer(**kw).fit(text), FederatedSimpleImputer(**kw).fit(
         text, clients=_sites(120, 7))
     np.testing.assert_array_equal(fed.statistics_, pooled.statistics_)
@@ -357,7 +382,7 @@ def test_simple_imputer_has_no_median():
 @pytest.mark.parametrize("n_components, whiten", [(10, False), (0.9, True), ("mle", False)])
 def test_pca_equals_pooled_covariance_eigh(n_sites, n_components, whiten):
     X = load_digits().data[:, 8:24] + np.random.default_rng(0).normal(size=(1797, 16))
-    kw = dict(n_components=n_components, whiten=whiten)
+    kw = {"n_components": n_components, "whiten": whiten}
     pooled = PCA(svd_solver="covariance_eigh", **kw).fit(X)
     fed = FederatedPCA(**kw).fit(X, clients=_sites(len(X), n_sites))
     assert fed.n_components_ == pooled.n_components_
@@ -368,6 +393,30 @@ def test_pca_equals_pooled_covariance_eigh(n_sites, n_components, whiten):
                                pooled.inverse_transform(pooled.transform(X)), atol=1e-8)
     np.testing.assert_allclose(fed.score(X), pooled.score(X), rtol=1e-9)
     np.testing.assert_array_equal(fed.get_feature_names_out(), pooled.get_feature_names_out())
+
+
+def test_pca_pools_a_large_fit_with_the_per_site_ledger(monkeypatch):
+    # From MIN_ROWS_PER_THREAD rows, fit computes one reply from every site's rows:
+    # the model equals the per-site run's to round-off, the ledger byte for byte.
+    import sklearn_fed.protocol._simulate as simulate
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 6)) @ rng.normal(size=(6, 6)) + 3.0
+    sites = rng.choice(np.array(["a", "bb", "ccc"]), size=len(X))
+    pooled_rounds = []
+    pool_round = simulate.pool_round
+    monkeypatch.setattr(simulate, "pool_round", lambda *args: pooled_rounds.append(
+        pool_round(*args)) or pooled_rounds[-1])
+    fed = FederatedPCA(n_components=3).fit(X, clients=sites)
+    assert pooled_rounds == [True, False]  # the round pooled, then none is left
+    with simulate_through_bytes():  # never pooled: each site's message, as sent
+        per_site = FederatedPCA(n_components=3).fit(X, clients=sites)
+    assert pooled_rounds == [True, False]
+    assert fed.communication_ == per_site.communication_
+    _assert_same(per_site, fed, ["components_", "explained_variance_", "singular_values_",
+                                 "mean_", "noise_variance_"], rtol=1e-12)
+    fed = FederatedPCA(n_components=3).fit(X[:300], clients=sites[:300])  # small: per site
+    assert True not in pooled_rounds[2:]
 
 
 def test_pca_keeps_digits_at_large_offsets():
