@@ -8,8 +8,8 @@ from sklearn.base import _fit_context
 from sklearn.decomposition._pca import _infer_dimension
 from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
 from sklearn.utils._encode import _check_unknown, _encode, _unique
-from sklearn.utils._missing import is_scalar_nan
 from sklearn.utils._mask import _get_mask
+from sklearn.utils._missing import is_scalar_nan
 from sklearn.utils._param_validation import (
     Interval,
     Options,
@@ -42,6 +42,7 @@ __all__ = [
     "_unique",
     "check_is_fitted",
     "is_scalar_nan",
+    "scorer_parts",
     "validate_data",
     "validate_parameter_constraints",
     "validate_params",
@@ -60,6 +61,3 @@ def scorer_parts(scorer):
         dict(getattr(scorer, "_kwargs", {}) or {}),
         getattr(scorer, "_response_method", None),
     )
-
-
-__all__ += ["scorer_parts"]

@@ -29,12 +29,12 @@ from sklearn.random_projection import GaussianRandomProjection, SparseRandomProj
 from sklearn.utils import _safe_indexing
 from sklearn.utils.validation import _num_samples
 
+from ._clients import known_labels
 from ._compat import _check_sample_weight
 from .base import FederatedEstimatorMixin
 from .privacy import RangeScaler
 from .protocol import (
     Client,
-    FeatureSchema,
     InvalidClientMessage,
     Server,
     match_columns,
@@ -51,6 +51,7 @@ __all__ = [
     "broadcast_state",
     "check_data_free",
     "check_federated",
+    "commit_federation",
     "exact_part",
     "fit_data_free",
     "fitted_digest",
@@ -59,8 +60,11 @@ __all__ = [
     "make_part_server",
     "parse_parts",
     "prefixed",
+    "server_error",
+    "site_rows",
     "site_table",
     "site_targets",
+    "table_feature_names",
     "take_prefixed",
 ]
 
@@ -89,6 +93,33 @@ def site_table(X):
     return array
 
 
+def table_feature_names(X):
+    """The feature names ``fit`` tells a server for the table ``X``: its column names when
+    they are all strings (as scikit-learn's ``feature_names_in_``), else None."""
+    columns = getattr(X, "columns", None)
+    if columns is not None and all(isinstance(c, str) for c in columns):
+        return [str(c) for c in columns]
+    return None
+
+
+def site_rows(rows, X, y, sample_weight):
+    """The rows ``rows`` of a site's table, targets and weights (None: all of them)."""
+    if rows is None:
+        return X, y, sample_weight
+    return (_safe_indexing(X, rows), None if y is None else _safe_indexing(y, rows),
+            None if sample_weight is None else sample_weight[rows])
+
+
+def commit_federation(estimator, ledger, parts, sites):
+    """A composite's ``communication_`` (the model size summed over its fitted ``parts``),
+    ``clients_`` and ``n_clients_``."""
+    ledger.n_parameters = sum(
+        part.communication_.n_parameters for part in parts if hasattr(part, "communication_"))
+    estimator.communication_ = ledger
+    estimator.clients_ = known_labels([], sites)
+    estimator.n_clients_ = len(estimator.clients_)
+
+
 class FederatedCompositeMixin(FederatedEstimatorMixin):
     """The fit template (:class:`~sklearn_fed.base.FederatedEstimatorMixin`) for composites.
 
@@ -105,10 +136,16 @@ class FederatedCompositeMixin(FederatedEstimatorMixin):
         return X, y, sample_weight
 
     def _server_feature_names(self, X):
-        columns = getattr(X, "columns", None)
-        if columns is not None and all(isinstance(c, str) for c in columns):
-            return [str(c) for c in columns]
-        return None
+        return table_feature_names(X)
+
+    def fit_transform(self, X, y=None, clients=None, **params):
+        """Fit (see :meth:`fit`), then transform ``X`` with the fitted estimator.
+
+        Returns
+        -------
+        X_t : ndarray, sparse matrix or DataFrame
+        """
+        return self.fit(X, y, clients=clients, **params).transform(X)
 
 
 def check_federated(estimator, name, *, transformer):
@@ -142,7 +179,8 @@ def take_prefixed(arrays, prefix):
     return {name[len(prefix):]: value for name, value in arrays.items() if name.startswith(prefix)}
 
 
-def _server_error(reason):
+def server_error(reason):
+    """Refuse a malformed task: the site names the server."""
     raise InvalidClientMessage(f"server: {reason}", "server")
 
 
@@ -174,7 +212,7 @@ def broadcast_state(fitted):
 def load_fitted(template, fields, arrays):
     """A site's copy of a fitted part: its own unfitted ``template`` plus the broadcast state."""
     if not isinstance(fields, dict):
-        _server_error("malformed fitted model in the task.")
+        server_error("malformed fitted model in the task.")
     if not is_data_free(template):
         return clone(template)._load_broadcast_state(fields, arrays)
     n, names = fields.get("n_features"), fields.get("feature_names")
@@ -182,10 +220,10 @@ def load_fitted(template, fields, arrays):
             type(n) is int and 0 < n < 2**31 and (names is None or (
                 isinstance(names, list) and len(names) == n
                 and all(isinstance(x, str) for x in names)))):
-        _server_error("malformed fitted data-free step.")
+        server_error("malformed fitted data-free step.")
     fitted = fit_data_free(template, n, names)
     if fitted_digest(fitted) != fields["data_free"]:
-        _server_error(f"its {type(template).__name__} differs from this site's fit of the same "
+        server_error(f"its {type(template).__name__} differs from this site's fit of the same "
                       "step (another version of it runs at the server or here).")
     return fitted
 
@@ -196,21 +234,11 @@ def answer_part(estimator, meta, arrays, prefix, X, y, sample_weight, *, site, p
     Returns the nested reply (``meta`` for the outer fields; its arrays are
     added to the returned dict under ``prefix``).
     """
-    task = unnest(meta, arrays, prefix, site=site, fail=_server_error)
+    task = unnest(meta, arrays, prefix, site=site, fail=server_error)
     client = (DataFreeClient(estimator, policy=policy) if is_data_free(estimator)
               else estimator.make_client(policy=policy))
-    client.check_task(task)
-    try:
-        schema = FeatureSchema.from_json(task.schema)
-    except ValueError as exc:
-        raise InvalidClientMessage(f"server: {exc}", "server") from exc
-    if client.needs_y and y is None:
-        raise ValueError(f"site {site!r}: this task needs targets y.")
-    X, y, sample_weight, names = client.check_rows(X, y, sample_weight, schema, site)
-    if policy is not None:
-        policy.check_task(client.protocol, task, schema, X.shape[0], site)
     # The part's reply is screened by the site's policy as a reply of its own would be.
-    reply = client.screened_reply(policy, task, X, y, sample_weight, None, names)
+    reply = client.checked_reply(task, X, y, sample_weight, policy)
     reply_arrays = {}
     return nest(reply, prefix, reply_arrays), reply_arrays
 
@@ -246,20 +274,13 @@ def parse_parts(parts, replies, on_invalid):
 
 
 # ------------------------------------------------------------------ data-free steps
-def _data_free_classes():
-    """``{class name: class}`` of the transformers whose fit reads no row's values.
-
-    Their fitted state depends on the number (and names) of the columns and
-    on their parameters only, so every site and the server fit the same
-    model from a table of the right columns; no round of statistics is needed.
-    """
-    classes = (RangeScaler, FunctionTransformer, PolynomialFeatures, SplineTransformer,
-               GaussianRandomProjection, SparseRandomProjection, RBFSampler, Normalizer,
-               Binarizer)
-    return {cls.__name__: cls for cls in classes}
-
-
-DATA_FREE = _data_free_classes()
+#: ``{class name: class}`` of the transformers whose fit reads no row's values. Their
+#: fitted state depends on the number (and names) of the columns and on their parameters
+#: only, so every site and the server fit the same model from a table of the right
+#: columns; no round of statistics is needed.
+DATA_FREE = {cls.__name__: cls for cls in (
+    RangeScaler, FunctionTransformer, PolynomialFeatures, SplineTransformer,
+    GaussianRandomProjection, SparseRandomProjection, RBFSampler, Normalizer, Binarizer)}
 
 
 def is_data_free(estimator):

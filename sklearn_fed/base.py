@@ -95,14 +95,6 @@ def _nan_sites(X, clients):
     return f" The missing values are at site(s) {sites[:10]}{' ...' if len(sites) > 10 else ''}."
 
 
-def _with_nan_advice(exc, sites):
-    """``exc`` again, with the sites holding NaN and the imputer's advice appended."""
-    text = f"{exc}{sites}{nan_advice(exc)}"
-    if isinstance(exc, InvalidClientMessage):
-        return InvalidClientMessage(text, exc.client)
-    return ValueError(text)
-
-
 def pd_isna(X):
     """Missing entries of an array or a DataFrame (pandas' own test when it is one)."""
     if hasattr(X, "isna"):
@@ -157,7 +149,10 @@ class FederatedEstimatorMixin(FederatedMixin):
                 exc) else _nan_sites(raw, clients)
             if not sites:
                 raise
-            raise _with_nan_advice(exc, sites) from exc
+            text = f"{exc}{sites}{nan_advice(exc)}"
+            if isinstance(exc, InvalidClientMessage):
+                raise InvalidClientMessage(text, exc.client) from exc
+            raise ValueError(text) from exc
         return self
 
     #: How ``fit`` takes Dask collections (:mod:`sklearn_fed.dask`): ``"partitions"``

@@ -9,6 +9,7 @@ pooled density).
 """
 
 import time
+from collections import namedtuple
 
 import numpy as np
 import pandas as pd
@@ -27,11 +28,14 @@ from ._composite import (
     answer_part,
     broadcast_state,
     check_federated,
+    commit_federation,
     exact_part,
     load_fitted,
     make_part_server,
     parse_parts,
     prefixed,
+    server_error,
+    site_rows,
     take_prefixed,
 )
 from .pipeline import PipelineClient
@@ -47,15 +51,15 @@ from .protocol._fields import task_field
 __all__ = ["FederatedColumnTransformer"]
 
 
-def _server_error(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
-
-
 def _no_rows(n_features, names):
     """A table with the federation's columns and no rows: what column selections resolve on."""
     if names is None:
         return np.zeros((0, n_features))
     return pd.DataFrame({name: pd.Series([], dtype=object) for name in names})
+
+
+#: Resolved columns: ``parts`` are ``{index: (name, template, column indices)}`` to fit.
+_Layout = namedtuple("_Layout", ["scratch", "parts"])
 
 
 def _may_be_sparse(fitted):
@@ -70,27 +74,25 @@ class ColumnTransformerClient(PipelineClient):
 
     def compute(self, task, X, y, sample_weight, rows):
         estimator = self.estimator
-        if rows is not None:
-            X = _safe_indexing(X, rows)
-            y = None if y is None else _safe_indexing(y, rows)
-            sample_weight = None if sample_weight is None else sample_weight[rows]
+        X, y, sample_weight = site_rows(rows, X, y, sample_weight)
         step = task_field(task, "step", str)
         if step == "schema":
             return {"step": "schema"}, {}
         parts = task.fields.get("parts")
         if not isinstance(parts, list) or not parts:
-            _server_error("malformed column transformer task.")
-        templates = estimator._part_templates()
+            server_error("malformed column transformer task.")
+        # the transformers a site may be asked to run, in the server's part order
+        templates = [trans for _, trans, _ in estimator.transformers] + [estimator.remainder]
         fields, arrays, density = {"parts": []}, {}, step == "density"
         nnz = total = 0
         for entry in parts:
             if not (isinstance(entry, dict) and set(entry) == {"part", "columns", "task"}):
-                _server_error("malformed column transformer task.")
+                server_error("malformed column transformer task.")
             index, columns = entry["part"], entry["columns"]
             if not (type(index) is int and 0 <= index < len(templates) and isinstance(
                     columns, list) and all(type(c) is int and 0 <= c < X.shape[1]
                                            for c in columns)):
-                _server_error("malformed column transformer part.")
+                server_error("malformed column transformer part.")
             Xc = _safe_indexing(X, columns, axis=1)
             prefix = f"p{index}."
             if density:
@@ -328,17 +330,6 @@ feature_names_in_
         parts = [trans for _, trans, _ in self.transformers] + [self.remainder]
         return all(exact_part(part) for part in parts if not isinstance(part, str))
 
-    class _Layout:
-        """Resolved columns: ``parts`` are ``(name, template, column indices)`` to fit."""
-
-        def __init__(self, scratch, parts):
-            self.scratch, self.parts = scratch, parts
-
-    def _part_templates(self):
-        """The transformers a site may be asked to run, in the server's part order."""
-        templates = [trans for _, trans, _ in self.transformers]
-        return templates + [self.remainder]
-
     def _layout(self, n_features, names):
         """Resolve every transformer's columns on a table with no rows (names only)."""
         scratch = clone(self)
@@ -364,13 +355,13 @@ feature_names_in_
                 fitted=False, column_as_labels=False, skip_drop=True, skip_empty_columns=True):
             index = order.get(name, len(self.transformers))
             parts[index] = (name, trans, scratch._transformer_to_input_indices[name])
-        return self._Layout(scratch, {i: p for i, p in enumerate(parts) if p is not None})
+        return _Layout(scratch, {i: p for i, p in enumerate(parts) if p is not None})
 
     def _commit_layout(self, layout, fitted, sparse_output, server=None):
         """ColumnTransformer's bookkeeping for fitted parts, done on a copy, then committed."""
         scratch = layout.scratch
         empty = _no_rows(scratch.n_features_in_, getattr(scratch, "feature_names_in_", None))
-        outputs, transformers = [], []
+        parts, outputs = {}, {}
         for index in sorted(layout.parts):
             name, template, columns = layout.parts[index]
             if isinstance(template, str):  # passthrough, fitted as ColumnTransformer fits it
@@ -380,15 +371,13 @@ feature_names_in_
                 ).set_output(transform=config).fit(_safe_indexing(empty, columns, axis=1))
             else:
                 part = fitted[index]
-            transformers.append((name, part))
-            outputs.append(np.zeros((0, len(part.get_feature_names_out()))))
+            parts[name] = part
+            outputs[name] = np.zeros((0, len(part.get_feature_names_out())))
         order = [name for name, _, _, _ in scratch._iter(
             fitted=False, column_as_labels=False, skip_drop=True, skip_empty_columns=True)]
-        by_name = dict(transformers)
-        scratch._update_fitted_transformers([by_name[name] for name in order])
+        scratch._update_fitted_transformers([parts[name] for name in order])
         scratch.sparse_output_ = sparse_output
-        named_outputs = dict(zip([name for name, _ in transformers], outputs))
-        outputs = [named_outputs[name] for name in order]
+        outputs = [outputs[name] for name in order]
         scratch._validate_output(outputs)
         scratch._record_output_indices(outputs)
         params = self.get_params(deep=False)
@@ -396,13 +385,7 @@ feature_names_in_
             if key not in params:
                 setattr(self, key, value)
         if server is not None:
-            ledger = server._ledger
-            ledger.n_parameters = sum(
-                f.communication_.n_parameters for f in fitted.values()
-                if hasattr(f, "communication_"))
-            self.communication_ = ledger
-            self.clients_ = known_labels([], server._sites)
-            self.n_clients_ = len(self.clients_)
+            commit_federation(self, server._ledger, fitted.values(), server._sites)
         return self
 
     @_fit_context(prefer_skip_nested_validation=False)
@@ -427,15 +410,6 @@ feature_names_in_
             raise TypeError(f"FederatedColumnTransformer.fit takes no {sorted(params)}.")
         return self._fit(X, y, None, clients)
 
-    def fit_transform(self, X, y=None, clients=None, **params):
-        """Fit (see :meth:`fit`), then transform ``X``.
-
-        Returns
-        -------
-        X_t : ndarray, sparse matrix or DataFrame
-        """
-        return self.fit(X, y, clients=clients, **params).transform(X)
-
     # ------------------------------------------------------------ broadcast
     def _broadcast_state(self):
         arrays, parts = {}, {}
@@ -458,12 +432,12 @@ feature_names_in_
     def _load_broadcast_state(self, fields, arrays):
         if not (isinstance(fields, dict) and set(fields) == {
                 "n_features_in_", "parts", "sparse_output", "feature_names_in_"}):
-            _server_error("malformed fitted column transformer.")
+            server_error("malformed fitted column transformer.")
         n, names = fields["n_features_in_"], fields["feature_names_in_"]
         if not (type(n) is int and n > 0) or not (names is None or (
                 isinstance(names, list) and len(names) == n
                 and all(isinstance(x, str) for x in names))):
-            _server_error("malformed fitted column transformer schema.")
+            server_error("malformed fitted column transformer schema.")
         layout = self._layout(n, names)
         fitted = {}
         for index, (_, template, _) in layout.parts.items():

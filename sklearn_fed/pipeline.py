@@ -14,11 +14,11 @@ transformers in the same rounds.
 import math
 import time
 import types
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.pipeline import Pipeline
-from sklearn.utils import _safe_indexing
+from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.utils._available_if import available_if
 from sklearn.utils._set_output import _get_output_config
 from sklearn.utils._user_interface import _message_with_time
@@ -31,11 +31,14 @@ from ._composite import (
     answer_part,
     broadcast_state,
     check_federated,
+    commit_federation,
     exact_part,
     load_fitted,
     make_part_server,
     parse_parts,
     prefixed,
+    server_error,
+    site_rows,
     site_table,
     site_targets,
     take_prefixed,
@@ -76,10 +79,6 @@ def output_schema(fitted):
     return {"feature_names": names if pandas else None, "n_features": len(names)}
 
 
-def _server_error(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
-
-
 class PipelineClient(Client):
     """A site of a :class:`FederatedPipeline`.
 
@@ -113,11 +112,8 @@ class PipelineClient(Client):
         weighted = task_field(task, "weighted", bool)
         fitted = task.fields.get("fitted")
         if not (0 <= index < len(steps) and isinstance(fitted, list) and len(fitted) == index):
-            _server_error("malformed pipeline task (step index or fitted models).")
-        if rows is not None:
-            X = _safe_indexing(X, rows)
-            y = None if y is None else _safe_indexing(y, rows)
-            sample_weight = None if sample_weight is None else sample_weight[rows]
+            server_error("malformed pipeline task (step index or fitted models).")
+        X, y, sample_weight = site_rows(rows, X, y, sample_weight)
         for j, fields in enumerate(fitted):
             template = steps[j][1]
             if _skipped(template):
@@ -190,13 +186,9 @@ class PipelineServer(Server):
             self._index += 1
         if self._index >= len(self.parts):
             return False
-        if self._index == 0:
-            schema = {"feature_names": self.schema.feature_names,
-                      "n_features": self.schema.n_features}
-        else:
-            fitted = [p for p in self.parts[: self._index] if not _skipped(p)]
-            schema = output_schema(fitted[-1]) if fitted else {
-                "feature_names": self.schema.feature_names, "n_features": self.schema.n_features}
+        fitted = [p for p in self.parts[: self._index] if not _skipped(p)]
+        schema = output_schema(fitted[-1]) if fitted else {
+            "feature_names": self.schema.feature_names, "n_features": self.schema.n_features}
         self._step_started = time.perf_counter()
         self._part = make_part_server(
             self.parts[self._index], on_invalid=self.on_invalid, max_message_bytes=self.max_message_bytes, **schema
@@ -253,15 +245,8 @@ class PipelineServer(Server):
             delta = self._budget.delta
         else:
             delta = min(sum(d for _, d in by_step.values()), 0.5) if by_step else 0.0
-        ledger = self._ledger
-        ledger.n_parameters = sum(
-            part.communication_.n_parameters for part in self.parts
-            if hasattr(part, "communication_")
-        )
-        estimator.steps = [(name, part) for (name, _), part in zip(estimator.steps, self.parts)]
-        estimator.communication_ = ledger
-        estimator.clients_ = known_labels([], self._sites)
-        estimator.n_clients_ = len(estimator.clients_)
+        estimator.steps = fitted.steps
+        commit_federation(estimator, self._ledger, self.parts, self._sites)
         for name in ("_privacy", "_privacy_delta", "privacy_spent_by_step_"):
             estimator.__dict__.pop(name, None)
         if private:
@@ -344,8 +329,8 @@ class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
 
     _server_role = PipelineServer
     _client_role = PipelineClient
-    _parameter_constraints: dict = {**Pipeline._parameter_constraints,
-                                    "privacy_budget": [None, tuple, PrivacyBudget]}
+    _parameter_constraints: ClassVar[dict] = {
+        **Pipeline._parameter_constraints, "privacy_budget": [None, tuple, PrivacyBudget]}
 
     def __init__(self, steps, *, transform_input=None, memory=None, verbose=False,
                  privacy_budget=None):
@@ -429,15 +414,8 @@ class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
         weights, weighted, clients = self._routed(params, clients)
         return self._fit(X, y, weights, clients, weighted_steps=weighted)
 
-    @available_if(Pipeline._can_fit_transform)
-    def fit_transform(self, X, y=None, clients=None, **params):
-        """Fit (see :meth:`fit`), then transform ``X`` with the fitted pipeline.
-
-        Returns
-        -------
-        Xt : ndarray, sparse matrix or DataFrame
-        """
-        return self.fit(X, y, clients=clients, **params).transform(X)
+    fit_transform = available_if(Pipeline._can_fit_transform)(
+        FederatedCompositeMixin.fit_transform)
 
     # ------------------------------------------------------------ broadcast
     def _broadcast_state(self):
@@ -451,7 +429,7 @@ class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
         steps = fields.get("steps") if isinstance(fields, dict) else None
         if set(fields) != {"steps"} or not isinstance(steps, list) or len(steps) != len(
                 self.steps):
-            _server_error("malformed fitted pipeline.")
+            server_error("malformed fitted pipeline.")
         self.steps = [
             (name, step if _skipped(step) else load_fitted(
                 step, steps[j], take_prefixed(arrays, f"s{j}.")))
@@ -470,8 +448,6 @@ def make_federated_pipeline(*steps, memory=None, verbose=False, privacy_budget=N
     >>> make_federated_pipeline(FederatedStandardScaler(), FederatedRidge()).steps[0][0]
     'federatedstandardscaler'
     """
-    from sklearn.pipeline import make_pipeline
-
     template = make_pipeline(*steps, memory=memory, verbose=verbose)
     return FederatedPipeline(template.steps, memory=memory, verbose=verbose,
                              privacy_budget=privacy_budget)

@@ -33,7 +33,7 @@ from threadpoolctl import threadpool_limits
 
 from .._clients import group_rows_by_client, take_clients
 from .._compat import validate_data
-from ..protocol import BlockwiseClient, RowsElsewhere, Transport, atomic, label_key
+from ..protocol import RowsElsewhere, Transport, atomic, label_key
 from ..protocol._simulate import deliver_reply, deliver_task
 from ._partitions import Partitions
 
@@ -139,8 +139,23 @@ class PartitionsTransport(Transport):
     def __init__(self, parts, clients, names):
         self.parts, self.clients, self.names = parts, clients, names
 
-    def exchange(self, server, tasks):
-        return (*_answer_round(self.parts, server, self.clients, tasks, self.names), {}, ())
+    def exchange(self, server, frames):
+        parts, clients = self.parts, self.clients
+        sites = {label_key(site): site for site in frames}
+        roles = {key: clients[site] if isinstance(clients, dict) else clients
+                 for key, site in sites.items()}
+        tasks = {key: deliver_task(server, roles[key], site, frames[site])
+                 for key, site in sites.items()}
+        answers = SiteAnswers(roles, tasks, parts.spec())
+        if any(answers.reads_rows(key) for key in tasks):
+            # Only the merged summaries come back; the site roles finish them here,
+            # where their state (e.g. keys kept between rounds) lives.
+            merged = _compute(_reduction(parts, roles, tasks))[0]
+        else:  # e.g. a key exchange: no partition is read
+            merged = {key: _Piece(site, roles[key].summarize(tasks[key], None, None, None, None),
+                                  ()) for key, site in sites.items()}
+        finished = answers.finish(merged)
+        return (*_replies(parts, server, roles, sites, tasks, finished, self.names), {}, ())
 
 
 def _site_labels(parts):
@@ -180,24 +195,6 @@ def _labels_in(i, clients):
     return labels[first]
 
 
-def _answer_round(parts, server, clients, frames, names):
-    """Every tasked site's reply frame, computed partition by partition."""
-    sites = {label_key(site): site for site in frames}
-    roles = {key: clients[site] if isinstance(clients, dict) else clients
-             for key, site in sites.items()}
-    tasks = {key: deliver_task(server, roles[key], site, frames[site])
-             for key, site in sites.items()}
-    answers = SiteAnswers(roles, tasks, parts.spec())
-    if any(answers.reads_rows(key) for key in tasks):
-        # Only the merged summaries come back; the site roles finish them here,
-        # where their state (e.g. keys kept between rounds) lives.
-        merged = _compute(_reduction(parts, roles, tasks))[0]
-    else:  # e.g. a key exchange: no partition is read
-        merged = {key: _Piece(site, roles[key].summarize(tasks[key], None, None, None, None), ())
-                  for key, site in sites.items()}
-    return _replies(parts, server, roles, sites, tasks, answers.finish(merged), names)
-
-
 def _reduction(parts, roles, tasks):
     """The delayed tree: each partition's summaries, merged eight at a time, in order."""
     # Workers get site roles rebuilt from the estimator alone: a role's key and
@@ -207,12 +204,12 @@ def _reduction(parts, roles, tasks):
              for key, role in roles.items()}
     shared = dask.delayed(SiteAnswers(fresh, tasks, parts.spec()), pure=True)
     nodes = [
-        dask.delayed(_summarize_partition, pure=True)(shared, i, *parts.delayed(i))
+        dask.delayed(SiteAnswers.summarize, pure=True)(shared, i, *parts.delayed(i))
         for i in range(parts.n_partitions)
     ]
     while len(nodes) > 1:
         nodes = [
-            dask.delayed(_combine, pure=True)(shared, *nodes[i : i + SPLIT_EVERY])
+            dask.delayed(SiteAnswers.combine, pure=True)(shared, nodes[i : i + SPLIT_EVERY])
             for i in range(0, len(nodes), SPLIT_EVERY)
         ]
     return nodes[0]
@@ -247,14 +244,6 @@ def _compute(*collections):
     return dask.compute(*collections)
 
 
-def _summarize_partition(answers, i, X, y, sample_weight, clients):
-    return answers.summarize(i, X, y, sample_weight, clients)
-
-
-def _combine(answers, *nodes):
-    return answers.combine(nodes)
-
-
 class _Piece:
     """A site's summary of its rows in some partitions (listed, for error messages)."""
 
@@ -282,7 +271,7 @@ class SiteAnswers:
 
     def reads_rows(self, key):
         role = self.roles[key]
-        return not answers_from_blocks(type(role)) or role.reads_rows(self.tasks[key])
+        return not role.answers_from_blocks() or role.reads_rows(self.tasks[key])
 
     def summarize(self, i, X, y, sample_weight, clients):
         checked = self.spec.check(i, X, y, sample_weight, clients)
@@ -299,7 +288,7 @@ class SiteAnswers:
             if task is None:  # the server did not ask this site this round
                 continue
             role = self.roles[key]
-            if answers_from_blocks(type(role)):
+            if role.answers_from_blocks():
                 summary = role.summarize(task, X, y, sample_weight, site_rows)
             else:
                 summary = role.compute(task, X, y, sample_weight, site_rows)
@@ -317,7 +306,7 @@ class SiteAnswers:
     def merge(self, key, first, second):
         role = self.roles[key]
         partitions = first.partitions + second.partitions
-        if not answers_from_blocks(type(role)):
+        if not role.answers_from_blocks():
             raise ValueError(
                 f"site {first.site!r} has rows in partitions {list(partitions)}, but "
                 f"{type(role).__name__} is not a BlockwiseClient: its reply cannot be "
@@ -331,14 +320,9 @@ class SiteAnswers:
             role = self.roles[key]
             finished[key] = (
                 role.finish(self.tasks[key], piece.summary)
-                if answers_from_blocks(type(role)) else piece.summary
+                if role.answers_from_blocks() else piece.summary
             )
         return finished
-
-
-def answers_from_blocks(role):
-    """Whether ``role`` answers blockwise: a BlockwiseClient whose ``compute`` is not replaced."""
-    return issubclass(role, BlockwiseClient) and role.answers_from_blocks()
 
 
 # ------------------------------------------------------------------- stream
@@ -348,11 +332,11 @@ def _stream(estimator, partial, parts):
     spec = parts.spec()
     rounds = 0
     with ThreadPoolExecutor(max_workers=1) as reader:
-        pending = reader.submit(_read_partition, parts, 0)
+        pending = reader.submit(dask.compute, *parts.delayed(0))
         for i in range(parts.n_partitions):
             X, y, sample_weight, clients = pending.result()
             if i + 1 < parts.n_partitions:
-                pending = reader.submit(_read_partition, parts, i + 1)
+                pending = reader.submit(dask.compute, *parts.delayed(i + 1))
             if spec.check(i, X, y, sample_weight, clients) is None:
                 continue  # a partition without rows brings no round
             step = estimator.partial_fit if partial or rounds else estimator.fit
@@ -361,7 +345,3 @@ def _stream(estimator, partial, parts):
     if rounds == 0:
         raise ValueError("X has no rows.")
     return estimator
-
-
-def _read_partition(parts, i):
-    return dask.compute(*parts.delayed(i))

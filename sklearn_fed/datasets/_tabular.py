@@ -28,13 +28,11 @@ def _load_csv(path, target, categorical, return_feature_names):
     if not records:
         raise ValueError(f"{path}: no complete rows.")
     numeric = [c for c in columns if c not in needed]
-    blocks, names = [], []
     try:
         values = np.array([[float(row[c]) for c in numeric] for row in records])
     except ValueError as exc:
         raise ValueError(f"{path}: a numeric column holds text ({exc}).") from None
-    blocks.append(values.reshape(len(records), len(numeric)))
-    names += numeric
+    blocks, names = [values.reshape(len(records), len(numeric))], list(numeric)
     for column in categorical:  # one-hot, one column per level (sorted)
         raw = [row[column].strip() for row in records]
         levels = sorted(set(raw))

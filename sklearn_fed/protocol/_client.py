@@ -60,13 +60,8 @@ class Client(ABC):
     #: For a role that does not need targets: False when its replies never describe any
     #: (``check_rows`` leaves ``y`` out), None when the caller decides (a composite hands
     #: ``y`` on to its parts). The server refuses a reply that contradicts it, naming the
-    #: site, without any declaration (see :meth:`describes_targets`).
+    #: site, without any declaration.
     targets_in_reply = None
-
-    @classmethod
-    def describes_targets(cls):
-        """Whether every reply describes targets (True), none does (False), or either (None)."""
-        return True if cls.needs_y else cls.targets_in_reply
     #: What a reply is made of, for the site's disclosure rules (``CountedValues``,
     #: ``CountedColumns``, ``ColumnExtremes``; see :doc:`/disclosure`).
     disclosure = ()
@@ -131,6 +126,20 @@ class Client(ABC):
 
     def _answer(self, task, X, y, sample_weight):
         """The reply frame to a decoded task, after checking the task and the rows."""
+        # A deployed site applies its policy, the DataSHIELD-like defaults when given none.
+        policy = SitePolicy() if self.policy is None else self.policy
+        self._in_force = policy  # what a composite's parts apply (see policy_in_force)
+        try:
+            return self.checked_reply(task, X, y, sample_weight, policy,
+                                      columns_in_order=policy.columns_in_order)
+        finally:
+            del self._in_force
+
+    def checked_reply(self, task, X, y, sample_weight, policy, *, columns_in_order=True):
+        """The reply frame to a decoded task, once the task, the rows and ``policy`` (None:
+        nothing held back) allow it; a composite's part answers its nested task with it.
+        ``columns_in_order=False`` refuses rows without column names for a task that names
+        its features."""
         self.check_task(task)
         try:
             schema = FeatureSchema.from_json(task.schema)
@@ -138,18 +147,12 @@ class Client(ABC):
             raise InvalidClientMessage(f"server: {exc}", "server") from exc
         if self.needs_y and y is None:
             raise ValueError(f"site {task.site!r}: this task needs targets y.")
-        if schema.feature_names is not None and not hasattr(X, "columns") and not (
-                self.policy is not None and self.policy.columns_in_order):
+        if schema.feature_names is not None and not hasattr(X, "columns") and not columns_in_order:
             raise ValueError(unnamed_columns_message(schema, task.site))
         X, y, sample_weight, names = self.check_rows(X, y, sample_weight, schema, task.site)
-        # A deployed site applies its policy, the DataSHIELD-like defaults when given none.
-        policy = SitePolicy() if self.policy is None else self.policy
-        policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
-        self._in_force = policy  # what a composite's parts apply (see policy_in_force)
-        try:
-            return self.screened_reply(policy, task, X, y, sample_weight, None, names)
-        finally:
-            del self._in_force
+        if policy is not None:
+            policy.check_task(self.protocol, task, schema, X.shape[0], task.site)
+        return self.screened_reply(policy, task, X, y, sample_weight, None, names)
 
     def policy_in_force(self):
         """The policy replies are screened with now (None: nothing held back): in :meth:`respond`
@@ -211,6 +214,14 @@ class Client(ABC):
         return (int(schema.get("n_features", 0)) + 1) * max(
             1, int(schema.get("n_targets", 1))) if self.needs_y else None
 
+    @classmethod
+    def answers_from_blocks(cls):
+        """Whether this role's reply is ``finish`` of its merged ``summarize`` (a
+        :class:`BlockwiseClient` whose ``compute`` is not replaced), so its rows may be
+        summarized in blocks."""
+        owner = next(base for base in cls.__mro__ if "compute" in base.__dict__)
+        return owner is BlockwiseClient
+
     def reads_rows(self, task):
         """Whether the answer to ``task`` depends on the rows at all (a key exchange does not)."""
         return True
@@ -256,7 +267,7 @@ class Client(ABC):
         """For a pooled round (see :meth:`Server.pools_round`): the fields of the reply
         of a site with ``n_rows`` rows of unit weight, from the pooled reply's ``fields``;
         None (the default) when this role cannot tell, and the round runs site by site."""
-        return None
+        return
 
     def reply_many(self, tasks, X, y, sample_weight, rows, names):
         """Replies of many simulated sites that share one ``X``: ``{site: frame}``.
@@ -315,13 +326,6 @@ class BlockwiseClient(Client):
 
     def compute(self, task, X, y, sample_weight, rows):
         return self.finish(task, self.summarize(task, X, y, sample_weight, rows))
-
-    @classmethod
-    def answers_from_blocks(cls):
-        """Whether this role's reply is ``finish`` of its merged ``summarize`` (``compute``
-        is not replaced), so its rows may be summarized in blocks."""
-        owner = next(base for base in cls.__mro__ if "compute" in base.__dict__)
-        return owner is BlockwiseClient
 
     @abstractmethod
     def summarize(self, task, X, y, sample_weight, rows):

@@ -41,17 +41,7 @@ def reply_array(frame, name, shape, site):
     >>> reply_array(Frame("x/reply", arrays={"w": np.ones(2)}), "w", (2,), "a")
     array([1., 1.])
     """
-    value = frame.arrays.get(name)
-    if not isinstance(value, np.ndarray) or value.dtype != np.float64:
-        raise InvalidClientMessage(f"client {site!r}: array {name!r} must be float64.", site)
-    if value.shape != tuple(shape):
-        raise InvalidClientMessage(
-            f"client {site!r}: array {name!r} has shape {value.shape}, expected {tuple(shape)}.",
-            site,
-        )
-    if not np.all(np.isfinite(value)):
-        raise InvalidClientMessage(f"client {site!r}: array {name!r} is not finite.", site)
-    return value
+    return _checked_array(frame, name, shape, site, np.dtype(np.float64), "float64")
 
 
 def reply_dtype(frame):
@@ -79,17 +69,21 @@ def reply_values(frame, name, shape, site, *, allow_nan=False):
     >>> reply_values(frame, "low", (2,), "a").dtype
     dtype('float32')
     """
-    value = frame.arrays.get(name)
     dtype = reply_dtype(frame)
+    return _checked_array(frame, name, shape, site, dtype, f"{dtype} (the dtype of its rows)",
+                          allow_nan=allow_nan)
+
+
+def _checked_array(frame, name, shape, site, dtype, dtype_text, *, allow_nan=False):
+    value = frame.arrays.get(name)
     if not isinstance(value, np.ndarray) or value.dtype != dtype:
-        raise InvalidClientMessage(
-            f"client {site!r}: array {name!r} must be {dtype} (the dtype of its rows).", site)
+        raise InvalidClientMessage(f"client {site!r}: array {name!r} must be {dtype_text}.", site)
     if value.shape != tuple(shape):
         raise InvalidClientMessage(
             f"client {site!r}: array {name!r} has shape {value.shape}, expected {tuple(shape)}.",
             site,
         )
-    if np.isinf(value).any() or (not allow_nan and np.isnan(value).any()):
+    if not (~np.isinf(value) if allow_nan else np.isfinite(value)).all():
         raise InvalidClientMessage(f"client {site!r}: array {name!r} is not finite.", site)
     return value
 

@@ -44,8 +44,9 @@ _PLAIN = frozenset({int, str, float, bool, tuple, type(None)})
 _INT = frozenset({int})
 
 
-def _key(client):
-    return client.item() if isinstance(client, np.generic) else client
+def _add(counts, client, n_bytes):
+    key = client.item() if isinstance(client, np.generic) else client
+    counts[key] = counts.get(key, 0) + int(n_bytes)
 
 
 @dataclass
@@ -92,17 +93,11 @@ class CommunicationLedger:
 
     def record_upload(self, client, n_bytes):
         """Add ``n_bytes`` to what ``client`` sent."""
-        key = _key(client)
-        self.uplink_bytes_per_client[key] = self.uplink_bytes_per_client.get(key, 0) + int(
-            n_bytes
-        )
+        _add(self.uplink_bytes_per_client, client, n_bytes)
 
     def record_download(self, client, n_bytes):
         """Add ``n_bytes`` to what the server sent to ``client``."""
-        key = _key(client)
-        self.downlink_bytes_per_client[key] = self.downlink_bytes_per_client.get(
-            key, 0
-        ) + int(n_bytes)
+        _add(self.downlink_bytes_per_client, client, n_bytes)
 
     def record_round(self, downloads, uploads):
         """Count one round: ``{client: bytes}`` sent to and received from clients."""
@@ -113,8 +108,7 @@ class CommunicationLedger:
                 counts.update(new)
                 continue
             for client, n_bytes in new.items():
-                key = _key(client)
-                counts[key] = counts.get(key, 0) + int(n_bytes)
+                _add(counts, client, n_bytes)
         self.rounds += 1
 
     def copy(self):

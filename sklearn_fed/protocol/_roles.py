@@ -1,46 +1,15 @@
 """The two roles of every protocol: a site (:class:`Client`) and the :class:`Server`.
 
-A deployment and a simulation run the same code::
-
-    server = est.make_server()
-    clients = {s: est.make_client() for s in sites}
-    tasks = server.next_tasks(sites)          # {site: bytes}
-    while tasks:
-        replies = {s: clients[s].respond(tasks[s], X[s], y[s]) for s in tasks}
-        server.receive(replies)               # validates all, then applies all
-        tasks = server.next_tasks(sites)
-    server.estimator                          # fitted
-
-The public hooks an estimator family implements (see :doc:`/developers`):
-
-- required: :meth:`Server.plan` (the tasks of the next round),
-  :meth:`Server.read_reply` (parse and check one reply),
-  :meth:`Server.apply` (the new model from a round's replies) and
-  :meth:`Client.compute` (a site's answer; or :meth:`BlockwiseClient.summarize`,
-  :meth:`~BlockwiseClient.merge` and :meth:`~BlockwiseClient.finish` when the
-  answer is a reduction over rows);
-- optional checks: :meth:`Server.cross_check` (needs every reply at once),
-  :meth:`Client.check_rows` (a site's own rows);
-- optional speed-ups, all in one section of each role ("speed-ups"), each
-  with a default that is always correct: :meth:`Server.reply_fold`,
-  :meth:`Server.pools_round` / :meth:`Server.pooled_fold`,
-  :meth:`Client.replies_are_independent`, :meth:`Client.fields_of_rows`,
-  :meth:`Client.reply_many`.
-
-The framework guarantees, before :meth:`Server.read_reply` runs, that the reply
-was authenticated (its site's key), belongs to this federation and round, comes
-from a site that was sent a task, and describes the server's declared features
-and targets; any exception a hook raises while reading a reply becomes
-:class:`InvalidClientMessage` naming the site; a round is applied by
-:meth:`Server.apply` with every reply checked, or not at all. Driving the
-rounds (:func:`~sklearn_fed.protocol.run_rounds` and its transports) uses only
-the public methods :meth:`Server.open_round`, :meth:`Server.receive_frames`
-(or :meth:`Server.next_tasks`/:meth:`Server.receive` with bytes).
+The hooks an estimator family implements, what the framework guarantees before
+each runs, and the optional speed-ups (one section of each role, each with a
+default that is always correct) are described in :doc:`/developers`. Driving
+the rounds (:func:`~sklearn_fed.protocol.run_rounds` and its transports) uses
+only :meth:`Server.open_round` and :meth:`Server.receive_frames` (or
+:meth:`Server.next_tasks` and :meth:`Server.receive` with bytes).
 """
 
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -311,18 +280,12 @@ class Server(ABC):
             fail("its features are not the federation's features (names or order differ).")
         if self.n_targets is not None and schema["n_targets"] != self.n_targets:
             fail(f"has {schema['n_targets']} targets, expected {self.n_targets}.")
-        expects = self.expects_targets()
+        # known without any declaration: a protocol takes targets or it does not
+        role = getattr(self.estimator, "_client_role", None)
+        expects = None if role is None else True if role.needs_y else role.targets_in_reply
         if expects is not None and (schema["n_targets"] is not None) != expects:
-            # known without any declaration: a protocol takes targets or it does not
             fail("describes targets, but this protocol takes none." if not expects else
                  "describes no targets, but this protocol needs them.")
-
-    def expects_targets(self):
-        """Whether every reply of this protocol describes targets (see
-        :meth:`Client.describes_targets`); None when its client role cannot tell, and
-        the round's replies must then agree among themselves."""
-        role = getattr(self.estimator, "_client_role", None)
-        return None if role is None else role.describes_targets()
 
     def receive_frames(self, frames, sizes, failures=None):
         if self._open is None:
@@ -360,7 +323,8 @@ class Server(ABC):
         if not isinstance(parsed, FoldedReplies):
             return {site: reply for site, reply in parsed.items() if label_key(site) != culprit}
         kept = {site: None for site in parsed if label_key(site) != culprit}
-        refolded = self._fold_round(_Only(frames, kept), failures, self.reply_fold())
+        refolded = self._fold_round(FramesOnDemand(kept, frames.__getitem__), failures,
+                                    self.reply_fold())
         refolded.frame_bytes.update(
             {site: n for site, n in parsed.frame_bytes.items() if label_key(site) == culprit})
         return refolded
@@ -413,7 +377,6 @@ class Server(ABC):
         parsed = {}
         for site, frame in frames.items():
             try:
-                self._check_header(site, frame)
                 parsed[site] = self._read_checked(site, frame)
             except InvalidClientMessage as exc:
                 failures[site] = exc
@@ -443,7 +406,9 @@ class Server(ABC):
         # composite's apply reads its parts' replies and may fail after changing some).
         restore = self.savepoint()
         self.round_dtype = np.dtype(np.float32 if dtypes == {"float32"} else np.float64)
-        self.schema = self._pinned_schema(schemas[next(iter(parsed))])
+        if self.schema.n_features is None:  # the round's features are the federation's now
+            first = schemas[next(iter(parsed))]
+            self.schema = FeatureSchema(first["n_features"], first.get("feature_names"))
         try:
             self.apply(parsed, ledger)
         except BaseException:
@@ -457,11 +422,12 @@ class Server(ABC):
         self._open = None
 
     def _read_checked(self, site, frame):
-        """:meth:`read_reply` of a reply whose header passed; any failure names the site.
+        """:meth:`read_reply` of a reply whose header passes; any failure names the site.
 
         A hostile reply must never raise anything but :class:`InvalidClientMessage`
         (an ``IndexError`` deep in a parser would crash the server and name nobody).
         """
+        self._check_header(site, frame)
         try:
             return self.read_reply(site, frame)
         except InvalidClientMessage:
@@ -484,27 +450,18 @@ class Server(ABC):
         frame_bytes, schemas = {}, {}
         for site in sorted_labels(frames):
             try:
-                parsed, schema = self._read_to_fold(site, frames, frame_bytes)
+                frame = frames[site]  # decoded or computed now, when frames are on demand
+                frame_bytes[site] = frame.nbytes
+                parsed = self._read_checked(site, frame)
             except InvalidClientMessage as exc:
                 failures[site] = exc
                 continue
-            schemas[site] = schema
+            schemas[site] = frame.schema
+            del frame  # the fold keeps what it needs: one reply is unpacked at a time
             fold.add(parsed)
-            del parsed  # the fold keeps what it needs: one reply is unpacked at a time
+            del parsed
         check_agreement(schemas)
         return FoldedReplies(self, frames, schemas, frame_bytes, fold)
-
-    def _read_to_fold(self, site, frames, frame_bytes):
-        """``(parsed, schema)`` of one reply of :meth:`_fold_round`; its frame is not kept."""
-        frame = frames[site]  # decoded or computed now, when frames are on demand
-        frame_bytes[site] = frame.nbytes
-        self._check_header(site, frame)
-        return self._read_checked(site, frame), frame.schema
-
-    def _pinned_schema(self, schema):
-        if self.schema.n_features is not None:
-            return self.schema
-        return FeatureSchema(schema["n_features"], schema.get("feature_names"))
 
     # ------------------------------------------------ speed-ups (optional)
     def reply_fold(self):
@@ -521,7 +478,7 @@ class Server(ABC):
         one reply, not all of them. No fold where :meth:`cross_check`
         needs every reply at once.
         """
-        return None
+        return
 
     def pools_round(self, fields):
         """Whether a round whose tasks all carry ``fields`` (and no arrays) may be pooled.
@@ -546,7 +503,7 @@ class Server(ABC):
         site by site. By default None: a server that cannot vouch for its
         sites' replies never pools.
         """
-        return None
+        return
 
     # ------------------------------------------------------------ hooks
     def cross_check(self, replies):
@@ -618,24 +575,6 @@ class Server(ABC):
         :func:`atomic` restores it. Replace fitted attributes, never mutate
         them in place.
         """
-
-
-class _Only(Mapping):
-    """``frames`` restricted to the sites of ``kept`` (frames still made only when read)."""
-
-    def __init__(self, frames, kept):
-        self._frames, self._kept = frames, kept
-
-    def __getitem__(self, site):
-        if site not in self._kept:
-            raise KeyError(site)
-        return self._frames[site]
-
-    def __iter__(self):
-        return iter(self._kept)
-
-    def __len__(self):
-        return len(self._kept)
 
 
 class FederatedMixin:

@@ -122,14 +122,6 @@ def reply_schema(X, names, y=None, *, send_names=False):
     return schema
 
 
-def _column_names(X):
-    columns = getattr(X, "columns", None)
-    if columns is None:
-        return None
-    names = [str(c) for c in columns]
-    return names
-
-
 def match_columns(X, schema=None, *, site=None):
     """Reorder a site's DataFrame to the federation's feature names; nothing else.
 
@@ -161,7 +153,8 @@ def match_columns(X, schema=None, *, site=None):
     (['a', 'b'], ['a', 'b'])
     """
     schema = FeatureSchema() if schema is None else schema
-    names = _column_names(X)
+    columns = getattr(X, "columns", None)
+    names = None if columns is None else [str(c) for c in columns]
     if schema.feature_names is not None and names is not None:
         expected = list(schema.feature_names)
         missing = [n for n in expected if n not in names]

@@ -35,7 +35,6 @@ import numpy as np
 
 from ._errors import InvalidClientMessage
 from ._replies import FoldedReplies, FramesOnDemand
-from ._client import BlockwiseClient
 from ._runtime import RowsElsewhere, Transport, run_rounds
 from ._threads import (
     MIN_ROWS_PER_THREAD,
@@ -100,19 +99,16 @@ def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=Non
     server : Server
     """
     with collection_paused():
-        return _run(server, clients, X, y, sample_weight, labels, rows, names)
-
-
-def _run(server, clients, X, y, sample_weight, labels, rows, names):
-    if isinstance(labels, np.ndarray) and labels.dtype != object:
-        labels = labels.tolist()  # plain ints and strings, as the wire carries them
-    else:
-        labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
-    if isinstance(X, RowsElsewhere):  # e.g. Dask partitions: answered where they are
-        transport = X.transport(clients, labels, names)
-    else:
-        transport = InProcessTransport(clients, X, y, sample_weight, labels, rows, names)
-    return run_rounds(server, transport, labels)
+        if isinstance(labels, np.ndarray) and labels.dtype != object:
+            labels = labels.tolist()  # plain ints and strings, as the wire carries them
+        else:
+            labels = [label.item() if isinstance(label, np.generic) else label
+                      for label in labels]
+        if isinstance(X, RowsElsewhere):  # e.g. Dask partitions: answered where they are
+            transport = X.transport(clients, labels, names)
+        else:
+            transport = InProcessTransport(clients, X, y, sample_weight, labels, rows, names)
+        return run_rounds(server, transport, labels)
 
 
 class InProcessTransport(Transport):
@@ -226,20 +222,9 @@ class _OpenSites(Mapping):
         return len(self._sites)
 
 
-class _PooledFrames(Mapping):
-    """The frames of a pooled round: its sites, but no single site's frame."""
-
-    def __init__(self, sites):
-        self._sites = sites
-
-    def __getitem__(self, site):
-        raise PoolingDeclined(site)
-
-    def __iter__(self):
-        return iter(self._sites)
-
-    def __len__(self):
-        return len(self._sites)
+def _no_single_frame(site):
+    """A pooled round's frames: its sites, but no single site's frame."""
+    raise PoolingDeclined(site)
 
 
 def pool_round(server, client, X, y, sample_weight, labels, rows, names):
@@ -300,7 +285,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     restore = server.savepoint()
     server.open_planned_round(
         _OpenSites(keys, labels), dict(zip(labels, frame_sizes(task, lengths).tolist())))
-    folded = FoldedReplies(server, _PooledFrames(labels), dict.fromkeys(labels, reply.schema),
+    folded = FoldedReplies(server, FramesOnDemand(labels, _no_single_frame), dict.fromkeys(labels, reply.schema),
                            dict(zip(labels, uplink.tolist())), fold)
     try:
         server.commit_round(None, folded, {}, {})
@@ -329,15 +314,12 @@ def pooled_reply(client, task, X, y, names):
     n, p = X.shape[0], X.shape[1] + n_targets
     n_parts = int(min(_POOLED_PARTS, n // MIN_ROWS_PER_THREAD,
                       X.nbytes // (20 * 8 * p * p)))
-    blockwise = isinstance(client, BlockwiseClient) and type(client).answers_from_blocks()
-    if n_parts < 2 or not blockwise or not client.reads_rows(task):
+    if n_parts < 2 or not client.answers_from_blocks() or not client.reads_rows(task):
         return client.reply(task, X, y, None, None, names)
     edges = np.linspace(0, n, n_parts + 1).astype(int).tolist()
-    parts = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+    parts = [slice(a, b) for a, b in itertools.pairwise(edges)]
 
-    def summarize(rows):
-        return client.summarize(task, X, y, None, rows)
-
+    summarize = functools.partial(client.summarize, task, X, y, None)
     workers = min(n_parts, blas_threads())
     if workers > 1:
         with blas_libraries().limit(limits=1), site_threads(workers) as pool:

@@ -13,6 +13,8 @@ import numbers
 
 import numpy as np
 
+from ._wire import WIRE_DTYPES
+
 __all__ = ["decode_state", "decode_values", "encode_state", "encode_values"]
 
 _NUMERIC = "iuf"
@@ -61,8 +63,7 @@ def encode_values(values, name, arrays):
     return {"text": [_plain(value, name) for value in values.tolist()], "dtype": kind}
 
 
-# Numeric dtypes the wire carries as they are; others travel widened.
-_CARRIED = {"<f8", "<f4", "<i8", "<i4", "<u8", "|u1", "|i1"}
+# Numeric dtypes the wire does not carry travel widened.
 _WIDER = {"f": np.float64, "i": np.int64, "u": np.uint64}
 
 
@@ -71,7 +72,7 @@ def _put_array(values, name, arrays):
     if values.dtype.kind == "b":
         arrays[name] = values.astype(np.uint8)
         return {"array": name, "bool": True}
-    if values.dtype.newbyteorder("<").str not in _CARRIED and values.dtype.str not in _CARRIED:
+    if not {values.dtype.newbyteorder("<").str, values.dtype.str} & WIRE_DTYPES:
         values = values.astype(_WIDER[values.dtype.kind])
     arrays[name] = values
     return {"array": name}

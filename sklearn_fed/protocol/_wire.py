@@ -36,6 +36,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass, field
+from json.encoder import c_make_encoder
 
 import numpy as np
 
@@ -43,12 +44,12 @@ from ._errors import InvalidClientMessage, who
 
 __all__ = [
     "Frame",
+    "SymmetricMatrix",
     "decode",
     "encode",
     "label_key",
     "plain_label",
     "sorted_labels",
-    "SymmetricMatrix",
 ]
 
 MAGIC = b"SKFEDMSG"
@@ -60,17 +61,16 @@ TRAILER_BYTES = 32
 MAX_META_BYTES = 1 << 20
 #: Default cap on one message; a server can lower or raise it.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 31
-_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u8", "|u1", "|i1"}
+#: The dtypes an array may have on the wire.
+WIRE_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u8", "|u1", "|i1"}
 _MAX_NDIM = 4
 _META_KEYS = {"kind", "federation", "round", "site", "schema", "fields", "arrays"}
 _JSON = json.JSONEncoder(separators=(",", ":"))
-try:  # the C encoder JSONEncoder.encode uses, built once: building it is half of a frame's encode
-    from json.encoder import c_make_encoder as _c_make_encoder
-except ImportError:  # pragma: no cover (the C accelerator is part of CPython)
-    _c_make_encoder = None
-if _c_make_encoder is not None:
-    _C_JSON = _c_make_encoder(None, _JSON.default, json.encoder.encode_basestring_ascii, None,
-                              _JSON.key_separator, _JSON.item_separator, False, False, True)
+# The C encoder JSONEncoder.encode uses, built once: building it is half of a frame's encode
+# (json.encoder's c_make_encoder is None without CPython's C accelerator).
+if c_make_encoder is not None:
+    _C_JSON = c_make_encoder(None, _JSON.default, json.encoder.encode_basestring_ascii, None,
+                             _JSON.key_separator, _JSON.item_separator, False, False, True)
 
     def _json(value):
         return "".join(_C_JSON(value, 0))
@@ -150,13 +150,8 @@ class Frame:
 
     @property
     def payload_bytes(self):
-        total = 0
-        for value in self.arrays.values():
-            if isinstance(value, SymmetricMatrix):
-                total += 8 * value.n_values
-            else:
-                total += value.nbytes
-        return total
+        return sum(8 * value.n_values if isinstance(value, SymmetricMatrix) else value.nbytes
+                   for value in self.arrays.values())
 
     @property
     def nbytes(self):
@@ -207,7 +202,7 @@ def json_length(value):
 
 def _wire_dtype(dtype, name):
     code = _dtype_code(dtype)
-    if code not in _DTYPES:
+    if code not in WIRE_DTYPES:
         raise TypeError(f"array {name!r} has dtype {dtype}, which the wire format cannot carry.")
     return code
 
@@ -425,7 +420,8 @@ def decode(data, *, key=None, client=None, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
     kind, federation, round_id = meta["kind"], meta["federation"], meta["round"]
     if not (isinstance(kind, str) and 0 < len(kind) <= 64):
         fail("message kind is missing or too long.")
-    if not (isinstance(federation, str) and len(federation) == 32 and _is_hex(federation)):
+    if not (isinstance(federation, str) and len(federation) == 32
+            and all(c in "0123456789abcdef" for c in federation)):
         fail("federation id must be 32 hex digits.")
     if not (type(round_id) is int and 0 <= round_id < 2**63):
         fail(f"round id must be a non-negative integer, got {round_id!r}.")
@@ -469,10 +465,6 @@ def _unpack_upper(values, d):
     return matrix
 
 
-def _is_hex(text):
-    return all(c in "0123456789abcdef" for c in text)
-
-
 def _read_arrays(table, body, offset, fail):
     """Views of the payload's arrays; every size is checked before any is read."""
     if not isinstance(table, list):
@@ -484,7 +476,7 @@ def _read_arrays(table, body, offset, fail):
         name, dtype, shape, layout = entry
         if not (isinstance(name, str) and 0 < len(name) <= 64) or any(s[0] == name for s in specs):
             fail(f"bad or repeated array name {name!r}.")
-        if dtype not in _DTYPES:
+        if dtype not in WIRE_DTYPES:
             fail(f"array {name!r} has an unsupported dtype {dtype!r}.")
         if not (
             isinstance(shape, list)

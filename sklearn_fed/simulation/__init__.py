@@ -1,8 +1,7 @@
-"""Simulating federated clients: partitions of rows, dropout, communication ledgers."""
+"""Simulating federated clients: partitions of rows, their sizes, dropout, leader election."""
 
 from ._dropout import drop_clients
 from ._gossip import GossipElection, elect_leader
-from ..protocol import CommunicationLedger, fedavg_bytes
 from ._partition import (
     partition_by_sizes,
     partition_dirichlet,
@@ -10,15 +9,17 @@ from ._partition import (
     partition_iid,
     partition_label_shards,
 )
-from ._sample_sizes import SAMPLE_SIZE_LAWS, sample_client_sizes, sample_size_distribution
+from ._sample_sizes import (
+    SAMPLE_SIZE_LAWS,
+    sample_client_sizes,
+    sample_size_distribution,
+)
 
 __all__ = [
     "SAMPLE_SIZE_LAWS",
-    "CommunicationLedger",
     "GossipElection",
     "drop_clients",
     "elect_leader",
-    "fedavg_bytes",
     "partition_by_sizes",
     "partition_dirichlet",
     "partition_feature_shift",

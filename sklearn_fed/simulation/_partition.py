@@ -20,13 +20,17 @@ __all__ = [
 ]
 
 
-def _check_n_clients(n_clients, n_samples):
-    if isinstance(n_clients, bool) or not isinstance(n_clients, numbers.Integral):
-        raise TypeError(f"n_clients must be an int, got {n_clients!r}.")
-    n_clients = int(n_clients)
+def _check_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}.")
+    return int(value)
+
+
+def _check_n_clients(n_clients, n_samples=None):
+    n_clients = _check_int(n_clients, "n_clients")
     if n_clients < 1:
         raise ValueError(f"n_clients must be >= 1, got {n_clients}.")
-    if n_clients > n_samples:
+    if n_samples is not None and n_clients > n_samples:
         raise ValueError(
             f"n_clients={n_clients} exceeds n_samples={n_samples}: every client "
             "needs at least one row."
@@ -34,14 +38,15 @@ def _check_n_clients(n_clients, n_samples):
     return n_clients
 
 
-def _check_labels(y):
+def _check_labels(y, n_clients):
+    """``(codes, counts, n_clients)``: each row's class code, the rows per class, the clients."""
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1 or y.shape[0] == 0:
         raise ValueError(f"y must be a non-empty 1d array of labels, got shape {y.shape}.")
     _, codes, counts = np.unique(y, return_inverse=True, return_counts=True)
-    return codes.reshape(-1), counts
+    return codes.reshape(-1), counts, _check_n_clients(n_clients, y.shape[0])
 
 
 def _cut(order, sizes):
@@ -82,9 +87,7 @@ def partition_iid(n_samples, n_clients, *, random_state=None):
     >>> np.bincount(clients).tolist()
     [4, 3, 3]
     """
-    if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral):
-        raise TypeError(f"n_samples must be an int, got {n_samples!r}.")
-    n_samples = int(n_samples)
+    n_samples = _check_int(n_samples, "n_samples")
     n_clients = _check_n_clients(n_clients, n_samples)
     rng = check_random_state(random_state)
     return _cut(rng.permutation(n_samples), _even_sizes(n_samples, n_clients))
@@ -201,9 +204,7 @@ def partition_label_shards(y, n_clients, *, classes_per_client=2, random_state=N
     >>> [len(set(y[clients == c])) for c in range(4)]
     [2, 2, 2, 2]
     """
-    codes, counts = _check_labels(y)
-    n_samples = codes.shape[0]
-    n_clients = _check_n_clients(n_clients, n_samples)
+    codes, counts, n_clients = _check_labels(y, n_clients)
     n_classes = counts.shape[0]
     if (
         isinstance(classes_per_client, bool)
@@ -227,7 +228,7 @@ def partition_label_shards(y, n_clients, *, classes_per_client=2, random_state=N
             left[k] -= 1
 
     relabel = rng.permutation(n_clients)
-    clients = np.empty(n_samples, dtype=np.intp)
+    clients = np.empty(codes.shape[0], dtype=np.intp)
     for k in range(n_classes):
         rows = rng.permutation(np.flatnonzero(codes == k))
         sizes = _even_sizes(rows.shape[0], len(holders[k]))
@@ -270,13 +271,11 @@ def partition_dirichlet(y, n_clients, *, alpha=0.5, random_state=None):
     >>> bool(np.bincount(clients, minlength=5).min() >= 1)
     True
     """
-    codes, counts = _check_labels(y)
-    n_samples = codes.shape[0]
-    n_clients = _check_n_clients(n_clients, n_samples)
+    codes, counts, n_clients = _check_labels(y, n_clients)
     if not isinstance(alpha, numbers.Real) or not np.isfinite(alpha) or alpha <= 0:
         raise ValueError(f"alpha must be a finite float > 0, got {alpha!r}.")
     rng = check_random_state(random_state)
-    clients = np.empty(n_samples, dtype=np.intp)
+    clients = np.empty(codes.shape[0], dtype=np.intp)
     for k in range(counts.shape[0]):
         rows = rng.permutation(np.flatnonzero(codes == k))
         p = rng.dirichlet(np.full(n_clients, float(alpha)))

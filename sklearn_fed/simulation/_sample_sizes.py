@@ -10,11 +10,12 @@ stated mean.
 
 import math
 import numbers
-import warnings
 
 import numpy as np
-from scipy import integrate, stats
+from scipy import stats
 from sklearn.utils import check_random_state
+
+from ._partition import _check_n_clients
 
 __all__ = ["SAMPLE_SIZE_LAWS", "sample_client_sizes", "sample_size_distribution"]
 
@@ -74,14 +75,6 @@ def _check_gamma(gamma):
             f"gamma must be a float in [{GAMMA_RANGE[0]}, {GAMMA_RANGE[1]}], got {gamma!r}."
         )
     return float(gamma)
-
-
-def _check_n_clients(n_clients):
-    if isinstance(n_clients, bool) or not isinstance(n_clients, numbers.Integral):
-        raise TypeError(f"n_clients must be an int, got {n_clients!r}.")
-    if n_clients < 1:
-        raise ValueError(f"n_clients must be >= 1, got {n_clients}.")
-    return int(n_clients)
 
 
 def sample_size_distribution(law, n_clients, gamma):
@@ -154,21 +147,3 @@ def sample_client_sizes(law, n_clients, gamma, *, random_state=None):
     rng = check_random_state(random_state)
     draws = np.asarray(dist.rvs(size=n_clients, random_state=rng), dtype=np.float64)
     return np.maximum(np.rint(draws), 1).astype(np.int64)
-
-
-def _clipped_mean(dist):
-    """Exact mean of ``max(rint(eta), 1)`` for ``eta ~ dist`` (tests, docs).
-
-    ``max(rint(x), 1) = 1 + sum_{k >= 1} [x >= k + 1/2]``, so the mean is
-    ``1 + sum_k sf(k + 1/2)``; the far tail of continuous laws is integrated.
-    """
-    with np.errstate(divide="ignore"):
-        top = int(np.ceil(dist.ppf(1.0 - 1e-9))) + 2
-    k = np.arange(1, top + 1)
-    total = 1.0 + float(dist.sf(k + 0.5).sum())
-    if hasattr(dist.dist, "pdf"):  # continuous: add int_{top+1}^inf sf(x) dx
-        c = top + 1.0
-        with warnings.catch_warnings():  # the tail is tiny; quad's caution is moot
-            warnings.simplefilter("ignore", integrate.IntegrationWarning)
-            total += float(integrate.quad(dist.sf, c, np.inf, limit=200)[0])
-    return total

@@ -40,6 +40,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, clone, is_classifier
 
 from .._clients import group_rows_by_client
+from .._composite import site_rows, table_feature_names
 from ..protocol import (
     BytesTransport,
     InvalidClientMessage,
@@ -106,23 +107,15 @@ def run_protocol_by_hand(estimator, X, y, clients, sample_weight=None, *, keys=N
     labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
     keys = keys or {}
     # told the feature names when X is a table with named columns, as fit does
-    columns = getattr(X, "columns", None)
-    named = {}
-    if columns is not None and all(isinstance(c, str) for c in columns):
-        named["feature_names"] = [str(c) for c in columns]
-    server = estimator.make_server(keys=keys, max_rounds=max_rounds, **named)
+    server = estimator.make_server(keys=keys, max_rounds=max_rounds,
+                                   feature_names=table_feature_names(X))
     policy = SitePolicy.permissive() if policy is None else policy
     sites = {label: estimator.make_client(key=keys.get(label), policy=policy)
              for label in labels}
-    data = {}
-    for label, r in zip(labels, rows):
-        weight = None if sample_weight is None else sample_weight[r]
-        rows_X = X.iloc[r] if hasattr(X, "iloc") else X[r]
-        data[label] = (rows_X, None if y is None else y[r], weight)
+    data = {label: site_rows(r, X, y, sample_weight) for label, r in zip(labels, rows)}
     transport = BytesTransport(sites, data, tamper=tamper)
     run_rounds(server, transport, labels)
-    sent = transport.sent
-    return server, sent
+    return server, transport.sent
 
 
 # Fitted attributes that describe the federation or the run (its timings), not the model.
@@ -368,7 +361,7 @@ def check_hostile_replies_are_refused(estimator, max_rounds_attacked=2):
                         attempt.receive({**replies, target: encode(hostile)})
                 except InvalidClientMessage as exc:
                     assert exc.client == target, f"{what}: blamed {exc.client!r}: {exc}"
-                except Exception as exc:  # noqa: BLE001 - what the check is about
+                except Exception as exc:  # any other exception is what the check is about
                     raise AssertionError(
                         f"reply with {what} raised {type(exc).__name__}: {exc}"
                     ) from exc

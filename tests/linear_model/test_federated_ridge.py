@@ -20,7 +20,7 @@ from sklearn_fed import (
     InvalidClientMessage,
     PrivateFederatedRidge,
 )
-from sklearn_fed.simulation import fedavg_bytes
+from sklearn_fed.protocol import fedavg_bytes
 
 RTOL64 = 1e-9
 
