@@ -25,7 +25,10 @@ the same code in process):
 >>> data = {site: (X[i::3], y[i::3]) for i, site in enumerate(["a", "b", "c"])}
 >>> net = FedMPDDClassifier(n_directions=20, max_epochs=30, random_state=0)
 >>> server = net.make_server()
->>> sites = {site: net.make_client() for site in data}     # each on its own machine
+>>> from sklearn_fed.protocol import SitePolicy
+>>> # 259 parameters from 50 rows a site: the default policy (0.33 per row) refuses it
+>>> policy = SitePolicy(max_parameters_per_row=None)
+>>> sites = {site: net.make_client(policy=policy) for site in data}  # each on its machine
 >>> tasks = server.next_tasks(list(data))                  # {site: bytes}
 >>> while tasks:
 ...     replies = {s: sites[s].respond(task, *data[s]) for s, task in tasks.items()}
