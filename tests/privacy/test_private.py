@@ -493,11 +493,13 @@ def test_a_fixed_seed_gives_the_same_release_for_the_same_rows_only():
     assert model.n_releases_ == 2  # still counted: the ledger does not know it is a copy
     again = PrivateFederatedRidge(epsilon=1.0, random_state=0).fit(X, y, clients=clients)
     assert_array_equal(again._noisy_sums - truth, first)
-    # ...another seed, or None, draws other noise
+    # ...another seed, or None, draws other noise: reused noise correlates 1; independent
+    # noise over these 20 values about N(0, 0.22^2), so above 0.9 with odds below 1e-7
+    # (0.5 failed about once in 100 runs)
     other = PrivateFederatedRidge(epsilon=1.0, random_state=1).fit(X, y, clients=clients)
-    assert np.corrcoef(other._noisy_sums - truth, first)[0, 1] < 0.5
+    assert np.corrcoef(other._noisy_sums - truth, first)[0, 1] < 0.9
     fresh = PrivateFederatedRidge(epsilon=1.0).fit(X, y, clients=clients)
-    assert np.corrcoef(fresh._noisy_sums - truth, first)[0, 1] < 0.5
+    assert np.corrcoef(fresh._noisy_sums - truth, first)[0, 1] < 0.9
 
 
 def test_different_data_with_the_same_seed_get_independent_noise():
