@@ -114,6 +114,19 @@ class ClassesClient(Client):
             return fields, arrays
         return self._compute_encoded(task, X, *self._encode_labels(task, y, sample_weight))
 
+    def released_parameters(self, task, frame):
+        """The model the later rounds fit, for the parameters-per-row rule: ``n_features + 1``
+        per output, one output for two classes and one per class for more. The classes
+        round fits nothing (its labels are screened by :attr:`disclosure`)."""
+        if task.fields.get("step") == "classes":
+            return None
+        default = super().released_parameters(task, frame)
+        if "classes" not in task.fields:  # multilabel rounds: one output per target
+            return default
+        n_classes = len(decode_values(task.fields["classes"], task.arrays, _server_error))
+        outputs = 1 if n_classes <= 2 else n_classes
+        return max(default, (int(frame.schema["n_features"]) + 1) * outputs)
+
     def _encode_labels(self, task, y, sample_weight):
         """``(index, weight, classes)`` of a site's labels ``y`` under the task's classes."""
         classes = decode_values(task.fields.get("classes"), task.arrays, _server_error)

@@ -494,3 +494,18 @@ def test_a_label_held_by_fewer_rows_than_the_threshold_is_refused(estimator):
     replies, error = replies_of(estimator, X, y, clients, SitePolicy.permissive())
     assert error is None and replies
     assert all("class_rows" not in frame.arrays for _, frame in replies)
+
+
+@pytest.mark.parametrize("estimator", [FederatedLogisticRegression(), FederatedRidgeClassifier()],
+                         ids=lambda e: type(e).__name__)
+def test_a_multiclass_model_counts_a_coefficient_row_per_class(estimator):
+    # 10 features and 3 classes: 33 parameters, more than 0.33 x 60 rows; two classes: 11
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(180, 10))
+    clients = np.repeat(np.arange(3), 60)
+    y3 = np.tile(np.arange(3), 60)
+    _, error = replies_of(estimator, X, y3, clients, SitePolicy())
+    assert isinstance(error, TaskRefused)
+    assert "rule max_parameters_per_row=0.33: a model of 33 parameters from 60 rows" in str(error)
+    replies, error = replies_of(estimator, X, y3 % 2, clients, SitePolicy())
+    assert error is None and replies
