@@ -26,6 +26,14 @@ def _check_int(value, name):
     return int(value)
 
 
+def _check_real(value, name, valid, text):
+    """``value`` as a float, if it is a finite real number (not a bool) passing ``valid``."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not np.isfinite(value) or not valid(value)):
+        raise ValueError(f"{name} must be {text}, got {value!r}.")
+    return float(value)
+
+
 def _check_n_clients(n_clients, n_samples=None):
     n_clients = _check_int(n_clients, "n_clients")
     if n_clients < 1:
@@ -272,13 +280,12 @@ def partition_dirichlet(y, n_clients, *, alpha=0.5, random_state=None):
     True
     """
     codes, counts, n_clients = _check_labels(y, n_clients)
-    if not isinstance(alpha, numbers.Real) or not np.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"alpha must be a finite float > 0, got {alpha!r}.")
+    alpha = _check_real(alpha, "alpha", lambda a: a > 0, "a finite float > 0")
     rng = check_random_state(random_state)
     clients = np.empty(codes.shape[0], dtype=np.intp)
     for k in range(counts.shape[0]):
         rows = rng.permutation(np.flatnonzero(codes == k))
-        p = rng.dirichlet(np.full(n_clients, float(alpha)))
+        p = rng.dirichlet(np.full(n_clients, alpha))
         sizes = rng.multinomial(rows.shape[0], p)
         clients[rows] = np.repeat(np.arange(n_clients), sizes)
     sizes = np.bincount(clients, minlength=n_clients)
@@ -338,12 +345,8 @@ def partition_feature_shift(X, n_clients, *, heterogeneity=0.5, random_state=Non
         raise ValueError("X contains NaN or infinity.")
     n_samples = X.shape[0]
     n_clients = _check_n_clients(n_clients, n_samples)
-    if (
-        not isinstance(heterogeneity, numbers.Real)
-        or not np.isfinite(heterogeneity)
-        or not 0.0 <= heterogeneity <= 1.0
-    ):
-        raise ValueError(f"heterogeneity must be a float in [0, 1], got {heterogeneity!r}.")
+    heterogeneity = _check_real(heterogeneity, "heterogeneity", lambda h: 0.0 <= h <= 1.0,
+                                "a float in [0, 1]")
     rng = check_random_state(random_state)
     scale = X.std(axis=0)
     scale[scale == 0] = 1.0
