@@ -222,11 +222,8 @@ class SGDClient(Client):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        self.protocol = estimator._protocol  # the roles are shared by the four baselines
         self._stacks = {}  # simulation: sites' training rows, reused across rounds
-
-    @property
-    def protocol(self):
-        return self.estimator._protocol
 
     def compute(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
@@ -363,6 +360,7 @@ class SGDServer(Server):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        self.protocol = estimator._protocol
         state = getattr(estimator, "_sgd_state", None) if self.warm_start else None
         if state is None:  # a new model
             state = {"coef": None, "rng": check_random_state(estimator.random_state),
@@ -376,10 +374,6 @@ class SGDServer(Server):
         self._warned = False
         ledger = self._ledger
         self._mark = (0, 0) if ledger is None else (ledger.uplink_bytes, ledger.downlink_bytes)
-
-    @property
-    def protocol(self):
-        return self.estimator._protocol
 
     # ------------------------------------------------------------ plan
     def plan(self, sites):
