@@ -4,7 +4,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from .._clients import group_rows_by_client
-from ._partition import _check_real
+from ._partition import _check_number
 
 __all__ = ["drop_clients"]
 
@@ -55,7 +55,7 @@ def drop_clients(clients, *, fraction=None, mask=None, random_state=None):
     if (fraction is None) == (mask is None):
         raise ValueError("give exactly one of fraction and mask.")
     if fraction is not None:
-        fraction = _check_real(fraction, "fraction", lambda f: 0.0 <= f < 1.0, "a float in [0, 1)")
+        fraction = _check_number(fraction, "fraction", lambda f: 0.0 <= f < 1.0, "a float in [0, 1)")
         n_drop = min(int(np.floor(fraction * n_clients)), n_clients - 1)
         rng = check_random_state(random_state)
         dropped = np.zeros(n_clients, dtype=bool)

@@ -14,7 +14,7 @@ import numpy as np
 from scipy import stats
 from sklearn.utils import check_random_state
 
-from ._partition import _check_n_clients, _check_real
+from ._partition import _check_n_clients, _check_number
 
 __all__ = ["SAMPLE_SIZE_LAWS", "sample_client_sizes", "sample_size_distribution"]
 
@@ -85,7 +85,7 @@ def sample_size_distribution(law, n_clients, gamma):
         )
     n_clients = _check_n_clients(n_clients)
     low, high = GAMMA_RANGE
-    gamma = _check_real(gamma, "gamma", lambda g: low <= g <= high, f"a float in [{low}, {high}]")
+    gamma = _check_number(gamma, "gamma", lambda g: low <= g <= high, f"a float in [{low}, {high}]")
     return _LAWS[law](float(n_clients) ** gamma)
 
 
