@@ -372,6 +372,10 @@ class SGDServer(Server):
         self._history = list(state["history"])
         self._setup = None
         self._warned = False
+        # an intercept: an augmented coordinate of the model, or centering on the global means
+        self._augment = bool(estimator.fit_intercept) and estimator._intercept_coordinate
+        self._centered = bool(estimator.fit_intercept) and not self._augment
+        self._auto_step = isinstance(estimator.learning_rate, str)  # "auto"
         ledger = self._ledger
         self._mark = (0, 0) if ledger is None else (ledger.uplink_bytes, ledger.downlink_bytes)
 
@@ -414,18 +418,6 @@ class SGDServer(Server):
         }
         return {site: ({**fields, "seed": int(seed)}, dict(arrays))
                 for site, seed in zip(eligible, seeds)}
-
-    @property
-    def _auto_step(self):
-        return isinstance(self.estimator.learning_rate, str)  # "auto"
-
-    @property
-    def _centered(self):
-        return bool(self.estimator.fit_intercept) and not self._augment
-
-    @property
-    def _augment(self):
-        return bool(self.estimator.fit_intercept) and self.estimator._intercept_coordinate
 
     def _private_fields(self, step):
         """Fields of differentially private tasks (DP-FedAvg); none otherwise."""
