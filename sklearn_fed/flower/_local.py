@@ -30,7 +30,7 @@ import tomli_w
 
 from ..datasets import save_site_data
 from ._config import RUN_CONFIG_DEFAULTS, estimator_to_config, site_text
-from ._credentials import make_node_key, make_tls_files
+from ._credentials import _private, make_node_key, make_tls_files
 from ._persist import load_model, save_model
 
 __all__ = ["LocalFederation", "run_local_federation"]
@@ -323,14 +323,9 @@ class LocalFederation:
         env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
         env["PYTHONUNBUFFERED"] = "1"
         self._env = env
-        keys = self._site_keys()
-        if keys:
-            path = root / "keys" / "server.json"
-            path.write_text(json.dumps({site_text(s): k for s, k in keys.items()}))
-            path.chmod(0o600)
-            self._keys_file = str(path)
-        else:
-            self._keys_file = ""
+        keys = self._site_keys()  # written readable by their owner only
+        self._keys_file = str(_private(root / "keys" / "server.json", json.dumps(
+            {site_text(s): k for s, k in keys.items()}).encode())) if keys else ""
         self._node_configs = {}
         for index, (label, data) in enumerate(self.sites.items()):
             config = {**self.node_config, "site": label,
@@ -349,9 +344,7 @@ class LocalFederation:
                     self._sockets = Path(tempfile.mkdtemp(prefix="sklearn-fed-"))
                 config["worker-socket"] = str(self._sockets / f"{index}.sock")
             if keys:
-                key_path = root / "keys" / f"site-{index}.key"
-                key_path.write_text(keys[label])
-                key_path.chmod(0o600)
+                key_path = _private(root / "keys" / f"site-{index}.key", keys[label].encode())
                 config["key-file"] = str(key_path)
             path = root / "nodes" / f"site-{index}.toml"
             path.write_text(tomli_w.dumps(config))
