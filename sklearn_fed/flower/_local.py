@@ -103,12 +103,10 @@ def _descendants(pid):
         identity = _proc_identity(entry.name)
         if identity is not None:
             children.setdefault(identity[0], []).append((int(entry.name), identity[1]))
-    found, stack = [], [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child[0])
-    return found
+    found = [(pid, None)]
+    for parent, _ in found:  # the list grows as the walk goes down
+        found += children.get(parent, [])
+    return found[1:]
 
 
 def _still_running(pid, started):
@@ -370,18 +368,16 @@ class LocalFederation:
             if not path.is_file():
                 raise FileNotFoundError(f"site {label!r}: no data file {path}.")
             return str(path)
-        if isinstance(data, dict) and {"X", "y"} <= set(data) <= _SITE_ARRAYS:
-            data = dict(data)
-        elif isinstance(data, tuple) and len(data) in (2, 3):
+        if isinstance(data, tuple) and len(data) in (2, 3):
             data = dict(zip(("X", "y", "sample_weight"), data))
-        else:
+        if not (isinstance(data, dict) and {"X", "y"} <= set(data) <= _SITE_ARRAYS):
             raise TypeError(
                 f"site {label!r}: expected (X, y), (X, y, sample_weight), a dict with X, y "
                 f"and optionally sample_weight and rounds, or a data path; got "
                 f"{type(data).__name__}."
             )
         path = self.workdir / "data" / f"site-{index}.npz"
-        save_site_data(path, data.pop("X"), data.pop("y"), **data)
+        save_site_data(path, **data)
         return str(path)
 
     def _popen(self, name, command, home):
