@@ -10,6 +10,7 @@ started here is ended by its PID (with the processes it spawned), also on
 error and on timeout.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -131,10 +132,8 @@ def _end_all(processes, grace):
             process.wait(timeout=10)
     for pid, started in spawned:  # Flower detaches some children into new sessions
         if _still_running(pid, started):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously
     while any(_still_running(*child) for child in spawned) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -618,10 +617,8 @@ class LocalFederation:
     def _stop_run(self, log_name):
         match = re.search(r"started run (\d+)", _tail(self.logs / f"{log_name}.log", 10**6))
         if match:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._cli("stop", match.group(1), CONNECTION, timeout=30.0)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 def run_local_federation(estimator, sites, *, timeout=300.0, **kwargs):
