@@ -38,7 +38,6 @@ import numpy as np
 __all__ = [
     "HAVE_NUMBA",
     "SIGNS",
-    "decode_groups",
     "decode_many",
     "encode_many",
     "sign_rows",
@@ -58,10 +57,6 @@ _NUMPY_BLOCK_BYTES = 1 << 17
 _TABLE_BYTES = 1 << 24
 
 
-def _words_per_row(d):
-    return (int(d) + 7) // 8
-
-
 def sign_rows(seed, d, first, stop):
     """Sign bytes of groups ``first .. stop - 1``: uint8 array of shape ``(stop - first, d)``.
 
@@ -73,7 +68,7 @@ def sign_rows(seed, d, first, stop):
     >>> bool((sign_rows(7, 10, 1, 3) == rows[1:]).all())   # any row on its own
     True
     """
-    width = _words_per_row(d)
+    width = (int(d) + 7) // 8
     counter = np.arange(first * width, stop * width, dtype=np.uint64)
     with np.errstate(over="ignore"):  # arithmetic modulo 2**64 is the point
         z = np.uint64(seed) + (counter + _ONE) * _GOLDEN
@@ -297,16 +292,3 @@ def decode_many(seeds, S, out):
     """
     _decode(_seed_array(seeds), S, out)
 
-
-def decode_groups(seed, s, out):
-    """``out += U s`` for the ``len(s) // 8`` groups of ``seed``; float64 arrays.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> out = np.zeros(5)
-    >>> decode_groups(3, np.eye(8)[0], out)   # out += direction 0
-    >>> bool((out == SIGNS[sign_rows(3, 5, 0, 1)[0], 0]).all())
-    True
-    """
-    decode_many([seed], np.ascontiguousarray(s, dtype=np.float64)[None], out)
