@@ -101,11 +101,6 @@ def _label_kind(label):
     return None
 
 
-def label_list(labels):
-    """Distinct labels as JSON values (what a site reports in the describe round)."""
-    return [plain_label(label) for label in np.unique(np.asarray(labels))]
-
-
 def classes_array(labels):
     """Labels of one kind (numbers, strings or booleans) as a sorted ndarray."""
     return np.unique(np.asarray(list(labels)))
@@ -224,40 +219,33 @@ class FedMPDDClient(Client):
 
     # -------------------------------------------------------------- answers
     def compute(self, task, X, y, sample_weight, rows):
-        return self._answers({0: task}, X, y, sample_weight, {0: rows})[0]
+        step = task.fields.get("step")
+        if step == "train":
+            return self._train({0: TrainTask.read(task)}, X, y, sample_weight, {0: rows})[0]
+        if step != "describe":
+            _server_fail(f"unknown task step {step!r}.")
+        if set(task.fields) != {"step"} or task.arrays:
+            _server_fail("malformed describe task.")
+        try:
+            labels, counts = np.unique(np.asarray(y if rows is None else y[rows]),
+                                       return_counts=True)
+        except TypeError as exc:
+            raise ValueError(f"site {task.site!r}: its labels cannot be ordered "
+                             f"({exc}).") from exc
+        return {"classes": [plain_label(label) for label in labels]}, {"class_rows": counts}
 
     def reply_many(self, tasks, X, y, sample_weight, rows, names):
-        # The simulation's round: every site's gradient as it computes it
-        # alone, then all encoded in one call (the same bytes as one by one).
-        answers = self._answers(tasks, X, y, sample_weight, rows)
+        # The simulation's training round: every site's gradient as it computes
+        # it alone, then all encoded in one call (the same bytes as one by one).
+        if any(task.fields.get("step") != "train" for task in tasks.values()):
+            return super().reply_many(tasks, X, y, sample_weight, rows, names)
+        answers = self._train({site: TrainTask.read(task) for site, task in tasks.items()},
+                              X, y, sample_weight, rows)
         policy = self.policy_in_force()
         return {site: self.screen(policy, tasks[site],
                                   self.reply_frame(tasks[site], X, y, names, *answers[site]),
                                   X, rows[site])
                 for site in tasks}
-
-    def _answers(self, tasks, X, y, sample_weight, rows):
-        """``{site: (fields, arrays)}`` for the tasks of one round."""
-        answers, train = {}, {}
-        for site, task in tasks.items():
-            step = task.fields.get("step")
-            if step == "describe":
-                if set(task.fields) != {"step"} or task.arrays:
-                    _server_fail("malformed describe task.")
-                site_y = y if rows[site] is None else y[rows[site]]
-                try:
-                    answers[site] = {"classes": label_list(site_y)}, {
-                        "class_rows": np.unique(np.asarray(site_y), return_counts=True)[1]}
-                except TypeError as exc:
-                    raise ValueError(f"site {task.site!r}: its labels cannot be ordered "
-                                     f"({exc}).") from exc
-            elif step == "train":
-                train[site] = TrainTask.read(task)
-            else:
-                _server_fail(f"unknown task step {step!r}.")
-        if train:
-            answers.update(self._train(train, X, y, sample_weight, rows))
-        return answers
 
     def _train(self, tasks, X, y, sample_weight, rows):
         """Gradients of every site's minibatch, encoded in one call per codec."""
@@ -270,14 +258,14 @@ class FedMPDDClient(Client):
             weight = None if sample_weight is None else sample_weight[index]
             labels = self._class_index(y[index], task.classes, task.site)
             batches[site] = (X[index], labels, weight)
-        gradients, losses = self._gradients(tasks, batches)
+        results = self._gradients(tasks, batches)
         answers = {}
         for sites in _by_codec(tasks).values():
             codec = tasks[sites[0]].codec
             seeds = [self._codec_seed(tasks[site]) for site in sites]
-            messages = codec.encode_many(np.stack([gradients[s] for s in sites]), seeds)
+            messages = codec.encode_many(np.stack([results[s][0] for s in sites]), seeds)
             for site, (fields, arrays) in zip(sites, messages):
-                answers[site] = {**fields, "loss": losses[site]}, arrays
+                answers[site] = {**fields, "loss": results[site][1]}, arrays
         return answers
 
     def _codec_seed(self, task):
@@ -332,30 +320,23 @@ class FedMPDDClient(Client):
         return module, [p for _, p in named if p.requires_grad], criterion
 
     def _gradients(self, tasks, batches):
-        """``({site: float32 gradient}, {site: loss})``, each as its site computes it alone."""
-        gradients, losses = {}, {}
+        """``{site: (float32 gradient, loss)}``, each as its site computes it alone."""
         with one_torch_thread():
-            vectorized = self._vectorized(tasks, batches)
+            results = self._vectorized(tasks, batches)
             for site, task in tasks.items():
-                if site in vectorized:
-                    continue
-                x, y, w = batches[site]
-                module, params, criterion = self._net(task, x.shape[1])
-                with seeded_torch(task.minibatch_seed):  # dropout, if any
-                    g, loss = site_gradient(module, params, criterion, x, y, w)
-                gradients[site], losses[site] = self._checked(task, g, loss)
-        for site, (g, loss) in vectorized.items():
-            gradients[site], losses[site] = self._checked(tasks[site], g, loss)
-        return gradients, losses
-
-    @staticmethod
-    def _checked(task, g, loss):
-        if not (np.isfinite(g).all() and math.isfinite(loss)):
-            raise FloatingPointError(
-                f"site {task.site!r}: its gradient is not finite; scale the features (e.g. "
-                "StandardScaler) or lower lr."
-            )
-        return g, loss
+                if site not in results:
+                    x, y, w = batches[site]
+                    module, params, criterion = self._net(task, x.shape[1])
+                    with seeded_torch(task.minibatch_seed):  # dropout, if any
+                        results[site] = site_gradient(module, params, criterion, x, y, w)
+        for site, task in tasks.items():
+            g, loss = results[site]
+            if not (np.isfinite(g).all() and math.isfinite(loss)):
+                raise FloatingPointError(
+                    f"site {task.site!r}: its gradient is not finite; scale the features (e.g. "
+                    "StandardScaler) or lower lr."
+                )
+        return results
 
     def _vectorized(self, tasks, batches):
         """Opt-in (``vectorize``): participants with small minibatches in one vmap call.
