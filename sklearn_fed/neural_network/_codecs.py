@@ -133,7 +133,8 @@ class _Codec(ABC):
 
     def settings(self):
         """The codec's configuration as JSON fields (what a task tells a site)."""
-        return {"uplink": self.name, **{name: getattr(self, name) for name in _SETTINGS[self.name]}}
+        names = _SETTINGS[self.name]
+        return {"uplink": self.name, **{name: getattr(self, name) for name in names}}
 
     def encode(self, g, *, seed=None):
         """One gradient's message, as a standalone :class:`~sklearn_fed.protocol.Frame`.

@@ -64,15 +64,12 @@ class CommunicationLog(Callback):
     def on_batch_end(self, net, batch=None, training=None, **kwargs):
         if not isinstance(batch, Round):
             return
-        ledger, previous = batch.ledger, batch.previous
-        up, down = ledger.uplink_bytes, ledger.downlink_bytes
-        history = net.history
-        history.record("round", batch.index)
-        history.record("participants", len(batch))
-        history.record("uplink_bytes", up - (previous.uplink_bytes if previous else 0))
-        history.record("uplink_bytes_total", up)
-        history.record("downlink_bytes", down - (previous.downlink_bytes if previous else 0))
-        history.record("downlink_bytes_total", down)
+        net.history.record("round", batch.index)
+        net.history.record("participants", len(batch))
+        for name in ("uplink_bytes", "downlink_bytes"):
+            total, before = getattr(batch.ledger, name), getattr(batch.previous, name, 0)
+            net.history.record(name, total - before)
+            net.history.record(f"{name}_total", total)
 
 
 class _PrintLog(PrintLog):
@@ -521,11 +518,8 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
         else:
             self.__dict__.pop("feature_names_in_", None)
         self.initialize()
-        self.n_rounds_ = 0
-        ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
-        self.communication_ = ledger
-        self.clients_ = label_array(sites)
-        self._client_keys = frozenset(label_key(s) for s in sites)
+        self.clients_, self._client_keys = label_array([]), frozenset()
+        self._commit_round(ledger, sites, 0)
 
     def _parameters(self):
         return [p for p in self.module_.parameters() if p.requires_grad]
@@ -541,11 +535,11 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
     def _train_round(self, batch):
         """Run one round as a skorch epoch; returns True when a callback stopped training.
 
-        A round that raises is undone (parameters, optimizer state, history).
+        A round that raises is undone: the parameters and optimizer state here, which
+        change in place; the server's savepoint puts back the rest (history included).
         """
         params = [p.detach().clone() for p in self.module_.parameters()]
         optimizer_state = copy.deepcopy(self.optimizer_.state_dict())
-        n_rows = len(self.history)
         stop = False
         try:
             if batch.first:
@@ -564,7 +558,6 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
                 for p, saved in zip(self.module_.parameters(), params):
                     p.copy_(saved)
             self.optimizer_.load_state_dict(optimizer_state)
-            del self.history[n_rows:]
             raise
         return stop
 
@@ -590,11 +583,12 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
                 "lower lr or scale the features (e.g. StandardScaler)."
             )
 
-    def _commit_round(self, batch):
-        batch.ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
-        self.communication_ = batch.ledger
-        self.n_rounds_ = batch.index + 1
-        new = [s for s in batch.participants if label_key(s) not in self._client_keys]
+    def _commit_round(self, ledger, sites, n_rounds):
+        """A round is applied: its ledger, the rounds run, the sites seen for the first time."""
+        ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
+        self.communication_ = ledger
+        self.n_rounds_ = n_rounds
+        new = [s for s in sites if label_key(s) not in self._client_keys]
         if new:
             self.clients_ = label_array(list(self.clients_) + new)
             self._client_keys = self._client_keys | {label_key(s) for s in new}

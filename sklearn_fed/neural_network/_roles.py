@@ -622,7 +622,7 @@ class FedMPDDServer(Server):
                       self.first_round + self.trained, self.trained == 0, last, ledger,
                       self._ledger)
         stop = estimator._train_round(batch)
-        estimator._commit_round(batch)
+        estimator._commit_round(batch.ledger, batch.participants, batch.index + 1)
         self.trained += 1
         self.losses.append(batch.loss)
         self.stopped = stop
