@@ -25,15 +25,9 @@ Messages from sites are untrusted: :meth:`read` checks every field and array
 range, padding bits) and raises :class:`~sklearn_fed.InvalidClientMessage`
 naming the client before anything is decoded.
 
-The MPDD directions are never stored as one ``m x d`` float matrix:
-Rademacher signs are packed bits (one byte holds the signs of 8 directions at
-one coordinate) from a counter-based SplitMix64 stream keyed by the 8-byte
-seed, made one group of 8 directions at a time and applied through 256-entry
-histograms and lookup tables that stay in cache
-(:mod:`~sklearn_fed.neural_network._sign_kernels`). Direction ``j`` depends
-only on ``(seed, j, d)``, so the server regenerates exactly the client's
-directions from the seed alone, and many participants are encoded or decoded
-in one parallel call with the same bits as one at a time.
+The MPDD directions are never stored as one ``m x d`` float matrix: their
+Rademacher signs are made from the seed, and applied, by
+:mod:`~sklearn_fed.neural_network._sign_kernels` (its docstring has the layout).
 """
 
 import math
@@ -298,10 +292,8 @@ class MPDDCodec(_Codec):
         """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
 
         Used by the Gaussian variant and to inspect directions; the Rademacher
-        encoder and decoder work on the packed bits directly. Each group of 8
-        Rademacher directions is generated on its own from the seed (see
-        :mod:`~sklearn_fed.neural_network._sign_kernels`), so direction ``j``
-        is the same whatever the block size.
+        encoder and decoder work on the packed bits directly (direction ``j``
+        is the same whatever the block size).
         """
         d = int(d)
         if self.direction == "rademacher":
@@ -326,8 +318,6 @@ class MPDDCodec(_Codec):
         """Payload bytes of one message: ``4 m`` (the seed travels as a JSON field)."""
         return _FLOAT32 * self.n_directions
 
-    # Rademacher: the loops of _sign_kernels generate and use one row of sign
-    # bytes at a time, so no float U (nor the whole packed U) is ever formed.
     def _payloads(self, G, seeds):
         m = self.n_directions
         if self.direction == "rademacher":

@@ -46,7 +46,7 @@ from ..simulation._partition import (
     partition_label_shards,
 )
 from ..utils._warnings import warn
-from ._codecs import UPLINKS, derive_seed, make_codec
+from ._codecs import UPLINKS, derive_seed
 from ._modules import MLP
 from ._roles import SERVER_STREAM, FedMPDDClient, FedMPDDServer, Round, seeded_torch
 
@@ -358,12 +358,6 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
                 "(score a held-out set after fit instead)."
             )
 
-    def _codec(self):
-        return make_codec(
-            self.uplink, n_directions=self.n_directions, direction=self.direction,
-            levels=self.quantization_levels, k=self.topk, noise_scale=self.noise_scale,
-        )
-
     def _new_seed(self):
         state = self.random_state
         if isinstance(state, numbers.Integral):
@@ -526,10 +520,6 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
 
     def _n_trainable(self):
         return sum(p.numel() for p in self._parameters())
-
-    def _flat_parameters(self):
-        """Every parameter of the module, flat, as the float32 array a task carries."""
-        return torch.cat([p.detach().reshape(-1) for p in self.module_.parameters()]).cpu().numpy()
 
     # --------------------------------------------------------- one round
     def _train_round(self, batch):

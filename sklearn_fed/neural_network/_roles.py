@@ -60,7 +60,7 @@ from ..protocol import (
     plain_label,
     sorted_labels,
 )
-from ._codecs import codec_from_settings, derive_seed
+from ._codecs import codec_from_settings, derive_seed, make_codec
 
 __all__ = ["FedMPDDClient", "FedMPDDServer"]
 
@@ -506,7 +506,11 @@ class FedMPDDServer(Server):
     def __init__(self, estimator, *, classes=None, **kwargs):
         super().__init__(estimator, **kwargs)
         estimator._check_fed_params()
-        self.codec = estimator._codec()
+        self.codec = make_codec(
+            estimator.uplink, n_directions=estimator.n_directions, direction=estimator.direction,
+            levels=estimator.quantization_levels, k=estimator.topk,
+            noise_scale=estimator.noise_scale,
+        )
         self.extra_classes = None if classes is None else list(classes)
         if self.warm_start and estimator._is_trained():
             self.seed = estimator.seed_
@@ -538,7 +542,9 @@ class FedMPDDServer(Server):
         rng = np.random.default_rng(derive_seed(self.seed, round_index, SERVER_STREAM))
         n_part = max(1, math.ceil(estimator.client_fraction * len(ordered) - 1e-12))
         chosen = np.sort(rng.choice(len(ordered), n_part, replace=False))
-        params = estimator._flat_parameters()
+        # every parameter of the module (trainable or not), flat: what a task carries
+        params = torch.cat([p.detach().reshape(-1) for p in estimator.module_.parameters()])
+        params = params.cpu().numpy()
         common = {
             "step": "train",
             "classes": [plain_label(c) for c in estimator.classes_],

@@ -23,8 +23,6 @@ The two operations, for many participants at once (each with its own seed):
   as a serial loop would: the result is the same bits whatever the number of
   threads.
 
-The compiled loops release the GIL and run on plain threads, one per core.
-
 Tables stay in L1 cache. With numba installed (part of the ``nn`` extra) the
 generation is fused into compiled loops; otherwise numpy does the same
 arithmetic on blocks of rows (about 5x slower, one core). Both paths give the
