@@ -1,18 +1,10 @@
 """FedMPDDClassifier: a skorch network trained by the FedMPDD protocol.
 
-How skorch's loop maps onto the protocol
------------------------------------------
-``fit`` runs the protocol's roles (:mod:`._roles`) in process:
-``run_simulation`` asks the server for each round's tasks, every sampled site
-answers from its own rows, and the server's ``apply`` runs **one skorch
-epoch per round** whose single "batch" is the round's decoded replies:
-skorch's ``train_step`` zeroes the gradients, calls
-:meth:`FedMPDDClassifier.train_step_single` (which writes the decoded average
-into ``.grad``), notifies ``on_grad_computed`` (so ``GradientNormClipping``
-works) and steps the optimizer. ``max_epochs`` is the number of rounds,
-``history`` has one row per round, and the :class:`CommunicationLog`
-callback records each round's bytes in it. A hand-driven run of
-``make_server``/``make_client`` goes through exactly the same code.
+``fit`` runs the protocol's roles (:mod:`._roles`) in process, and the server's
+``apply`` runs **one skorch epoch per round** whose single "batch" is the round's
+decoded replies (:meth:`FedMPDDClassifier._train_round`, and the user guide's
+"Epochs, rounds and skorch"). A hand-driven run of ``make_server``/``make_client``
+goes through exactly the same code.
 """
 
 import copy
@@ -554,8 +546,8 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
     def train_step_single(self, batch, **fit_params):
         """The server's half of a round: the decoded average gradient becomes ``.grad``.
 
-        skorch's ``train_step`` calls this between zeroing the gradients and
-        the optimizer's step.
+        skorch's ``train_step`` calls this after zeroing the gradients, then runs the
+        ``on_grad_computed`` callbacks (``GradientNormClipping``) and the optimizer's step.
         """
         self._set_training(True)
         offset = 0
