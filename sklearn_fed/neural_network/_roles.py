@@ -49,6 +49,7 @@ from numbers import Integral
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import vector_to_parameters
 
 from ..protocol import (
     Client,
@@ -299,25 +300,19 @@ class FedMPDDClient(Client):
         key = (n_features, len(task.classes), task.params.shape[0])
         if self._network is None or self._network[0] != key:
             module, criterion = self.estimator._build_network(n_features, len(task.classes))
-            named = list(module.named_parameters())
-            n_params = sum(p.numel() for _, p in named)
+            n_params = sum(p.numel() for p in module.parameters())
             if n_params != task.params.shape[0]:
                 _server_fail(
                     f"the task's model has {task.params.shape[0]} parameters, but this site's "
                     f"module has {n_params}: site and server must use the same module settings."
                 )
             module.train(True)
-            self._network = (key, module, named, criterion, None)
-        _, module, named, criterion, loaded = self._network
+            self._network = (key, module, criterion, None)
+        _, module, criterion, loaded = self._network
         if loaded is not task.params:
-            flat = torch.from_numpy(np.array(task.params))
-            with torch.no_grad():
-                offset = 0
-                for _, p in named:
-                    p.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-            self._network = self._network[:4] + (task.params,)
-        return module, [p for _, p in named if p.requires_grad], criterion
+            vector_to_parameters(torch.from_numpy(np.array(task.params)), module.parameters())
+            self._network = self._network[:3] + (task.params,)
+        return module, [p for p in module.parameters() if p.requires_grad], criterion
 
     def _gradients(self, tasks, batches):
         """``{site: (float32 gradient, loss)}``, each as its site computes it alone."""
