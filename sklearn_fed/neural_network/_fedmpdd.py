@@ -550,11 +550,9 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
         ``on_grad_computed`` callbacks (``GradientNormClipping``) and the optimizer's step.
         """
         self._set_training(True)
-        offset = 0
-        for p in self._parameters():
-            n = p.numel()
-            p.grad = batch.estimate[offset:offset + n].view_as(p).to(p.device, p.dtype).clone()
-            offset += n
+        params = self._parameters()
+        for p, g in zip(params, batch.estimate.split([p.numel() for p in params])):
+            p.grad = g.view_as(p).to(p.device, p.dtype).clone()
         return {"loss": torch.tensor(batch.loss), "y_pred": None}
 
     def _step_optimizer(self, step_fn):
