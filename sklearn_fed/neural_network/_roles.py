@@ -431,10 +431,8 @@ def site_gradient(module, params, criterion, x, y, w):
     if w is not None:
         loss_rows = loss_rows * torch.from_numpy(np.asarray(w, dtype=np.float32))
     loss = loss_rows.sum() / x.shape[0]
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    flat = torch.cat([
-        (torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params)
-    ])
+    grads = torch.autograd.grad(loss, params, materialize_grads=True)  # unused ones: zeros
+    flat = torch.cat([g.reshape(-1) for g in grads])
     return flat.numpy(), float(loss.detach())
 
 
