@@ -34,7 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._errors import InvalidClientMessage
-from ._replies import FoldedReplies, FramesOnDemand
+from ._roles import FoldedReplies, FramesOnDemand
 from ._runtime import RowsElsewhere, Transport, run_rounds
 from ._threads import (
     MIN_ROWS_PER_THREAD,
