@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .protocol import label_key
-from .protocol._simulate import collection_paused
+from .protocol._simulate import MadeWhenRead
 from .utils._warnings import warn
 
 __all__ = [
@@ -177,7 +177,7 @@ def _is_missing(label):
     if label is None:
         return True
     try:
-        return bool(label != label)  # NaN and NaT differ from themselves
+        return bool(label != label)  # noqa: PLR0124 (NaN and NaT differ from themselves)
     except (TypeError, ValueError):  # pandas.NA: its comparisons are undecided
         return True
 
@@ -261,7 +261,7 @@ def group_rows_by_client(clients, n_samples):
     return labels, ClientRows(counts, rows)
 
 
-class ClientRows(Sequence):
+class ClientRows(MadeWhenRead, Sequence):
     """Each client's rows (see :func:`group_rows_by_client`), made when first read.
 
     ``counts`` (an integer array) is known at once; the row indices (a sort,
@@ -271,25 +271,8 @@ class ClientRows(Sequence):
     """
 
     def __init__(self, counts, make):
+        super().__init__(len(counts), make)
         self.counts = counts
-        self._make = make
-        self._rows = None
-
-    def _all(self):
-        if self._rows is None:
-            with collection_paused():  # one object per client at once
-                self._rows = self._make()
-            self._make = None
-        return self._rows
-
-    def __getitem__(self, index):
-        return self._all()[index]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __len__(self):
-        return len(self.counts)
 
     def __repr__(self):
         return f"ClientRows({self._all()!r})"
