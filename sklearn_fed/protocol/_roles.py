@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._client import BlockwiseClient, Client
-from ._errors import InvalidClientMessage
+from ._errors import InvalidClientMessage, failing
 from ._ledger import CommunicationLedger
 from ._schema import (
     FeatureSchema,
@@ -255,11 +255,7 @@ class Server(ABC):
         )
 
     def _check_header(self, site, frame):
-        name = f"client {site!r}"
-
-        def fail(reason):
-            raise InvalidClientMessage(f"{name}: {reason}", site)
-
+        fail = failing(site)
         if label_key(site) not in self._open:
             fail(f"no task was sent to this site in round {self.round}.")
         if frame.kind != f"{self.protocol}/reply":

@@ -40,7 +40,7 @@ from json.encoder import c_make_encoder
 
 import numpy as np
 
-from ._errors import InvalidClientMessage, who
+from ._errors import failing
 
 __all__ = [
     "Frame",
@@ -379,11 +379,7 @@ def decode(data, *, key=None, client=None, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
     InvalidClientMessage
         Naming ``client`` and what is wrong.
     """
-    name = who(client)
-
-    def fail(reason):
-        raise InvalidClientMessage(f"{name}: {reason}", client)
-
+    fail = failing(client)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         fail(f"expected bytes, got {type(data).__name__}.")
     data = bytes(data)
