@@ -129,7 +129,7 @@ class Client(ABC):
             advice = (f"the task is not signed, but {site} has a key: the server has no key "
                       f"for {site} (on Flower: add it to the run config's keys-file).")
         else:
-            return f"{site} cannot read the server's task: {reason}"
+            advice = reason
         return f"{site} cannot read the server's task: {advice}"
 
     def checked_reply(self, task, X, y, sample_weight, policy, *, columns_in_order=True):

@@ -135,11 +135,9 @@ class Frame:
         table = []
         for name, value in self.arrays.items():
             if isinstance(value, SymmetricMatrix):
-                d = value.matrix.shape[0]
-                table.append([name, "<f8", [d, d], "sym"])
+                table.append([name, "<f8", list(value.matrix.shape), "sym"])
             else:
-                dtype = _wire_dtype(value.dtype, name)
-                table.append([name, dtype, list(value.shape), ""])
+                table.append([name, _wire_dtype(value.dtype, name), list(value.shape), ""])
         meta = {
             "kind": self.kind,
             "federation": self.federation,
