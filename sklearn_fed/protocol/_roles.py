@@ -574,37 +574,6 @@ class Server(ABC):
         """
 
 
-class FoldedReplies(Mapping):
-    """The valid replies of a round that a server folded as it read them (see ``reply_fold``).
-
-    ``fold`` holds their reduction. Looking a site up parses its frame
-    again (read from the round's frames, which the simulation recomputes),
-    so a server that needs single replies only to explain a failure never
-    holds them all. Iterates over the sites in the order of the frames.
-    """
-
-    def __init__(self, server, frames, schemas, frame_bytes, fold):
-        self._server = server
-        self._frames = frames
-        same_order = len(schemas) == len(frames) and all(map(operator.is_, schemas, frames))
-        self.schemas = schemas if same_order else {
-            site: schemas[site] for site in frames if site in schemas
-        }
-        self.frame_bytes = frame_bytes
-        self.fold = fold
-
-    def __getitem__(self, site):
-        if site not in self.schemas:
-            raise KeyError(site)
-        return self._server.read_reply(site, self._frames[site])
-
-    def __iter__(self):
-        return iter(self.schemas)
-
-    def __len__(self):
-        return len(self.schemas)
-
-
 class FramesOnDemand(Mapping):
     """``{site: frame}`` whose frames are made when read (and again if read again).
 
@@ -649,6 +618,25 @@ class FramesOnDemand(Mapping):
 
     def __len__(self):
         return len(self._sites)
+
+
+class FoldedReplies(FramesOnDemand):
+    """The valid replies of a round that a server folded as it read them (see ``reply_fold``).
+
+    ``fold`` holds their reduction. Looking a site up parses its frame
+    again (read from the round's frames, which the simulation recomputes),
+    so a server that needs single replies only to explain a failure never
+    holds them all. Iterates over the sites in the order of the frames.
+    """
+
+    def __init__(self, server, frames, schemas, frame_bytes, fold):
+        same_order = len(schemas) == len(frames) and all(map(operator.is_, schemas, frames))
+        self.schemas = schemas if same_order else {
+            site: schemas[site] for site in frames if site in schemas
+        }
+        super().__init__(self.schemas, lambda site: server.read_reply(site, frames[site]))
+        self.frame_bytes = frame_bytes
+        self.fold = fold
 
 
 class FederatedMixin:

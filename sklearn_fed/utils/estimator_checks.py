@@ -134,10 +134,8 @@ def _model_state(estimator):
     if hasattr(estimator, "module_"):  # a torch network: its parameters
         return [p.detach().numpy().copy() for p in estimator.module_.parameters()]
     skip = _FEDERATION_ATTRIBUTES + tuple(getattr(estimator, "_simulation_only_attributes", ()))
-    state = {}
-    for name, value in sorted(vars(estimator).items()):
-        if name.endswith("_") and not name.startswith("_") and name not in skip:
-            state[name] = _plain_state(value)
+    state = {name: _plain_state(value) for name, value in sorted(vars(estimator).items())
+             if name.endswith("_") and not name.startswith("_") and name not in skip}
     if hasattr(estimator, "steps") and hasattr(estimator, "_final_estimator"):
         state["steps"] = _plain_state([step for _, step in estimator.steps])
     return state
