@@ -76,7 +76,10 @@ def take_clients(estimator, X, clients):
     ['a', 'a', 'b']
     """
     if clients is None:
-        _warn_missing(estimator)
+        consequence = getattr(estimator, "_without_clients", "every row is treated as one client")
+        if consequence is not None and not getattr(estimator, "_exact_federation", False):
+            warn(f"{type(estimator).__name__} was fitted without clients, so {consequence}. "
+                 f"{_how_to_pass(estimator)}", MissingClientsWarning)
         return None
     if np.ndim(clients) == 0:
         raise ValueError(_column_name_message(X, clients))
@@ -120,20 +123,6 @@ def _column_name_message(X, name):
         f"clients must hold one label per row; got the single value {name!r}. To use "
         f"a column of a DataFrame df as the clients: "
         f"fit(df.drop(columns=[col]), y, clients=df[col])."
-    )
-
-
-def _warn_missing(estimator):
-    """Issue a MissingClientsWarning when the estimator's answer depends on ``clients``."""
-    if getattr(estimator, "_exact_federation", False):
-        return
-    consequence = getattr(estimator, "_without_clients", "every row is treated as one client")
-    if consequence is None:
-        return
-    name = type(estimator).__name__
-    warn(
-        f"{name} was fitted without clients, so {consequence}. {_how_to_pass(estimator)}",
-        MissingClientsWarning,
     )
 
 

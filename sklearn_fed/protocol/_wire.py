@@ -136,8 +136,11 @@ class Frame:
         for name, value in self.arrays.items():
             if isinstance(value, SymmetricMatrix):
                 table.append([name, "<f8", list(value.matrix.shape), "sym"])
+            elif (code := _dtype_code(value.dtype)) in WIRE_DTYPES:
+                table.append([name, code, list(value.shape), ""])
             else:
-                table.append([name, _wire_dtype(value.dtype, name), list(value.shape), ""])
+                raise TypeError(
+                    f"array {name!r} has dtype {value.dtype}, which the wire format cannot carry.")
         meta = {
             "kind": self.kind,
             "federation": self.federation,
@@ -199,13 +202,6 @@ def frame_sizes(frame, label_lengths, fields_lengths=None):
 def json_length(value):
     """Length of the JSON of ``value`` as a frame's header encodes it."""
     return len(_json(value))
-
-
-def _wire_dtype(dtype, name):
-    code = _dtype_code(dtype)
-    if code not in WIRE_DTYPES:
-        raise TypeError(f"array {name!r} has dtype {dtype}, which the wire format cannot carry.")
-    return code
 
 
 @functools.lru_cache(maxsize=64)
