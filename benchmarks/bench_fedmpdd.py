@@ -67,7 +67,8 @@ def _import_ref(ref, where):
     os.rename(Path(where) / "sklearn_fed", target)
     sys.path.insert(0, str(where))
     return [importlib.import_module(f"sklearn_fed_before.{name}")
-            for name in ("neural_network", "neural_network._codecs", "protocol")]
+            for name in ("neural_network", "neural_network._codecs", "protocol",
+                         "neural_network._sign_kernels")]
 
 
 def _after_round(batch_size, args, X, y, vectorize, package=None):
@@ -103,7 +104,7 @@ def _codec_parts(d, participants, codec, frame=Frame):
 
 def _before_round(before, batch_size, args, X, y, d):
     """The exact round and the codec of the package at the ``--before`` ref."""
-    package, codecs, protocol = before
+    package, codecs, protocol, _ = before
     codec = codecs.MPDDCodec(args.m)
     encode, decode = _codec_parts(d, args.participants, codec, protocol.Frame)
     return _after_round(batch_size, args, X, y, False, package)[-1], (
@@ -118,7 +119,8 @@ def _summary(samples):
 
 def _measure(args, threads, X, y, before):
     torch.set_num_threads(threads)
-    kernels._workers = lambda: threads
+    for module in [kernels] + ([] if before is None else [before[-1]]):
+        module._workers = lambda: threads
     codec = MPDDCodec(args.m)
     out = []
     for batch_size in args.batches:
@@ -134,9 +136,10 @@ def _measure(args, threads, X, y, before):
         for fn in timers.values():  # warm up (numba, vmap)
             fn()
         samples = {name: [] for name in timers}
-        for _ in range(args.repeats):  # interleaved
-            for name, fn in timers.items():
-                samples[name].append(_timed(fn))
+        order = np.random.default_rng(0)
+        for _ in range(args.repeats):  # interleaved, in a new order each time (no position bias)
+            for name in order.permutation(list(timers)):
+                samples[name].append(_timed(timers[name]))
         out.append((batch_size, {k: _summary(v) for k, v in samples.items()}))
     return net._n_trainable(), out
 
