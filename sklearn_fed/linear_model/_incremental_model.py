@@ -24,6 +24,7 @@ from scipy import linalg
 from ..protocol import InvalidClientMessage
 from ..protocol._threads import blas_libraries
 from ..statistics._kernels import drop_direction as _drop_direction
+from ._base import ridge_attributes
 from ._solver import solve_ridge
 
 # The solve, and a round of at most d rows, run on one BLAS thread up to this
@@ -242,14 +243,9 @@ class _Model:
                 coef[targets] = solution.T
                 solvers[value] = solver
             routes.add(route)
-        if self.centered:
-            intercept = (self.y_mean - coef @ self.x_mean).astype(self.dtype)
-            intercept = intercept[0] if self.single_target else intercept
-        else:
-            intercept = 0.0
-        coef = coef.astype(self.dtype, copy=False)
+        coef, intercept = ridge_attributes(self, coef, self.dtype, self.centered)
         self._solution = {
-            "coef": coef[0] if coef.shape[0] == 1 else coef,  # as Ridge, also for y (n, 1)
+            "coef": coef,
             "intercept": intercept,
             "gram": gram,
             "solvers": solvers,
