@@ -238,48 +238,6 @@ def _stack(blocks):
     return X, y, weight
 
 
-class _SimulatedSites:
-    """The roles of the simulated sites of one ``fit``/``partial_fit`` call.
-
-    Every site of the round answers with a role of its own; a site that held
-    rows at the end of an earlier call answers with a copy of its role (the
-    kept one stays as it was if the round fails) and takes part even without
-    new rows, as a deployed site keeps its rows and its client object.
-
-    Parameters
-    ----------
-    estimator : IncrementalFederatedRidge
-    held : dict
-        ``{label_key: IncrementalClient}`` of the sites that hold rows.
-    """
-
-    def __init__(self, estimator, held):
-        self.estimator = estimator
-        self.held = held
-        self.clients = {}
-
-    def roles(self, labels, rows):
-        """``(labels, rows, {label: role})`` of the round: the held sites added."""
-        labels = [label.item() if isinstance(label, np.generic) else label for label in labels]
-        clients = {label: self.estimator.make_client(site=label) for label in labels}
-        if self.held:
-            rows = list(rows)
-            position = {label_key(label): label for label in labels}
-            for key, role in self.held.items():
-                label = position.get(key)
-                if label is None:  # no new rows: it takes part with the rows it holds
-                    label = role.site
-                    labels.append(label)
-                    rows.append(slice(0, 0))
-                clients[label] = copy.copy(role)
-        self.clients = clients
-        return labels, rows, clients
-
-    def holding(self):
-        """``{label_key: role}`` of the sites that hold rows after the round."""
-        return {label_key(label): role for label, role in self.clients.items() if role._pending}
-
-
 class IncrementalServer(Server):
     """Server of :class:`IncrementalFederatedRidge`: one round per ``receive``, forever.
 
@@ -677,18 +635,29 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         with _one_blas_thread(n_features) if n_rows <= n_features else contextlib.nullcontext():
             server, sites = super()._run_sites(X, y, sample_weight, labels, rows,
                                                warm_start=warm_start, max_rounds=1)
-        self._sites = sites.holding()
+        self._sites = {label_key(label): role for label, role in sites.items() if role._pending}
         return server, sites
 
     def _simulated_client(self, *, warm_start):
-        # One role per site, and the roles of the sites holding rows carry over.
-        return _SimulatedSites(self, self.__dict__.get("_sites", {}) if warm_start else {})
+        return {}  # the round's roles by site label, filled by _simulate
 
-    def _simulate(self, server, sites, X, y, sample_weight, labels, rows, names):
+    def _simulate(self, server, clients, X, y, sample_weight, labels, rows, names):
+        # Every site of the round answers with a role of its own; a site that held
+        # rows at the end of an earlier call answers with a copy of its role (the
+        # kept one stays as it was if the round fails) and takes part even without
+        # new rows, as a deployed site keeps its rows and its client object.
+        held = dict(self.__dict__.get("_sites", {})) if server.warm_start else {}
+        for label in labels:
+            label = label.item() if isinstance(label, np.generic) else label
+            role = held.pop(label_key(label), None)
+            clients[label] = self.make_client(site=label) if role is None else copy.copy(role)
+        for role in held.values():  # no new rows: it takes part with the rows it holds
+            clients[role.site] = copy.copy(role)
+        if held:
+            rows = list(rows) + [slice(0, 0)] * len(held)
         # (run_simulation itself: BaseFederatedRidge's wrapper is for the families
         # that leave the finite check of X to the statistics, and this one does not)
-        labels, rows, clients = sites.roles(labels, rows)
-        run_simulation(server, clients, X, y, sample_weight, labels, rows, names)
+        run_simulation(server, clients, X, y, sample_weight, list(clients), rows, names)
 
     def _draw_seed(self):
         """The seed of a new stream: from ``random_state``, or from OS entropy."""
