@@ -32,6 +32,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
+from ..protocol._fields import reply_keys, reply_number
 from ..simulation import elect_leader
 from ..statistics import ClientStatistics
 from ..statistics._kernels import few_rows_factor
@@ -290,10 +291,8 @@ class IncrementalServer(Server):
 
     def read_reply(self, site, frame):
         if "held" in frame.fields and len(frame.fields) == 1:
-            held = frame.fields["held"]
-            if frame.arrays or not (type(held) is int and 0 <= held < 2**53):
-                raise InvalidClientMessage(f"client {site!r}: malformed held-rows reply.", site)
-            return held
+            reply_keys(frame, site, fields=("held",))
+            return reply_number(frame, "held", site, low=0, high=2**53 - 1, integer=True)
         n_targets = frame.schema.get("n_targets")
         state = self._state
         if state["n_targets"] is not None and n_targets != state["n_targets"]:
