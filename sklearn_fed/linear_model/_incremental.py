@@ -54,46 +54,36 @@ def _elect_round_leader(nodes, known, sites, site_keys, *, fanout, n_rounds, dro
     node dropped out.
     """
     new = [site for site, key in zip(sites, site_keys) if key not in known]
-    new_position = {key: i for i, key in enumerate(k for k in site_keys if k not in known)}
     dropped, excluded = [], []
-    roster = _Roster(nodes, new, excluded)
-    while len(roster):
-        election = elect_leader(roster, fanout=fanout, n_rounds=n_rounds, random_state=rng)
-        if dropout > 0 and rng.random() < dropout:
-            key = label_key(election.leader)
-            position = known.get(key)
-            if position is None:
-                position = len(nodes) + new_position[key]
-            dropped.append(election.leader)
-            roster = _Roster(nodes, new, excluded + [position])
-            excluded = roster.excluded
-            continue
-        return election.leader, dropped, election.converged_fraction, new
+    while len(nodes) + len(new) > len(excluded):
+        election = elect_leader(_Roster(len(nodes) + len(new), excluded), fanout=fanout,
+                                n_rounds=n_rounds, random_state=rng)
+        position = election.leader
+        leader = nodes[position] if position < len(nodes) else new[position - len(nodes)]
+        leader = leader.item() if isinstance(leader, np.generic) else leader
+        if not (dropout > 0 and rng.random() < dropout):
+            return leader, dropped, election.converged_fraction, new
+        dropped.append(leader)
+        excluded = sorted([*excluded, position])
     return None, dropped, 0.0, new
 
 
 class _Roster:
-    """The nodes that may lead a round: those seen so far, then this round's new ones,
-    less the leaders that dropped out (a sequence view; nothing is copied)."""
+    """The positions of the nodes that may lead a round (those seen so far, then this
+    round's new ones), less the ``excluded`` ones (sorted): the leaders that dropped out.
+    A sequence view; nothing is copied."""
 
-    def __init__(self, known, new, excluded):
-        self.known, self.new = known, new
-        self.excluded = sorted(excluded)
+    def __init__(self, n_nodes, excluded):
+        self.n_nodes, self.excluded = n_nodes, excluded
 
     def __len__(self):
-        return len(self.known) + len(self.new) - len(self.excluded)
+        return self.n_nodes - len(self.excluded)
 
-    def index(self, i):
-        for skipped in self.excluded:  # the i-th node that was not excluded
+    def __getitem__(self, i):
+        for skipped in self.excluded:  # the i-th position that was not excluded
             if i >= skipped:
                 i += 1
         return i
-
-    def __getitem__(self, i):
-        i = self.index(i)
-        n = len(self.known)
-        label = self.known[i] if i < n else self.new[i - n]
-        return label.item() if isinstance(label, np.generic) else label
 
 
 _THREAD = threading.local()
@@ -142,12 +132,9 @@ class _KnownPositions:
     def __init__(self, index, n_nodes):
         self.index, self.n_nodes = index, n_nodes
 
-    def get(self, key):
-        position = self.index.get(key)
-        return position if position is not None and position < self.n_nodes else None
-
     def __contains__(self, key):
-        return self.get(key) is not None
+        position = self.index.get(key)
+        return position is not None and position < self.n_nodes
 
 
 def _add_positions(state, new_sites):
