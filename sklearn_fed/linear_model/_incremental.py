@@ -635,7 +635,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         held = dict(self.__dict__.get("_sites", {})) if server.warm_start else {}
         for label in labels:
             label = label.item() if isinstance(label, np.generic) else label
-            role = held.pop(label_key(label), None)
+            role = held.pop(label_key(label), None) if held else None
             clients[label] = self.make_client(site=label) if role is None else copy.copy(role)
         for role in held.values():  # no new rows: it takes part with the rows it holds
             clients[role.site] = copy.copy(role)
