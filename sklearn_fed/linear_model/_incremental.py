@@ -242,8 +242,21 @@ class IncrementalServer(Server):
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
         state = getattr(estimator, "_stream", None) if self.warm_start else None
-        if state is None:
-            state = _fresh_state(estimator, self.federation)
+        if state is None:  # a new stream: fit, or a server made without warm_start
+            state = {
+                "federation": self.federation,
+                "model": None,
+                "waiting": (),
+                "site_pending": {},
+                "nodes": np.empty(0, dtype=np.int64),
+                "node_keys": {},
+                "seed": estimator._draw_seed(),
+                "centered": bool(estimator.fit_intercept),
+                "n_targets": None,
+                "leaders": [],
+                "skipped": [],
+                "history": [],
+            }
         else:  # the next round of the same federation: partial_fit == a long-lived server
             self.federation = state["federation"]
             self.round = len(state["leaders"])
@@ -368,24 +381,6 @@ class IncrementalServer(Server):
 def _round_bytes(totals, before, sites):
     """Bytes this round moved to or from ``sites``: the ledger's totals less those before."""
     return int(sum(totals.get(site, 0) - before.get(site, 0) for site in sites))
-
-
-def _fresh_state(estimator, federation):
-    """The state of a new stream (``fit``, or a server made without ``warm_start``)."""
-    return {
-        "federation": federation,
-        "model": None,
-        "waiting": (),
-        "site_pending": {},
-        "nodes": np.empty(0, dtype=np.int64),
-        "node_keys": {},
-        "seed": estimator._draw_seed(),
-        "centered": bool(estimator.fit_intercept),
-        "n_targets": None,
-        "leaders": [],
-        "skipped": [],
-        "history": [],
-    }
 
 
 class IncrementalFederatedRidge(BaseFederatedRidge):
