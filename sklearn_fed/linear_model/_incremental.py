@@ -42,24 +42,25 @@ from ._incremental_model import _Model, _one_blas_thread
 __all__ = ["IncrementalFederatedRidge"]
 
 
-def _elect_round_leader(nodes, known, sites, site_keys, *, fanout, n_rounds, dropout, rng):
+def _elect_round_leader(nodes, index, sites, site_keys, *, fanout, n_rounds, dropout, rng):
     """``(leader, dropped, converged, new)`` of one round's election.
 
-    ``nodes`` are the labels seen so far (``known`` their positions,
-    :class:`_KnownPositions`), ``sites`` this round's (``site_keys`` their
+    ``nodes`` are the labels seen so far (``index`` their positions by label
+    key, :func:`_add_positions`), ``sites`` this round's (``site_keys`` their
     :func:`~sklearn_fed.protocol.label_key`). A leader drops out with
     probability ``dropout`` and another is elected among the rest; ``dropped``
     lists them, ``converged`` is the fraction of nodes that heard the winning
     bid, ``new`` the sites not seen before. ``leader`` is None when every
     node dropped out.
     """
-    new = [site for site, key in zip(sites, site_keys) if key not in known]
+    n = len(nodes)  # (positions from n on are other states' nodes)
+    new = [site for site, key in zip(sites, site_keys) if index.get(key, n) >= n]
     dropped, excluded = [], []
-    while len(nodes) + len(new) > len(excluded):
-        election = elect_leader(_Roster(len(nodes) + len(new), excluded), fanout=fanout,
+    while n + len(new) > len(excluded):
+        election = elect_leader(_Roster(n + len(new), excluded), fanout=fanout,
                                 n_rounds=n_rounds, random_state=rng)
         position = election.leader
-        leader = nodes[position] if position < len(nodes) else new[position - len(nodes)]
+        leader = nodes[position] if position < n else new[position - n]
         leader = leader.item() if isinstance(leader, np.generic) else leader
         if not (dropout > 0 and rng.random() < dropout):
             return leader, dropped, election.converged_fraction, new
@@ -124,17 +125,6 @@ def _append_labels(labels, new):
     both[: labels.size] = labels.astype(object)
     both[labels.size :] = new.astype(object)
     return both
-
-
-class _KnownPositions:
-    """The node positions a state knows: its index's entries below its node count."""
-
-    def __init__(self, index, n_nodes):
-        self.index, self.n_nodes = index, n_nodes
-
-    def __contains__(self, key):
-        position = self.index.get(key)
-        return position is not None and position < self.n_nodes
 
 
 def _add_positions(state, new_sites):
@@ -270,8 +260,7 @@ class IncrementalServer(Server):
         # The round's randomness derives from the seed and the round index: a
         # failed round draws nothing twice, and no generator is copied.
         leader, dropped, converged, new = _elect_round_leader(
-            state["nodes"], _KnownPositions(state["node_keys"], len(state["nodes"])), sites,
-            site_keys,
+            state["nodes"], state["node_keys"], sites, site_keys,
             fanout=estimator.gossip_fanout, n_rounds=estimator.gossip_rounds,
             dropout=estimator.leader_dropout, rng=_philox(state["seed"], self.round),
         )
