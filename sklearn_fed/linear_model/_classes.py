@@ -27,6 +27,7 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
+from ..protocol._errors import failing
 from ._base import rows_and_weights, task_field
 
 __all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_classification"]
@@ -195,9 +196,7 @@ class ClassesServerMixin:
         if self.classes_ is not None:
             return self._read_classified(site, frame)
 
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         fields = frame.fields
         n = fields.get("n_samples")
         extra_fields, extra_arrays = self._classes_extra_keys()

@@ -36,6 +36,7 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
+from ..protocol._errors import failing
 from ..statistics import (
     ClientStatistics,
     ColumnMoments,
@@ -437,9 +438,7 @@ class LogisticServer(ClassesServerMixin, Server):
         return {site: (dict(fields), dict(arrays)) for site in wanted}
 
     def _read_classified(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         fields = frame.fields
         loss, weight = fields.get("loss"), fields.get("weight_sum")
         if set(fields) != {"step", "loss", "weight_sum"} or fields["step"] != "newton" or not (
