@@ -115,9 +115,7 @@ def _philox(key, counter):
 def _append_labels(labels, new):
     """``labels`` (an array) followed by ``new``, keeping each label's type."""
     new = label_array(new)
-    if labels.dtype.kind == new.dtype.kind and labels.dtype.kind in "iub":
-        return np.concatenate([labels, new])
-    if labels.dtype.kind == new.dtype.kind == "U":
+    if labels.dtype.kind == new.dtype.kind and labels.dtype.kind in "iubU":
         return np.concatenate([labels, new])
     if labels.size == 0:
         return new
