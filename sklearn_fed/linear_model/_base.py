@@ -24,6 +24,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
+from ..protocol._errors import server_error
 from ..protocol._fields import task_field
 from ..statistics import (
     FORMS,
@@ -141,9 +142,7 @@ def requested_form(task):
     """The statistics form a task asks for: its ``form`` field, ``"gram"`` if absent."""
     form = task.fields.get("form", "gram")
     if form not in FORMS:
-        raise InvalidClientMessage(
-            f"server: task field 'form' must be one of {list(FORMS)}, got {form!r}.", "server"
-        )
+        server_error(f"task field 'form' must be one of {list(FORMS)}, got {form!r}.")
     return form
 
 

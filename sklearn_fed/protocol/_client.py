@@ -11,7 +11,7 @@ screens it by its disclosure rules and encodes it.
 from abc import ABC, abstractmethod
 
 from ._disclosure import screen_reply
-from ._errors import InvalidClientMessage, TaskRefused
+from ._errors import InvalidClientMessage, TaskRefused, server_error
 from ._policy import SitePolicy, current_simulated_policy
 from ._schema import (
     FeatureSchema,
@@ -178,9 +178,7 @@ class Client(ABC):
 
     def check_task(self, task):
         if task.kind != f"{self.protocol}/task":
-            raise InvalidClientMessage(
-                f"server: expected a {self.protocol!r} task, got {task.kind!r}.", "server"
-            )
+            server_error(f"expected a {self.protocol!r} task, got {task.kind!r}.")
         if self.site is not None and label_key(task.site) != label_key(self.site):
             raise TaskRefused(
                 f"site {self.site!r} received a task addressed to site {task.site!r}.", self.site
