@@ -192,11 +192,6 @@ def frame_sizes(frame, label_lengths, fields_lengths=None):
     return label_lengths + base
 
 
-def json_length(value):
-    """Length of the JSON of ``value`` as a frame's header encodes it."""
-    return len(_json(value))
-
-
 @functools.lru_cache(maxsize=64)
 def _dtype_code(dtype):
     dtype = np.dtype(dtype)
