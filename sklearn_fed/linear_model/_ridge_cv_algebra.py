@@ -89,6 +89,8 @@ class _Sums:
         W = self.weight
         if kind == "mse":
             values = self.e2 / W
+        elif kind == "row_mse":  # the mean over rows of w e^2 (RidgeCV's leave-one-out)
+            values = self.e2 / self.count
         elif kind == "rmse":
             values = np.sqrt(self.e2 / W)
         else:
