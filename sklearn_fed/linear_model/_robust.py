@@ -115,21 +115,21 @@ class RobustAggregation:
                 f"claims a weight sum of {stats.weight_sum:g}, more than "
                 f"max_weight={self.max_weight:g}."
             )
-        slack = 1 + 1e-9
-        if self.feature_bound is not None:
-            squared = _sum_of_squares(np.trace(stats.gram), stats.x_mean, stats)
-            if squared > stats.weight_sum * self.feature_bound**2 * slack:
-                fail(
-                    f"its rows cannot all have ||x|| <= feature_bound={self.feature_bound:g} "
-                    f"(mean ||x||^2 is {squared / max(stats.weight_sum, 1e-300):.4g})."
-                )
-        if self.target_bound is not None:
-            squared = _sum_of_squares(np.sum(stats.target_ss), stats.y_mean, stats)
-            if squared > stats.weight_sum * self.target_bound**2 * slack:
-                fail(
-                    f"its targets cannot all have ||y|| <= target_bound="
-                    f"{self.target_bound:g}."
-                )
+        # the sums of squares are read only for a bound (factor-form statistics form them)
+        for name, bound, norm, second_moments, mean in (
+            ("feature_bound", self.feature_bound, "||x||", lambda: np.trace(stats.gram),
+             stats.x_mean),
+            ("target_bound", self.target_bound, "||y||", lambda: np.sum(stats.target_ss),
+             stats.y_mean),
+        ):
+            if bound is None:
+                continue
+            squared = float(second_moments())  # sum w ||v||^2 (the centered sum plus W ||mean||^2)
+            if stats.centered:
+                squared += stats.weight_sum * float(np.dot(mean, mean))
+            if squared > stats.weight_sum * bound**2 * (1 + 1e-9):
+                fail(f"its rows cannot all have {norm} <= {name}={bound:g} (mean {norm}^2 is "
+                     f"{squared / max(stats.weight_sum, 1e-300):.4g}).")
 
     def cross_check(self, replies):
         """Limits that compare the sites of one round: duplicates and outliers."""
@@ -189,14 +189,6 @@ class RobustAggregation:
                     label,
                 )
         return failures
-
-
-def _sum_of_squares(second_moment_sum, mean, stats):
-    """``sum w ||v||^2`` from the summed (centered or raw) second moments and the mean."""
-    total = float(second_moment_sum)
-    if stats.centered:
-        total += stats.weight_sum * float(np.dot(mean, mean))
-    return total
 
 
 def _fingerprint(stats):
