@@ -1,14 +1,8 @@
-"""FederatedRidgeCV's algebra: held-out sums and scores, ridge paths, leave-one-out.
+"""FederatedRidgeCV's algebra, free of the protocol: held-out sums and scores, ridge paths.
 
-What the server and the sites of :class:`~sklearn_fed.FederatedRidgeCV`
-compute, free of the protocol: the decomposable scores and the sums they
-follow from (:class:`_Sums`, :func:`_held_out_sums`), ridge for many alphas
-from one decomposition (:func:`_spectrum`, :func:`_coef_path`), the
-leave-one-client-out complements (:func:`_complements`), a site's
-closed-form leave-one-out predictions (:func:`_leave_one_out`), and
-RidgeCV's choice rule (:func:`_first_best`). Robust aggregation's outlier
-test uses the held-out sums and complements too, and the servers' base class
-uses robust aggregation, so this module imports neither (only ``_solver``).
+Robust aggregation's outlier test uses the held-out sums and complements too,
+and the servers' base class uses robust aggregation, so this module imports
+neither (only ``_solver``).
 """
 
 import numpy as np
@@ -135,12 +129,6 @@ def _held_out_sums(held, coef, intercept):
     return _Sums(held.n_samples, W, W * mean_residual, np.maximum(e2, 0.0), np.maximum(sst, 0.0))
 
 
-def _held_out_sse(held, rest, alphas):
-    """Weighted squared error (n_targets, n_alphas) on ``held``'s rows of ridge fitted on ``rest``."""
-    coef = _coef_path(_spectrum(rest), alphas)
-    return _held_out_sums(held, coef, _intercepts(rest, coef)).e2
-
-
 # ------------------------------------------------------------------ algebra
 def _spectrum(stats):
     """``(eigenvalues, basis, projected)`` of ridge on ``stats``, for any number of alphas.
@@ -156,19 +144,17 @@ def _spectrum(stats):
     return eigenvalues, Q, Q.T @ stats.moment
 
 
-def _coef_path(spectrum, alphas):
-    """Coefficients (n_features, n_targets, n_alphas) and their intercept rule."""
-    eigenvalues, basis, projected = spectrum
+def _ridge_path(stats, alphas):
+    """Ridge on ``stats`` for every alpha, from one :func:`_spectrum`: ``(coef, intercept)``
+    of shapes (n_features, n_targets, n_alphas) and (n_targets, n_alphas)."""
+    eigenvalues, basis, projected = _spectrum(stats)
     scaled = projected[:, :, None] / (eigenvalues[:, None, None] + alphas)
     # explicit sizes: the spectrum is empty when every column is constant (k = 0)
     k, t, n_alphas = scaled.shape
-    return (basis @ scaled.reshape(k, t * n_alphas)).reshape(basis.shape[0], t, n_alphas)
-
-
-def _intercepts(stats, coef):
+    coef = (basis @ scaled.reshape(k, t * n_alphas)).reshape(basis.shape[0], t, n_alphas)
     if not stats.centered:
-        return np.zeros(coef.shape[1:])
-    return stats.y_mean[:, None] - (stats.x_mean @ coef.reshape(coef.shape[0], -1)).reshape(
+        return coef, np.zeros(coef.shape[1:])
+    return coef, stats.y_mean[:, None] - (stats.x_mean @ coef.reshape(coef.shape[0], -1)).reshape(
         coef.shape[1:])
 
 

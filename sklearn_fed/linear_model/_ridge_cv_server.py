@@ -18,12 +18,11 @@ from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
 from ._base import StatisticsServer
 from ._ridge_cv_algebra import (
     POOLED,
-    _coef_path,
     _complements,
     _first_best,
     _held_out_sums,
     _IdentityRegressor,
-    _intercepts,
+    _ridge_path,
     _scorer_kind,
     _spectrum,
     _Sums,
@@ -351,8 +350,7 @@ class FederatedRidgeCVServer(StatisticsServer):
         sums, self._holders = [], []
         self._held_out = {label_key(s): {} for s in self._labels}  # key -> (rows, model)
         for train, test, holders in self._folds():
-            coef = _coef_path(_spectrum(train), self._alphas)
-            model = coef, _intercepts(train, coef)
+            model = _ridge_path(train, self._alphas)
             if self._kind is not None:
                 sums.append(_held_out_sums(test, *model))
             for site, key, rows in holders:

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..protocol import InvalidClientMessage, sorted_labels
-from ._ridge_cv_algebra import _complements, _held_out_sse
+from ._ridge_cv_algebra import _complements, _held_out_sums, _ridge_path
 
 __all__ = ["RobustAggregation"]
 
@@ -173,7 +173,7 @@ class RobustAggregation:
         alphas = np.array([float(self.outlier_alpha)])
         errors = []
         for held, rest in zip(statistics, _complements(equal)):
-            sse = _held_out_sse(held, rest, alphas)
+            sse = _held_out_sums(held, *_ridge_path(rest, alphas)).e2
             errors.append(float(sse.sum()) / (held.weight_sum * held.n_targets))
         log_error = np.log(np.maximum(errors, 1e-300))
         center = float(np.median(log_error))
