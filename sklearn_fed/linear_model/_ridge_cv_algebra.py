@@ -13,10 +13,8 @@ from sklearn.metrics import (
     r2_score,
     root_mean_squared_error,
 )
-from sklearn.utils.extmath import safe_sparse_dot
 
 from .._compat import scorer_parts
-from ..protocol._fields import task_field
 from ..statistics import merge_statistics
 from ._solver import factor_range, numerical_range
 
@@ -177,48 +175,6 @@ def _complements(statistics):
         yield from recurse(mid, hi, left if outside is None else outside.merge(left))
 
     yield from recurse(0, len(statistics), None)
-
-
-def _leave_one_out(task, X, y, sample_weight):
-    """A site's leave-one-out predictions (n_rows, n_targets, n_alphas), in closed form.
-
-    With ``z = Q^T (x - x_mean)``: the full-data prediction is ``y_mean +
-    z . (Q^T h / (l + alpha))``, the leverage ``h = w sum z^2 / (l + alpha)
-    (+ w / W with an intercept)``, and the leave-one-out residual is the
-    residual divided by ``1 - h`` (exact for ridge, no refit).
-
-    When the pooled rows are linearly independent (``interpolating``: as
-    many nonzero eigenvalues as rows, less one with an intercept, e.g. wide
-    data), every row has leverage 1 at ``alpha = 0`` and fits exactly, so
-    residual and ``1 - h`` are both ``O(alpha)``: computed as differences
-    they would lose ``log10(l / alpha)`` digits. Their exact expansions
-    ``alpha sum z p / (l (l + alpha))`` and ``alpha w sum z^2 / (l (l +
-    alpha))`` are used instead, and ``alpha`` cancels in the ratio.
-    """
-    arrays = task.arrays
-    alphas = np.asarray(arrays["alphas"])
-    centered = task_field(task, "centered", bool)
-    eigenvalues, basis, projected = arrays["eigenvalues"], arrays["basis"], arrays["projected"]
-    Z = safe_sparse_dot(X, basis, dense_output=True)
-    if centered:
-        Z = Z - arrays["x_mean"] @ basis
-    w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
-    inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
-    fitted = _through_spectrum(Z, projected, inverse)
-    if centered:
-        fitted += arrays["y_mean"][None, :, None]
-    leverage = w[:, None] * ((Z * Z) @ inverse)
-    if centered:
-        leverage += (w / task_field(task, "weight_sum", float))[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):  # leverage 1: as RidgeCV, inf/NaN
-        residual = (y[:, :, None] - fitted) / (1.0 - leverage[:, None, :])
-    small = alphas <= (eigenvalues.min() if eigenvalues.size else 0.0)
-    if task.fields.get("interpolating") is True and np.any(small):
-        # For alpha below the spectrum the differences lose the most digits.
-        inverse = 1.0 / (eigenvalues[:, None] * (eigenvalues[:, None] + alphas[small]))
-        residual[:, :, small] = _through_spectrum(Z, projected, inverse) / (
-            w[:, None, None] * ((Z * Z) @ inverse)[:, None, :])
-    return y[:, :, None] - residual
 
 
 def _through_spectrum(Z, projected, inverse):

@@ -14,7 +14,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 from ..protocol import BlockwiseClient, InvalidClientMessage
 from ..statistics import ClientStatistics
 from ._base import requested_form, task_field
-from ._ridge_cv_algebra import _leave_one_out
+from ._ridge_cv_algebra import _through_spectrum
 
 
 # ------------------------------------------------------------- messages
@@ -246,23 +246,56 @@ class CVClient(BlockwiseClient):
         return named
 
     def _leave_one_out(self, task, X, y, sample_weight):
+        """Sums of the site's leave-one-out residuals (every row's value on request).
+
+        The leave-one-out predictions (n_rows, n_targets, n_alphas) are in
+        closed form. With ``z = Q^T (x - x_mean)``: the full-data prediction is
+        ``y_mean + z . (Q^T h / (l + alpha))``, the leverage ``h = w sum z^2 /
+        (l + alpha) (+ w / W with an intercept)``, and the leave-one-out
+        residual is the residual divided by ``1 - h`` (exact for ridge, no refit).
+
+        When the pooled rows are linearly independent (``interpolating``: as
+        many nonzero eigenvalues as rows, less one with an intercept, e.g. wide
+        data), every row has leverage 1 at ``alpha = 0`` and fits exactly, so
+        residual and ``1 - h`` are both ``O(alpha)``: computed as differences
+        they would lose ``log10(l / alpha)`` digits. Their exact expansions
+        ``alpha sum z p / (l (l + alpha))`` and ``alpha w sum z^2 / (l (l +
+        alpha))`` are used instead, and ``alpha`` cancels in the ratio.
+        """
         arrays = task.arrays
         d, t = X.shape[1], y.shape[1]
-        alphas = arrays.get("alphas")
-        basis = arrays.get("basis")
+        alphas, basis, projected = arrays.get("alphas"), arrays.get("basis"), arrays.get("projected")
         if not (isinstance(basis, np.ndarray) and basis.ndim == 2 and basis.shape[0] == d
                 and isinstance(alphas, np.ndarray) and alphas.ndim == 1
-                and arrays.get("projected") is not None
-                and arrays["projected"].shape == (basis.shape[1], t)):
+                and projected is not None and projected.shape == (basis.shape[1], t)):
             raise InvalidClientMessage("server: malformed leave-one-out task.", "server")
-        predictions = _leave_one_out(task, X, y, sample_weight)
+        centered = task_field(task, "centered", bool)
+        eigenvalues = arrays["eigenvalues"]
+        Z = safe_sparse_dot(X, basis, dense_output=True)
+        if centered:
+            Z = Z - arrays["x_mean"] @ basis
         w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
+        inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
+        fitted = _through_spectrum(Z, projected, inverse)
+        if centered:
+            fitted += arrays["y_mean"][None, :, None]
+        leverage = w[:, None] * ((Z * Z) @ inverse)
+        if centered:
+            leverage += (w / task_field(task, "weight_sum", float))[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):  # leverage 1: as RidgeCV, inf/NaN
+            held_out = (y[:, :, None] - fitted) / (1.0 - leverage[:, None, :])
+        small = alphas <= (eigenvalues.min() if eigenvalues.size else 0.0)
+        if task.fields.get("interpolating") is True and np.any(small):
+            # For alpha below the spectrum the differences lose the most digits.
+            inverse = 1.0 / (eigenvalues[:, None] * (eigenvalues[:, None] + alphas[small]))
+            held_out[:, :, small] = _through_spectrum(Z, projected, inverse) / (
+                w[:, None, None] * ((Z * Z) @ inverse)[:, None, :])
+        predictions = y[:, :, None] - held_out
         residual = y[:, :, None] - predictions
-        y_mean = arrays["y_mean"]
         sums = {
             "e1": np.tensordot(w, residual, axes=1),
             "e2": np.tensordot(w, residual**2, axes=1),
-            "sst": w @ (y - y_mean) ** 2,
+            "sst": w @ (y - arrays["y_mean"]) ** 2,
         }
         fields = {"count": int(X.shape[0]), "weight": float(w.sum())}
         kept = task.fields.get("keep_rows")
@@ -300,3 +333,4 @@ class CVClient(BlockwiseClient):
                 np.ones(index.size) if sample_weight is None else sample_weight[index]
             )
         return fields, arrays
+
