@@ -247,12 +247,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
         Parameters
         ----------
-        key : bytes or str, default=None
-            The site's shared key (HMAC-SHA256), also given to the server.
-        policy : SitePolicy, default=None
-            Tasks the site refuses.
-        site : hashable, default=None
-            The site's label; tasks addressed to another label are refused.
+        key, policy, site
+            As in :meth:`FederatedMixin.make_client
+            <sklearn_fed.protocol.FederatedMixin.make_client>`.
         folds : array-like of shape (n_rows,) or (n_rows, n_folds), default=None
             With ``cv`` a splitter: the fold membership of the rows the site
             answers from, in their order. Per row, the fold in which it is
@@ -268,15 +265,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
         return self._client_role(self, key=key, policy=policy, site=site, folds=folds)
 
     def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
-        """``fit``'s run of the protocol on the sites' rows of ``X``.
-
-        Only this driver knows the pooled rows: for a splitter it draws the
-        folds from them and hands each site its rows' membership as data of
-        the site (the client role's fold column, read through each site's
-        rows as ``X`` is), and tells the server only their number; it puts
-        the per-row ``cv_results_``, which the server has site by site, in
-        ``X``'s order.
-        """
+        """``fit``'s run: only it knows the pooled rows, so it draws a splitter's folds
+        (the sites read their rows' entries of the client role's fold column, the
+        server gets their number) and puts the per-row ``cv_results_`` in ``X``'s order."""
         names = self._fitted_feature_names()
         server = self.make_server(feature_names=names)
         folds = None

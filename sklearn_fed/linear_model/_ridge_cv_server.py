@@ -12,7 +12,7 @@ from sklearn.model_selection import check_cv
 
 from .._compat import scorer_parts
 from ..protocol import InvalidClientMessage, label_key, sorted_labels
-from ..protocol._fields import reply_array
+from ..protocol._fields import reply_array, reply_number
 from ..statistics import merge_statistics
 from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
 from ._base import StatisticsServer
@@ -150,11 +150,8 @@ class FederatedRidgeCVServer(StatisticsServer):
 
     def _read_leave_one_out(self, site, frame):
         t, A = self._aggregate.n_targets, len(self._alphas)
-        count, weight = frame.fields.get("count"), frame.fields.get("weight")
-        if type(weight) is int:
-            weight = float(weight) if abs(weight) <= _MAX_WEIGHT else float("inf")
-        if not (type(count) is int and type(weight) is float and 0 <= weight <= _MAX_WEIGHT):
-            raise InvalidClientMessage(f"client {site!r}: malformed row count or weight.", site)
+        count = reply_number(frame, "count", site, integer=True)
+        weight = reply_number(frame, "weight", site, high=_MAX_WEIGHT)
         rows_of_site = self._statistics[label_key(site)]["all"].n_samples
         if count != rows_of_site:
             raise InvalidClientMessage(
