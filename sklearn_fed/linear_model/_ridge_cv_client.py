@@ -70,6 +70,16 @@ def fold_codes(folds, n_folds):
     return None
 
 
+def fold_parts(codes):
+    """``(name, rows)`` of each non-empty part of each fold of ``codes`` (see
+    :func:`fold_codes`): ``"train{j}"`` its training rows, ``"test{j}"`` its held-out rows."""
+    for j in range(codes.shape[1]):
+        for code, part in ((1, "train"), (2, "test")):
+            rows = np.flatnonzero(codes[:, j] == code)
+            if rows.size:
+                yield f"{part}{j}", rows
+
+
 class _Block:
     """A :class:`CVClient` answer over one block of a site's rows, before packing.
 
@@ -238,11 +248,7 @@ class CVClient(BlockwiseClient):
 
         named = {"all": stats()}
         if folds is not None:
-            for j in range(folds.shape[1]):
-                for code, part in ((1, "train"), (2, "test")):
-                    index = np.flatnonzero(folds[:, j] == code)
-                    if index.size:
-                        named[f"{part}{j}"] = stats(index)
+            named.update((name, stats(index)) for name, index in fold_parts(folds))
         return named
 
     def _leave_one_out(self, task, X, y, sample_weight):

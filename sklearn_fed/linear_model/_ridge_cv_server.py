@@ -27,7 +27,7 @@ from ._ridge_cv_algebra import (
     _spectrum,
     _Sums,
 )
-from ._ridge_cv_client import _unpack
+from ._ridge_cv_client import _unpack, fold_parts
 from ._solver import _solve_gram, solve_statistics
 
 
@@ -114,35 +114,28 @@ class FederatedRidgeCVServer(StatisticsServer):
                 raise InvalidClientMessage(
                     f"client {site!r}: statistics have {stats.n_targets} targets, its schema "
                     "says otherwise.", site)
-        if self._n_folds is not None:
-            self._check_fold_statistics(site, named)
-        elif set(named) != {"all"}:
-            raise InvalidClientMessage(f"client {site!r}: unexpected fold statistics.", site)
+        self._check_fold_statistics(site, named)
         return named
 
     def _check_fold_statistics(self, site, named):
         """A site's fold statistics: within its rows, or exactly its assigned folds' rows."""
-        assigned = None if self._assigned is None else self._assigned[label_key(site)]
-        expected = {"all"}
-        for j in range(self._n_folds):
-            counts = {}
-            for code, part in ((1, "train"), (2, "test")):
-                stats = named.get(f"{part}{j}")
-                counts[part] = 0 if stats is None else stats.n_samples
-                if assigned is not None and counts[part] != int(np.sum(assigned[:, j] == code)):
+        rows = {name: stats.n_samples for name, stats in named.items() if name != "all"}
+        if self._assigned is not None:
+            assigned = {name: len(index) for name, index in fold_parts(
+                self._assigned[label_key(site)])}
+            for name in sorted(rows.keys() | assigned.keys()):
+                if rows.get(name) != assigned.get(name):
                     raise InvalidClientMessage(
-                        f"client {site!r}: its {part} statistics of fold {j} do not cover "
-                        f"the {int(np.sum(assigned[:, j] == code))} {part} rows assigned "
-                        "to it.", site)
-                if stats is not None:
-                    expected.add(f"{part}{j}")
-            if counts["train"] + counts["test"] > named["all"].n_samples:
+                        f"client {site!r}: its statistics {name!r} do not cover the "
+                        f"{assigned.get(name, 0)} rows assigned to it for them.", site)
+        for j in range(self._n_folds or 0):
+            if rows.pop(f"train{j}", 0) + rows.pop(f"test{j}", 0) > named["all"].n_samples:
                 raise InvalidClientMessage(
                     f"client {site!r}: its training and held-out rows of fold {j} are more "
                     f"than its {named['all'].n_samples} rows.", site)
-        if set(named) != expected:
+        if rows:
             raise InvalidClientMessage(
-                f"client {site!r}: unexpected statistics {sorted(set(named) - expected)}.", site)
+                f"client {site!r}: unexpected statistics {sorted(rows)}.", site)
 
     def _expected_targets(self, frame):
         """Number of targets the statistics of a reply must have: its schema's."""
