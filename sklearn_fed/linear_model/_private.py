@@ -23,10 +23,14 @@ from ._solver import _solve_gram, numerical_range
 __all__ = ["PrivateFederatedRidge"]
 
 
+def project_psd(gram):
+    """Nearest (Frobenius) positive semi-definite matrix: clip negative eigenvalues."""
+    return _psd_projection(gram)[0]
+
+
 def _psd_projection(gram):
-    """The nearest (Frobenius) positive semi-definite matrix, negative eigenvalues clipped,
-    and its eigenpairs ``(values, vectors)`` (None when ``gram`` was positive definite
-    already: nothing was decomposed)."""
+    """:func:`project_psd` and the eigenpairs ``(values, vectors)`` of the projection
+    (None when ``gram`` was positive definite already: nothing was decomposed)."""
     gram = (gram + gram.T) / 2
     try:  # positive definite already (the usual case with enough rows): nothing to clip
         linalg.cholesky(gram, check_finite=False)

@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fed import FederatedRidge, PrivateFederatedRidge
-from sklearn_fed.linear_model._private import _psd_projection
+from sklearn_fed.linear_model._private import project_psd
 from sklearn_fed.linear_model._private_release import (
     clip_rows,
     clipped_sums,
@@ -211,11 +211,11 @@ def test_psd_projection():
     rng = np.random.default_rng(4)
     A = rng.normal(size=(6, 6))
     noisy = A + A.T
-    projected = _psd_projection(noisy)[0]
+    projected = project_psd(noisy)
     assert np.linalg.eigvalsh(projected).min() > -1e-10
     assert_allclose(projected, projected.T)
     psd = A @ A.T
-    assert_allclose(_psd_projection(psd)[0], psd, atol=1e-10)
+    assert_allclose(project_psd(psd), psd, atol=1e-10)
     # Nearest in Frobenius norm: no random PSD matrix is closer.
     best = np.linalg.norm(projected - noisy)
     for _ in range(50):
