@@ -1,14 +1,7 @@
 """FESCRidge: one-shot averaging of local ridge models, weighted by sample size (FESC).
 
-The protocol ``ridge.fesc`` (what a site sends is what the FESC paper's
-clients send, nothing more):
-
-* with ``alpha="auto"`` (``1 / sqrt(N)``) the server first needs ``N``: a
-  *count* round in which every site sends its size ``n_i`` (row count, or
-  total sample weight);
-* a *model* round: the task carries ``alpha``; every site fits ridge on its
-  own rows and replies ``(n_i, theta_i, b_i)``; the server combines the local
-  models with the weights of ``n`` (Eq. 9-10) and keeps only those messages.
+The protocol ``ridge.fesc``: what a site sends is what the FESC paper's clients
+send, nothing more (its rounds are in the roles' docstrings).
 """
 
 import collections

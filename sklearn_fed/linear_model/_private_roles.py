@@ -1,13 +1,9 @@
 """The site and server roles of :class:`~sklearn_fed.PrivateFederatedRidge`'s protocol.
 
-The protocol (``"ridge.private"``): with ``noise="local"`` one round, in which
-each site sends its sums on a grid plus integer noise
-(:mod:`sklearn_fed.privacy._noise`); with ``noise="distributed"`` a first
-round collects each site's X25519 public key and a second one has every site
-send its sums masked for secure aggregation
-(:mod:`sklearn_fed.privacy._secure_aggregation`). A site derives its noise
-from the task's epsilon, delta and bounds itself, so a server cannot ask for
-less noise than the epsilon it announces.
+A site derives its noise (:mod:`sklearn_fed.privacy._noise`) from the task's
+epsilon, delta and bounds itself, so a server cannot ask for less noise than
+the epsilon it announces; distributed noise is masked for secure aggregation
+(:mod:`sklearn_fed.privacy._secure_aggregation`).
 """
 
 import math

@@ -1,11 +1,4 @@
-"""ProjectedFederatedRidge: one-shot ridge on randomly projected features.
-
-The server broadcasts one integer seed; every client builds the same random
-matrix ``R`` (d x m) from it with :mod:`sklearn.random_projection`, and sends
-the sufficient statistics of ``X R`` (m x m Gram instead of d x d). The
-server solves ridge in the projected space, ``w~``, and reports
-``coef_ = R w~`` so that ``predict(X) = X coef_ + intercept_ = (X R) w~ + b``.
-"""
+"""ProjectedFederatedRidge: one-shot ridge on randomly projected features."""
 
 from numbers import Integral, Real
 

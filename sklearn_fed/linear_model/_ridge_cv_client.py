@@ -1,10 +1,4 @@
-"""FederatedRidgeCV's site: its messages and :class:`CVClient`.
-
-A site answers from its own rows and, with ``cv`` a splitter, from its own
-rows' fold membership: data it holds next to its rows (the client role's
-``folds``), or codes the server assigned it and sent in its task. The
-server never learns where a site's rows stand among everyone's.
-"""
+"""FederatedRidgeCV's site: its messages and :class:`CVClient`."""
 
 import copy
 
@@ -81,14 +75,9 @@ def fold_parts(codes):
 
 
 class _Block:
-    """A :class:`CVClient` answer over one block of a site's rows, before packing.
-
-    ``named`` holds the statistics of a statistics step; otherwise
-    ``fields`` (row count and weight, which add) and ``arrays``: those in
-    ``_SUMMED`` add over blocks, the others hold one entry per row and
-    follow in row order. ``whole``: the answer used the site's fold
-    membership, which indexes its rows, so the block must be all of them.
-    """
+    """A :class:`CVClient` answer over one block of a site's rows, before packing: the
+    ``named`` statistics of a statistics step, or its ``fields`` and ``arrays`` (those in
+    ``_SUMMED`` add, the others follow in row order); ``whole``: it used the fold membership."""
 
     def __init__(self, fields=None, arrays=None, *, named=None, whole=False):
         self.fields, self.arrays, self.named, self.whole = fields, arrays, named, whole

@@ -1,10 +1,4 @@
-"""FederatedRidgeCV's server: :class:`FederatedRidgeCVServer`.
-
-It merges the sites' statistics and sums and chooses alpha; it holds no
-row of any site, nor where a site's rows stand among everyone's: with
-``cv`` a splitter it knows how many folds there are, and the sites know
-which of their rows are in which (see :class:`~._ridge_cv_client.CVClient`).
-"""
+"""FederatedRidgeCV's server: :class:`FederatedRidgeCVServer`."""
 
 import numpy as np
 from sklearn.base import is_classifier
@@ -34,17 +28,11 @@ from ._solver import _solve_gram, solve_statistics
 class FederatedRidgeCVServer(StatisticsServer):
     """Server of :class:`FederatedRidgeCV` (its rounds are in the estimator's docstring).
 
-    Round 1 collects statistics (again as factors if ``solver="auto"`` finds
-    the pooled Gram too ill-conditioned for the smallest alpha); then
-    ``cv=None`` takes a leave-one-out round, and a scorer that is not a sum
-    over rows takes a prediction round. The model is committed only after
-    the last round.
-
-    Per-row values (held-out predictions for a scorer that is not a sum
-    over rows, ``cv_results_`` with ``cv=None``) come site by site in
-    ``clients_`` order, each site's rows in its own order: the server does
-    not know where they stand among everyone's rows (``fit`` puts
-    ``cv_results_`` in ``X``'s order itself, from the rows it simulated).
+    It merges the sites' statistics and sums and chooses alpha. It never
+    learns where a site's rows stand among everyone's: per-row values come
+    site by site in ``clients_`` order (``fit`` puts ``cv_results_`` in
+    ``X``'s order itself), and with ``cv`` a splitter it knows only how many
+    folds there are (the sites know which of their rows are in which).
 
     Attributes
     ----------
