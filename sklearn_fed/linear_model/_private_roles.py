@@ -83,8 +83,7 @@ class PrivateClient(BlockwiseClient):
         self.clipped_.clear()
         reply = super().respond(task, X, y, sample_weight)
         for site, n_clipped, n_rows in self.clipped_.values():
-            if n_rows and n_clipped / n_rows > CLIPPED_SHARE_WARNING:
-                warn(_clipping_message(n_clipped / n_rows, f"site {site!r}"), ClippingWarning)
+            _warn_if_clipped(n_clipped, n_rows, f"site {site!r}")
         return reply
 
     def replies_are_independent(self, tasks):
@@ -198,14 +197,16 @@ def _read_privacy_fields(task):
     return fields
 
 
-def _clipping_message(share, where):
-    return (
-        f"Clipping to feature_bound/target_bound changed {share:.0%} of the rows of "
-        f"{where}: the model is fitted to clipped values. State bounds that contain the "
-        "data, e.g. scale features from known ranges with "
-        "sklearn_fed.privacy.RangeScaler (then feature_bound=1) and set target_bound "
-        "to the known range of y."
-    )
+def _warn_if_clipped(n_clipped, n_rows, where):
+    """The share of ``n_rows`` rows that clipping changed; a ClippingWarning above 10%."""
+    share = n_clipped / n_rows if n_rows else 0.0
+    if share > CLIPPED_SHARE_WARNING:
+        warn(f"Clipping to feature_bound/target_bound changed {share:.0%} of the rows of "
+             f"{where}: the model is fitted to clipped values. State bounds that contain the "
+             "data, e.g. scale features from known ranges with "
+             "sklearn_fed.privacy.RangeScaler (then feature_bound=1) and set target_bound "
+             "to the known range of y.", ClippingWarning)
+    return share
 
 
 class PrivateServer(Server):
