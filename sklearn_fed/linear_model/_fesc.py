@@ -197,12 +197,11 @@ class FESCServer(Server):
 
     def read_reply(self, site, frame):
         centered = bool(self.estimator.fit_intercept)
-        if self.alpha is None:  # the count round
-            reply_keys(frame, site, fields=["size"])
-            return reply_number(frame, "size", site, high=2.0**63)
-        reply_keys(frame, site, fields=["size"],
-                   arrays=["coef", "intercept"] if centered else ["coef"])
+        arrays = () if self.alpha is None else ("coef", "intercept") if centered else ("coef",)
+        reply_keys(frame, site, fields=["size"], arrays=arrays)  # a count round has no arrays
         size = reply_number(frame, "size", site, high=2.0**63)
+        if self.alpha is None:
+            return size
         counted = None if self._counted is None else self._counted.get(label_key(site))
         if counted is not None and size != counted:
             raise InvalidClientMessage(
