@@ -302,7 +302,5 @@ class PrivateFederatedRidge(BaseFederatedRidge):
             if eigenpairs is not None:  # the eigen path needs no second decomposition
                 spectrum = numerical_range(gram, eigenpairs=eigenpairs)
         coef = _solve_gram(gram, moment, alpha, spectrum=spectrum)[0]
-        summary = types.SimpleNamespace(
-            x_mean=x_mean, y_mean=y_mean, n_targets=t, single_target=single_target
-        )
-        return coef, summary
+        summary = types.SimpleNamespace(x_mean=x_mean, y_mean=y_mean, single_target=single_target)
+        return coef, summary  # what _set_coef reads of an aggregate

@@ -259,7 +259,8 @@ class CVClient(BlockwiseClient):
         """
         arrays = task.arrays
         d, t = X.shape[1], y.shape[1]
-        alphas, basis, projected = arrays.get("alphas"), arrays.get("basis"), arrays.get("projected")
+        alphas, basis = arrays.get("alphas"), arrays.get("basis")
+        projected = arrays.get("projected")
         if not (isinstance(basis, np.ndarray) and basis.ndim == 2 and basis.shape[0] == d
                 and isinstance(alphas, np.ndarray) and alphas.ndim == 1
                 and projected is not None and projected.shape == (basis.shape[1], t)):

@@ -85,7 +85,8 @@ class FederatedRidgeCVServer(StatisticsServer):
         for site in sites:
             if self.step != "statistics" and label_key(site) not in self._statistics:
                 continue  # only sites whose statistics were merged take part later
-            plan[site] = (dict(fields), {} if self._site_arrays is None else self._site_arrays(site))
+            arrays = {} if self._site_arrays is None else self._site_arrays(site)
+            plan[site] = (dict(fields), arrays)
         return plan
 
     # ---------------------------------------------------------------- read
