@@ -6,8 +6,9 @@ import numpy as np
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ..protocol import BlockwiseClient, InvalidClientMessage
+from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
-from ._base import requested_form, task_field
+from ._base import requested_form, task_field, task_step
 from ._ridge_cv_algebra import _through_spectrum
 
 
@@ -55,7 +56,7 @@ def fold_codes(folds, n_folds):
            [1, 1]], dtype=int8)
     """
     folds = np.asarray(folds)
-    if folds.dtype.kind not in "iu":
+    if folds.dtype.kind not in "iu" or n_folds < 1:
         return None
     if folds.ndim == 1 and np.all((-1 <= folds) & (folds < n_folds)):
         return np.where(folds[:, None] == np.arange(n_folds), 2, 1).astype(np.int8)
@@ -145,12 +146,9 @@ class CVClient(BlockwiseClient):
         return type(self) is CVClient
 
     def for_rows(self, task, n_rows, rows):
-        """This role for the rows ``rows`` of an ``X`` of ``n_rows`` rows.
-
-        A copy whose fold column holds only those rows' entries (``self``
-        when there is nothing to select), for a role that selects the rows
-        before it computes (a classifier's site encodes its labels first).
-        """
+        """This role for the rows ``rows`` of an ``X`` of ``n_rows`` rows, for a role that
+        selects the rows before it computes (a classifier's site encodes its labels first):
+        a copy whose fold column holds only those rows' entries, or ``self``."""
         if self.folds is None or rows is None:
             return self
         role = copy.copy(self)
@@ -166,11 +164,8 @@ class CVClient(BlockwiseClient):
         return self.folds if rows is None else self.folds[rows]
 
     def membership(self, task, X, rows):
-        """The codes (n_site_rows, n_folds) of the site's rows ``X[rows]``; None without folds.
-
-        From the task's ``folds`` when the server assigned them, else from
-        the site's own.
-        """
+        """The codes (n_site_rows, n_folds) of the site's rows ``X[rows]``, None without folds:
+        the task's ``folds`` when the server assigned them, else the site's own."""
         if "n_folds" not in task.fields:
             return None
         n_folds = task_field(task, "n_folds", int)
@@ -180,9 +175,8 @@ class CVClient(BlockwiseClient):
                 raise ValueError(
                     f"site {task.site!r}: the task assigns this site's folds, but it holds its "
                     "own (make_client(folds=...)); give only one of them.")
-            codes = None if n_folds < 1 else fold_codes(given, n_folds)
-            n_site = X.shape[0] if rows is None else X[rows].shape[0]
-            if codes is None or codes.ndim != 2 or codes.shape[0] != n_site:
+            codes = fold_codes(given, n_folds)
+            if codes is None or codes.shape[0] != count_rows(X.shape[0], rows):
                 raise InvalidClientMessage("server: malformed fold membership.", "server")
             return codes
         if self.folds is None:
@@ -190,8 +184,7 @@ class CVClient(BlockwiseClient):
                 f"site {task.site!r}: cv is a splitter, but this site holds no fold "
                 "membership of its rows; give it to its client role "
                 "(make_client(folds=...)).")
-        codes = None if n_folds < 1 else fold_codes(self._own_folds(task, X.shape[0], rows),
-                                                      n_folds)
+        codes = fold_codes(self._own_folds(task, X.shape[0], rows), n_folds)
         if codes is None:
             raise ValueError(
                 f"site {task.site!r}: its fold membership must be, for {n_folds} folds, each "
@@ -200,7 +193,7 @@ class CVClient(BlockwiseClient):
         return codes
 
     def summarize(self, task, X, y, sample_weight, rows):
-        step = task_field(task, "step", str)
+        step = task_step(task, ("statistics", "leave_one_out", "predict"))
         folds = self.membership(task, X, rows)
         if rows is not None:
             X, y = X[rows], y[rows]
@@ -212,10 +205,8 @@ class CVClient(BlockwiseClient):
             return _Block(named=named, whole=folds is not None)
         if step == "leave_one_out":
             return _Block(*self._leave_one_out(task, X, y2, sample_weight))
-        if step == "predict":
-            fields, arrays = self._predict(task, X, y2, sample_weight, folds)
-            return _Block(fields, arrays, whole=folds is not None)
-        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+        arrays = self._predict(task, X, y2, sample_weight, folds)
+        return _Block({}, arrays, whole=folds is not None)
 
     def merge(self, first, second):
         return first.merge(second)
@@ -306,7 +297,7 @@ class CVClient(BlockwiseClient):
 
     def _predict(self, task, X, y, sample_weight, folds):
         d = X.shape[1]
-        fields, arrays = {}, {}
+        arrays = {}
         for name, coef in task.arrays.items():
             if not name.startswith("coef"):
                 continue
@@ -328,5 +319,5 @@ class CVClient(BlockwiseClient):
             arrays[f"weights{key}"] = (
                 np.ones(index.size) if sample_weight is None else sample_weight[index]
             )
-        return fields, arrays
+        return arrays
 
