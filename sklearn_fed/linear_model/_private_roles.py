@@ -6,6 +6,7 @@ the epsilon it announces; distributed noise is masked for secure aggregation
 (:mod:`sklearn_fed.privacy._secure_aggregation`).
 """
 
+import collections
 import math
 
 import numpy as np
@@ -107,8 +108,9 @@ class PrivateClient(BlockwiseClient):
         )
         return ClippedSums(sums, n_clipped, count_rows(X.shape[0], rows), y.ndim == 1)
 
-    def merge(self, first, second):
-        return None if first is None else first.merge(second)
+    def merge(self, first, second):  # (a key round's summary is None)
+        return None if first is None else ClippedSums(
+            *(a + b for a, b in zip(first[:3], second[:3])), first.single_target)
 
     def finish(self, task, summary):
         if task_step(task, _STEPS) == "keys":
@@ -136,7 +138,12 @@ class PrivateClient(BlockwiseClient):
                                     calibration, repr((plan.site_std, plan.exponent)),
                                     encoded)
         noise = rounded_gaussian(generator, math.ldexp(plan.site_std, -plan.exponent), p)
-        encoded = _bounded(encoded + noise, fields["n_sites"], task.site)
+        encoded = encoded + noise
+        limit = max_abs_encoded(fields["n_sites"])
+        if np.any(np.abs(encoded) > limit):
+            raise OverflowError(
+                f"site {task.site!r}: its noisy sums exceed the {limit} grid steps that "
+                f"{fields['n_sites']} sites can add without overflow in 64-bit fixed point.")
         reply_fields = {"single_target": summary.single_target}
         if public_keys is None:
             return reply_fields, {"sums": encoded}
@@ -154,30 +161,9 @@ class PrivateClient(BlockwiseClient):
         return reply_fields, {"masked": masked}
 
 
-class ClippedSums:
-    """A block of a site's rows for a release: its clipped sums, before grid and noise."""
-
-    __slots__ = ("n_clipped", "n_rows", "single_target", "sums")
-
-    def __init__(self, sums, n_clipped, n_rows, single_target):
-        self.sums = sums
-        self.n_clipped = n_clipped
-        self.n_rows = n_rows
-        self.single_target = bool(single_target)
-
-    def merge(self, other):
-        return ClippedSums(self.sums + other.sums, self.n_clipped + other.n_clipped,
-                           self.n_rows + other.n_rows, self.single_target)
-
-
-def _bounded(encoded, n_sites, site):
-    limit = max_abs_encoded(n_sites)
-    if np.any(np.abs(encoded) > limit):
-        raise OverflowError(
-            f"site {site!r}: its noisy sums exceed the {limit} grid steps that {n_sites} "
-            "sites can add without overflow in 64-bit fixed point."
-        )
-    return encoded
+#: A block of a site's rows for a release: its clipped sums (before grid and noise), the
+#: rows clipping changed, its rows, and whether ``y`` is one-dimensional.
+ClippedSums = collections.namedtuple("ClippedSums", "sums n_clipped n_rows single_target")
 
 
 def _read_privacy_fields(task):
