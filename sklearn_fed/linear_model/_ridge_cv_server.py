@@ -21,7 +21,7 @@ from ._ridge_cv_algebra import (
     _spectrum,
     _Sums,
 )
-from ._ridge_cv_client import _unpack, fold_parts
+from ._ridge_cv_client import _unpack, fold_codes, fold_parts
 from ._solver import _solve_gram, solve_statistics
 
 
@@ -204,8 +204,7 @@ class FederatedRidgeCVServer(StatisticsServer):
             self._assigned = {}
             for site, codes in self.folds.items():
                 codes = np.asarray(codes)
-                if not (codes.ndim == 2 and codes.dtype.kind in "iu"
-                        and np.isin(codes, (0, 1, 2)).all()):
+                if codes.ndim != 2 or fold_codes(codes, codes.shape[1]) is None:
                     raise ValueError(
                         f"server.folds[{site!r}] must be codes of shape (n_rows, n_folds) "
                         "in {0, 1, 2}.")

@@ -95,12 +95,8 @@ class RobustAggregation:
 
     def task_fields(self):
         """Bounds the task declares to every site (the site checks its rows)."""
-        fields = {}
-        if self.feature_bound is not None:
-            fields["feature_bound"] = float(self.feature_bound)
-        if self.target_bound is not None:
-            fields["target_bound"] = float(self.target_bound)
-        return fields
+        return {name: float(getattr(self, name)) for name in ("feature_bound", "target_bound")
+                if getattr(self, name) is not None}
 
     def check(self, site, stats):
         """Per-site limits on one validated message."""
