@@ -22,7 +22,6 @@ from sklearn.utils._set_output import _get_output_config
 from sklearn.utils._user_interface import _message_with_time
 
 from ._clients import known_labels
-from ._compat import _fit_context
 from ._composite import (
     FederatedCompositeMixin,
     answer_part,
@@ -38,11 +37,11 @@ from ._composite import (
     site_rows,
     take_prefixed,
 )
+from .base import fit_method
 from .pipeline import PipelineClient
 from .protocol import (
     InvalidClientMessage,
     Server,
-    atomic,
     nest,
     unnest,
 )
@@ -388,24 +387,12 @@ feature_names_in_
             commit_federation(self, server._ledger, fitted.values(), server._sites)
         return self
 
-    @_fit_context(prefer_skip_nested_validation=False)
-    @atomic
+    @fit_method(prefer_skip_nested_validation=False,
+                X=("array-like or DataFrame of shape (n_samples, n_features)", "The rows."),
+                y=("array-like of shape (n_samples,), default=None", "Targets, if any."),
+                params="Not supported (a federated transformer's parameters are in its task).")
     def fit(self, X, y=None, clients=None, **params):
-        """Fit every transformer on its columns of the sites' rows (in the same rounds).
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-        **params
-            Not supported (a federated transformer's parameters are in its task).
-
-        Returns
-        -------
-        self : FederatedColumnTransformer
-        """
+        """Fit every transformer on its columns of the sites' rows (in the same rounds)."""
         if params:
             raise TypeError(f"FederatedColumnTransformer.fit takes no {sorted(params)}.")
         return self._fit(X, y, None, clients)

@@ -25,7 +25,7 @@ from sklearn.utils._user_interface import _message_with_time
 from sklearn.utils.validation import _num_samples
 
 from ._clients import known_labels
-from ._compat import _check_sample_weight, _fit_context
+from ._compat import _check_sample_weight
 from ._composite import (
     FederatedCompositeMixin,
     answer_part,
@@ -43,6 +43,7 @@ from ._composite import (
     site_targets,
     take_prefixed,
 )
+from .base import fit_method
 from .privacy._budget import (
     PrivacyBudget,
     PrivacySpentMixin,
@@ -55,7 +56,6 @@ from .protocol import (
     Client,
     InvalidClientMessage,
     Server,
-    atomic,
     match_columns,
     nest,
     unnest,
@@ -389,28 +389,16 @@ class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
             clients = value
         return weights, weighted, clients
 
-    @_fit_context(prefer_skip_nested_validation=False)
-    @atomic
+    @fit_method(
+        prefer_skip_nested_validation=False,
+        X=("array-like or DataFrame of shape (n_samples, n_features)", "The rows."),
+        y=("array-like of shape (n_samples,), default=None", "Targets, if any."),
+        clients="Site label of each row. ``None``: one site. Also accepted as a step's "
+                "parameter (``step__clients``, or routed with ``set_fit_request(clients=True)``).",
+        params="``step__sample_weight`` (routing off) or ``sample_weight`` routed to the steps "
+               "that request it: each site's weight column, used by those steps.")
     def fit(self, X, y=None, clients=None, **params):
-        """Fit every step, one protocol round (or more) per step, on rows split by ``clients``.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site. Also accepted as a
-            step's parameter (``step__clients``, or routed with
-            ``set_fit_request(clients=True)``).
-        **params
-            ``step__sample_weight`` (routing off) or ``sample_weight``
-            routed to the steps that request it: each site's weight column,
-            used by those steps.
-
-        Returns
-        -------
-        self : FederatedPipeline
-        """
+        """Fit every step, one protocol round (or more) per step, on rows split by ``clients``."""
         weights, weighted, clients = self._routed(params, clients)
         return self._fit(X, y, weights, clients, weighted_steps=weighted)
 

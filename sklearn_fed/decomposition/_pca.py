@@ -4,6 +4,7 @@ from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
+from sklearn.base import TransformerMixin
 from sklearn.decomposition import PCA
 from sklearn.utils.extmath import svd_flip
 
@@ -147,7 +148,8 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn.decomposition import PCA
+    >>> from sklearn.base import TransformerMixin
+from sklearn.decomposition import PCA
     >>> from sklearn_fed.decomposition import FederatedPCA
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(40, 3)) @ [[2.0, 0, 0], [1.0, 1.0, 0], [0, 0, 0.1]]
@@ -256,16 +258,5 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
         _check_feature_names_in(self, input_features, generate_names=False)
         return np.asarray([f"pca{i}" for i in range(self._n_features_out)], dtype=object)
 
-    def fit_transform(self, X, y=None, clients=None):
-        """Fit (one message per site), then transform ``X`` (each site its own rows).
-
-        Parameters
-        ----------
-        X, y, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, `n_components_`)
-        """
-        return self.fit(X, y, clients=clients).transform(X)
+    # PCA's own runs PCA's private fit on the rows: fit the protocol, then transform
+    fit_transform = TransformerMixin.fit_transform

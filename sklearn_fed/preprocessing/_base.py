@@ -13,14 +13,13 @@ the next step (:meth:`FederatedTransformerMixin._broadcast_state`).
 import numpy as np
 from sklearn.base import clone
 
-from .._compat import _check_sample_weight, _fit_context
-from ..base import FederatedEstimatorMixin, set_federation_attributes
+from .._compat import _check_sample_weight
+from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
 from ..protocol import (
     Client,
     FoldedReplies,
     InvalidClientMessage,
     Server,
-    atomic,
     decode_state,
     encode_state,
     match_columns,
@@ -116,25 +115,9 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
     #: Fitted attributes a pipeline's server broadcasts to the sites.
     _broadcast_attributes = ()
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(X="The rows, as the scikit-learn counterpart's ``fit`` takes them.")
     def fit(self, X, y=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            The rows, as the scikit-learn counterpart's ``fit`` takes them.
-        y : None
-            Ignored.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : object
-            The fitted transformer.
-        """
+        """Fit on rows split among sites by ``clients``: one message per site."""
         return self._fit(X, None, None, clients)
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):

@@ -8,16 +8,15 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from .._compat import (
     FLOAT_DTYPES,
-    _fit_context,
     _handle_zeros_in_scale,
     _is_constant_feature,
     validate_data,
 )
+from ..base import fit_method
 from ..protocol import (
     ColumnExtremes,
     CountedColumns,
     InvalidClientMessage,
-    atomic,
     sorted_labels,
 )
 from ..protocol._fields import reply_values, reply_within_dtype
@@ -184,40 +183,14 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
             seen = seen[0]
         return {"n_samples_seen_": seen, "mean_": mean, "var_": var, "scale_": scale}
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y=None, sample_weight=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : None
-            Ignored.
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedStandardScaler
-        """
+        """Fit on rows split among sites by ``clients``: one message per site."""
         return self._fit(X, None, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y=None, sample_weight=None, clients=None):
-        """Add rows (from any sites): the result equals StandardScaler on all rows so far.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FederatedStandardScaler
-        """
+        """Add rows (from any sites): the result equals StandardScaler on all rows so far."""
         return self._fit(X, None, sample_weight, clients, partial=True)
 
     def _fitted_state(self):
@@ -362,20 +335,9 @@ feature_names_in_
     def _check_before_rows(self, *, partial):
         self._attributes_from(np.zeros(1), np.zeros(1))  # checks feature_range before any round
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y=None, clients=None):
-        """Add rows (from any sites), as MinMaxScaler.partial_fit does.
-
-        Parameters
-        ----------
-        X, y, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FederatedMinMaxScaler
-        """
+        """Add rows (from any sites), as MinMaxScaler.partial_fit does."""
         return self._fit(X, None, None, clients, partial=True)
 
     def _fitted_state(self):
