@@ -91,24 +91,19 @@ class PCAServer(OneRoundServer):
         fold.add(stats)
         return fold
 
-    def apply(self, replies, ledger):
-        estimator = self.estimator
+    def _model(self, replies):
         aggregate = self._merged(replies)
         check_aggregate(aggregate, replies)
         dtype = self.round_dtype.type
         with np.errstate(over="ignore", invalid="ignore"):
-            fitted = estimator._fitted_from(aggregate, dtype)
+            fitted = self.estimator._fitted_from(aggregate, dtype)
         if any(np.isinf(value).any() for value in fitted.values()
                if np.asarray(value).dtype.kind == "f"):
             # statistics within every cap can still overflow the model, in float32 above all
             label = most_extreme_client(replies)
             self._fail(label, "its statistics overflow the model (they hold the most extreme "
                               f"values) in {np.dtype(dtype)}; nothing was applied.")
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        d = aggregate.n_features
-        estimator._commit_protocol(self, replies, ledger, (fitted["n_components_"] + 1) * d)
+        return fitted, (fitted["n_components_"] + 1) * aggregate.n_features
 
 
 class FederatedPCA(FederatedTransformerMixin, PCA):

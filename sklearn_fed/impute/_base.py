@@ -141,7 +141,7 @@ class SimpleImputerServer(OneRoundServer):
             parsed.append((values, counts))
         return parsed
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         labels = sorted_labels(replies)
         parts = [replies[site] for site in labels]
@@ -153,10 +153,7 @@ class SimpleImputerServer(OneRoundServer):
         if estimator.strategy == "most_frequent":
             value_counts = [[part[4][i] for part in parts] for i in range(moments.n_features)]
         fitted = estimator._fitted_from(n_rows, moments, value_counts, dtype, sparse)
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        estimator._commit_protocol(self, replies, ledger, moments.n_features)
+        return fitted, moments.n_features
 
 
 class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):

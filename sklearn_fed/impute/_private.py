@@ -114,7 +114,7 @@ class PrivateSimpleImputerServer(OneRoundServer):
             parsed.append((values, counts))
         return dtype, parsed
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         labels = sorted_labels(replies)
         d = self.schema.n_features
@@ -133,13 +133,7 @@ class PrivateSimpleImputerServer(OneRoundServer):
             moments = types.SimpleNamespace(n_samples=present, n_features=d)
         fitted = estimator._fitted_from(int(present.max(initial=0)), moments, value_counts,
                                         dtype, False)
-        privacy, delta = estimator._privacy_after(self)
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        estimator._privacy, estimator.delta_ = privacy, delta
-        estimator.epsilon_ = float(estimator.epsilon)
-        estimator._commit_protocol(self, replies, ledger, d)
+        return {**fitted, **estimator._privacy_after(self)}, d
 
 
 class PrivateFederatedSimpleImputer(PrivateReleaseMixin, FederatedSimpleImputer):

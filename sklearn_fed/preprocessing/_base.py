@@ -70,10 +70,12 @@ class TransformerClient(Client):
 
 
 class OneRoundServer(Server):
-    """One round in which every site sends one message; subclasses merge and commit.
+    """One round in which every site sends one message; subclasses compute the model.
 
     Replies are merged in the order of their site labels, so any arrival
-    order gives the same model, bit for bit.
+    order gives the same model, bit for bit. :meth:`apply` commits what the
+    subclass's ``_model(replies)`` computes without touching the estimator:
+    ``(fitted attributes, n_parameters)``.
     """
 
     def plan(self, sites):
@@ -102,6 +104,16 @@ class OneRoundServer(Server):
     def _fail(site, reason):
         raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
+    def apply(self, replies, ledger):
+        estimator = self.estimator
+        attributes, n_parameters = self._model(replies)
+        # commit: nothing above touched the estimator
+        for name, value in attributes.items():
+            setattr(estimator, name, value)
+        ledger.n_parameters = int(n_parameters)
+        set_federation_attributes(estimator, self.schema, ledger, replies, previous_clients=(
+            getattr(estimator, "clients_", []) if self.warm_start else []))
+
 
 class FederatedTransformerMixin(FederatedEstimatorMixin):
     """``fit`` as an in-process run of the roles, the commit, and the broadcast of a model.
@@ -125,12 +137,6 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
         return X, None, sample_weight
-
-    def _commit_protocol(self, server, replies, ledger, n_parameters):
-        """Attributes every federated transformer has after a round: ledger, clients, schema."""
-        ledger.n_parameters = int(n_parameters)
-        set_federation_attributes(self, server.schema, ledger, replies, previous_clients=(
-            getattr(self, "clients_", []) if server.warm_start else []))
 
     # ------------------------------------------------------------ broadcast
     def _broadcast_state(self):

@@ -74,7 +74,7 @@ class StandardScalerServer(OneRoundServer):
             reply_within_dtype(frame, "mean", moments.mean, site)
         return moments, sparse, weighted
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         previous = self._previous()
         labels = sorted_labels(replies)
@@ -85,12 +85,7 @@ class StandardScalerServer(OneRoundServer):
         if previous is not None:
             weighted = weighted or estimator._weighted
         attributes = estimator._attributes_from(moments, sparse, weighted, self.round_dtype.type)
-        # commit: nothing above touched the estimator
-        estimator._aggregate = moments
-        estimator._weighted = weighted
-        for name, value in attributes.items():
-            setattr(estimator, name, value)
-        estimator._commit_protocol(self, replies, ledger, 2 * moments.n_features)
+        return dict(attributes, _aggregate=moments, _weighted=weighted), 2 * moments.n_features
 
 
 class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
@@ -236,7 +231,7 @@ class MinMaxScalerServer(OneRoundServer):
             self._fail(site, "data_min exceeds data_max, or only one of them is NaN.")
         return n, low, high
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         labels = sorted_labels(replies)
         with warnings.catch_warnings():
@@ -251,12 +246,7 @@ class MinMaxScalerServer(OneRoundServer):
             low = np.minimum(estimator.data_min_, low)
             high = np.maximum(estimator.data_max_, high)
             n += estimator.n_samples_seen_
-        attributes = estimator._attributes_from(low, high)
-        # commit
-        estimator.n_samples_seen_ = n
-        for name, value in attributes.items():
-            setattr(estimator, name, value)
-        estimator._commit_protocol(self, replies, ledger, 2 * low.shape[0])
+        return dict(estimator._attributes_from(low, high), n_samples_seen_=n), 2 * low.shape[0]
 
 
 class FederatedMinMaxScaler(FederatedTransformerMixin, MinMaxScaler):

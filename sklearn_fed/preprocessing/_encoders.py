@@ -115,21 +115,16 @@ class OneHotEncoderServer(OneRoundServer):
             parsed.append((categories, frequency))
         return n, parsed
 
-    def apply(self, replies, ledger):
-        estimator = self.estimator
+    def _model(self, replies):
         labels = sorted_labels(replies)
         n_samples = sum(replies[site][0] for site in labels)
         for i in range(self.schema.n_features):
             _same_kind(i, {site: replies[site][1][i][0] for site in labels})
-        fitted = estimator._fitted_from(
+        fitted = self.estimator._fitted_from(
             n_samples, [[replies[site][1][i] for site in labels]
                         for i in range(self.schema.n_features)]
         )
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        n_out = int(sum(estimator._n_features_outs))
-        estimator._commit_protocol(self, replies, ledger, n_out)
+        return fitted, sum(fitted["_n_features_outs"])
 
 
 class FederatedOneHotEncoder(FederatedTransformerMixin, OneHotEncoder):

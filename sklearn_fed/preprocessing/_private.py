@@ -91,7 +91,8 @@ class PrivateReleaseMixin:
                                   calibration=self.calibration), 0.0
 
     def _privacy_after(self, server):
-        """The ledger after this release (recorded on a copy), and the delta it reports."""
+        """The privacy attributes after this release: the ledger (recorded on a copy),
+        the delta it reports and the epsilon of one release."""
         noise_multiplier, extra_delta = self._planned_release()
         previous = self.__dict__.get("_privacy") if server.warm_start else None
         ledger = PrivacyLedger() if previous is None else previous.copy()
@@ -99,7 +100,8 @@ class PrivateReleaseMixin:
         # The Gaussian releases compose exactly (GDP) at any delta; the selections'
         # deltas add up: one release is (epsilon, delta), k of them report
         # delta + (k - 1) extra deltas.
-        return ledger, float(self.delta) + ledger.extra_delta - extra_delta
+        return {"_privacy": ledger, "epsilon_": float(self.epsilon),
+                "delta_": float(self.delta) + ledger.extra_delta - extra_delta}
 
 
 # ---------------------------------------------------------------- scaler
@@ -145,7 +147,7 @@ class PrivateStandardScalerServer(OneRoundServer):
             self._fail(site, f"a private scaler reply is one finite (3, {d}) float64 array.")
         return sums
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         d = self.schema.n_features
         low, high = check_bounds(estimator.bounds, d)
@@ -161,16 +163,14 @@ class PrivateStandardScalerServer(OneRoundServer):
         if estimator.with_std:
             scale = np.sqrt(variance)
             scale[scale == 0] = 1.0
-        privacy, delta = estimator._privacy_after(self)
-        # commit
-        estimator._noisy_sums = total
-        estimator.n_samples_seen_ = seen[0] if np.all(seen == seen[0]) else seen
-        estimator.mean_ = mean if estimator.with_mean or estimator.with_std else None
-        estimator.var_ = variance if estimator.with_std else None
-        estimator.scale_ = scale
-        estimator._privacy, estimator.delta_, estimator.epsilon_ = privacy, delta, float(
-            estimator.epsilon)
-        estimator._commit_protocol(self, replies, ledger, 2 * d)
+        return {
+            "_noisy_sums": total,
+            "n_samples_seen_": seen[0] if np.all(seen == seen[0]) else seen,
+            "mean_": mean if estimator.with_mean or estimator.with_std else None,
+            "var_": variance if estimator.with_std else None,
+            "scale_": scale,
+            **estimator._privacy_after(self),
+        }, 2 * d
 
 
 class PrivateFederatedStandardScaler(PrivateReleaseMixin, FederatedStandardScaler):
@@ -307,12 +307,9 @@ class PrivateOneHotEncoderServer(OneHotEncoderServer):
         n = max(1, int(parsed[0][1].sum())) if parsed else 1
         return n, parsed
 
-    def apply(self, replies, ledger):
-        estimator = self.estimator
-        privacy, delta = estimator._privacy_after(self)
-        super().apply(replies, ledger)  # computes first, then commits the encoder
-        estimator._privacy, estimator.delta_ = privacy, delta
-        estimator.epsilon_ = float(estimator.epsilon)
+    def _model(self, replies):
+        fitted, n_parameters = super()._model(replies)
+        return {**fitted, **self.estimator._privacy_after(self)}, n_parameters
 
 
 class PrivateFederatedOneHotEncoder(PrivateReleaseMixin, FederatedOneHotEncoder):
