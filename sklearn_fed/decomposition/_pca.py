@@ -143,8 +143,7 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn.base import TransformerMixin
-from sklearn.decomposition import PCA
+    >>> from sklearn.decomposition import PCA
     >>> from sklearn_fed.decomposition import FederatedPCA
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(40, 3)) @ [[2.0, 0, 0], [1.0, 1.0, 0], [0, 0, 0.1]]

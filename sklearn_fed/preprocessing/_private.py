@@ -26,8 +26,8 @@ from ..privacy._releases import (
     noisy_column_moments,
     noisy_value_counts,
 )
-from ..protocol import InvalidClientMessage, decode_values, encode_values, sorted_labels
-from ..protocol._fields import task_field
+from ..protocol import InvalidClientMessage, encode_values, sorted_labels
+from ..protocol._fields import reply_value_counts, task_field
 from ._base import OneRoundServer, TransformerClient
 from ._data import FederatedStandardScaler
 from ._encoders import FederatedOneHotEncoder, OneHotEncoderServer
@@ -290,19 +290,8 @@ class PrivateOneHotEncoderServer(OneHotEncoderServer):
         expected = {f"c{i}" for i, c in enumerate(columns) if isinstance(c, dict) and "array" in c}
         if set(frame.arrays) != expected | {f"n{i}" for i in range(d)}:
             fail("its arrays do not match its columns.")
-        parsed = []
-        for i, descriptor in enumerate(columns):
-            categories = decode_values(descriptor, frame.arrays, fail)
-            counts = frame.arrays[f"n{i}"]
-            if not (counts.dtype == np.int64 and counts.shape == categories.shape
-                    and np.all(counts >= 1) and np.all(counts < 2**40)):
-                fail(f"column {i}: one positive count per category expected.")
-            try:
-                if _unique(categories).size != categories.size:
-                    fail(f"column {i}: its categories are not distinct.")
-            except TypeError:
-                fail(f"column {i}: categories mix strings and numbers.")
-            parsed.append((categories, counts))
+        parsed = [reply_value_counts(frame, descriptor, f"n{i}", site, i)
+                  for i, descriptor in enumerate(columns)]
         # the site's noisy row count (post-processing): its first column's released counts
         n = max(1, int(parsed[0][1].sum())) if parsed else 1
         return n, parsed

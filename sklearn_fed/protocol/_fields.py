@@ -4,11 +4,13 @@ import math
 
 import numpy as np
 
+from .._compat import _unique
 from ._errors import InvalidClientMessage
+from ._values import decode_values
 
 __all__ = [
-    "reply_array", "reply_dtype", "reply_keys", "reply_number", "reply_values",
-    "reply_within_dtype", "task_field",
+    "reply_array", "reply_dtype", "reply_keys", "reply_number", "reply_value_counts",
+    "reply_values", "reply_within_dtype", "task_field",
 ]
 
 
@@ -97,6 +99,29 @@ def reply_within_dtype(frame, name, value, site):
             f"client {site!r}: array {name!r} overflows its rows' dtype "
             f"{reply_dtype(frame)} (beyond {limit:g}).", site)
     return value
+
+
+def reply_value_counts(frame, descriptor, counts, site, column, *, at_most=None):
+    """A column's distinct values and the array ``counts`` of their counts (None: not sent):
+    positive int64, one per value, adding up to ``at_most`` rows at most (else each < 2^40)."""
+
+    def fail(reason):
+        raise InvalidClientMessage(f"client {site!r}: column {column}: {reason}", site)
+
+    values = decode_values(descriptor, frame.arrays, fail)
+    if counts is not None:
+        counts = frame.arrays.get(counts)
+        if not (isinstance(counts, np.ndarray) and counts.dtype == np.int64
+                and counts.shape == values.shape and np.all(counts >= 1) and (
+                    np.all(counts < 2**40) if at_most is None else counts.sum() <= at_most)):
+            fail("counts must be positive int64, one per value, at most one per row.")
+    try:
+        distinct = _unique(values).size == values.size
+    except TypeError:  # strings and numbers mixed
+        distinct = False
+    if not distinct or (at_most is not None and values.size > at_most):
+        fail("its values are not distinct (or mix strings and numbers), or outnumber its rows.")
+    return values, counts
 
 
 def reply_keys(frame, site, fields=(), arrays=()):
