@@ -62,16 +62,9 @@ __all__ = [
     "prefixed",
     "server_error",
     "site_rows",
-    "site_table",
-    "site_targets",
     "table_feature_names",
     "take_prefixed",
 ]
-
-
-def site_targets(y):
-    """A site's targets in a form whose rows can be taken (Series kept)."""
-    return y if y is None or hasattr(y, "iloc") else np.asarray(y)
 
 
 def site_table(X):
@@ -129,10 +122,15 @@ class FederatedCompositeMixin(FederatedEstimatorMixin):
     """
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
-        X, y = site_table(X), site_targets(y)
+        """The table, targets and weights as every site checks its own (``reset`` unused)."""
+        X = site_table(X)
+        y = y if y is None or hasattr(y, "iloc") else np.asarray(y)  # a Series is kept
+        n_rows = _num_samples(X)
+        if y is not None and _num_samples(y) != n_rows:
+            raise ValueError(f"X has {n_rows} rows but y has {_num_samples(y)}.")
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
-                sample_weight, np.empty((_num_samples(X), 0)), dtype=np.float64)
+                sample_weight, np.empty((n_rows, 0)), dtype=np.float64, ensure_non_negative=True)
         return X, y, sample_weight
 
     def _server_feature_names(self, X):

@@ -400,21 +400,16 @@ feature_names_in_
     # ------------------------------------------------------------ broadcast
     def _broadcast_state(self):
         arrays, parts = {}, {}
-        for index, (name, template, _) in self._fitted_parts().items():
-            parts[str(index)] = prefixed(broadcast_state(template), f"p{index}.", arrays)
+        layout = self._layout(self.n_features_in_, getattr(self, "feature_names_in_", None))
+        fitted = {name: trans for name, trans, _ in self.transformers_}
+        for index, (name, template, _) in layout.parts.items():
+            if not isinstance(template, str):  # the federated parts
+                parts[str(index)] = prefixed(broadcast_state(fitted[name]), f"p{index}.", arrays)
         fields = {"n_features_in_": int(self.n_features_in_), "parts": parts,
                   "sparse_output": bool(self.sparse_output_),
                   "feature_names_in_": None if not hasattr(self, "feature_names_in_") else [
                       str(n) for n in self.feature_names_in_]}
         return fields, arrays
-
-    def _fitted_parts(self):
-        """``{part index: (name, fitted transformer, columns)}`` of the federated parts."""
-        layout = self._layout(self.n_features_in_, getattr(self, "feature_names_in_", None))
-        fitted = {name: trans for name, trans, _ in self.transformers_}
-        return {index: (name, fitted[name], columns)
-                for index, (name, template, columns) in layout.parts.items()
-                if not isinstance(template, str)}
 
     def _load_broadcast_state(self, fields, arrays):
         if not (isinstance(fields, dict) and set(fields) == {

@@ -22,10 +22,8 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.utils._available_if import available_if
 from sklearn.utils._set_output import _get_output_config
 from sklearn.utils._user_interface import _message_with_time
-from sklearn.utils.validation import _num_samples
 
 from ._clients import known_labels
-from ._compat import _check_sample_weight
 from ._composite import (
     FederatedCompositeMixin,
     answer_part,
@@ -39,8 +37,6 @@ from ._composite import (
     prefixed,
     server_error,
     site_rows,
-    site_table,
-    site_targets,
     take_prefixed,
 )
 from .base import fit_method
@@ -93,15 +89,8 @@ class PipelineClient(Client):
     def check_rows(self, X, y, sample_weight, schema, site):
         X, names = match_columns(X, schema, site=site)
         try:
-            X, y = site_table(X), site_targets(y)
-            n_rows = _num_samples(X)
-            if y is not None and _num_samples(y) != n_rows:
-                raise ValueError(f"X has {n_rows} rows but y has {_num_samples(y)}.")
-            if sample_weight is not None:
-                sample_weight = _check_sample_weight(
-                    sample_weight, np.empty((n_rows, 0)), dtype=np.float64,
-                    ensure_non_negative=True,
-                )
+            X, y, sample_weight = self.estimator._validate_fit_data(X, y, sample_weight,
+                                                                    reset=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"site {site!r}: {exc}") from exc
         return X, y, sample_weight, names
