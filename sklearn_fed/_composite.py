@@ -41,6 +41,7 @@ from .protocol import (
     nest,
     unnest,
 )
+from .protocol._fields import server_error
 
 __all__ = [
     "DATA_FREE",
@@ -60,7 +61,6 @@ __all__ = [
     "make_part_server",
     "parse_parts",
     "prefixed",
-    "server_error",
     "site_rows",
     "table_feature_names",
     "take_prefixed",
@@ -175,11 +175,6 @@ def prefixed(fields_arrays, prefix, arrays):
 def take_prefixed(arrays, prefix):
     """The arrays of one part (``prefix`` removed)."""
     return {name[len(prefix):]: value for name, value in arrays.items() if name.startswith(prefix)}
-
-
-def server_error(reason):
-    """Refuse a malformed task: the site names the server."""
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def make_part_server(part, **kwargs):

@@ -35,7 +35,6 @@ from ._composite import (
     make_part_server,
     parse_parts,
     prefixed,
-    server_error,
     site_rows,
     take_prefixed,
 )
@@ -56,7 +55,7 @@ from .protocol import (
     nest,
     unnest,
 )
-from .protocol._fields import task_field
+from .protocol._fields import server_error, task_field
 
 __all__ = ["FederatedPipeline", "make_federated_pipeline"]
 

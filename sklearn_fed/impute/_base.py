@@ -13,12 +13,16 @@ from ..preprocessing._base import (
 from ..protocol import (
     CountedColumns,
     CountedValues,
-    InvalidClientMessage,
     decode_state,
     encode_values,
     sorted_labels,
 )
-from ..protocol._fields import reply_dtype, reply_value_counts, reply_within_dtype
+from ..protocol._fields import (
+    reply_dtype,
+    reply_value_counts,
+    reply_within_dtype,
+    server_error,
+)
 from ..statistics import ColumnMoments
 
 __all__ = ["FederatedSimpleImputer"]
@@ -288,14 +292,10 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         super()._load_broadcast_state(fields, arrays)
         has_missing = np.zeros(self.n_features_in_, dtype=bool)
         if features is not None:
-
-            def fail(reason):
-                raise InvalidClientMessage(f"server: {reason}", "server")
-
-            index = decode_state({"f": features}, arrays, ["f"], fail)["f"]
+            index = decode_state({"f": features}, arrays, ["f"], server_error)["f"]
             if index.dtype.kind not in "iu" or np.any(index < 0) or np.any(
                     index >= self.n_features_in_):
-                fail("malformed indicator features.")
+                server_error("malformed indicator features.")
             has_missing[index] = True
         self.indicator_ = self._indicator(has_missing)
         return self

@@ -25,6 +25,7 @@ from ..protocol import (
     match_columns,
     sorted_labels,
 )
+from ..protocol._fields import server_error
 from ..statistics import merge_statistics
 
 __all__ = ["FederatedTransformerMixin", "OneRoundServer", "TransformerClient"]
@@ -146,18 +147,10 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
 
     def _load_broadcast_state(self, fields, arrays):
         """Set the fitted state broadcast by a server (untrusted: types are checked)."""
-
-        def fail(reason):
-            raise InvalidClientMessage(f"server: {reason}", "server")
-
         names = ("n_features_in_", "feature_names_in_") + tuple(self._broadcast_attributes)
-        state = decode_state(fields, arrays, names, fail)
+        state = decode_state(fields, arrays, names, server_error)
         if not isinstance(state.get("n_features_in_"), int) or state["n_features_in_"] < 1:
-            fail("the broadcast model has no valid n_features_in_.")
+            server_error("the broadcast model has no valid n_features_in_.")
         for name, value in state.items():
             setattr(self, name, value)
-        self._check_broadcast_state(fail)
         return self
-
-    def _check_broadcast_state(self, fail):
-        """Subclasses: check shapes of the broadcast model against ``n_features_in_``."""

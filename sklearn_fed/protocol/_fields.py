@@ -10,7 +10,7 @@ from ._values import decode_values
 
 __all__ = [
     "reply_array", "reply_dtype", "reply_keys", "reply_number", "reply_value_counts",
-    "reply_values", "reply_within_dtype", "task_field",
+    "reply_values", "reply_within_dtype", "server_error", "task_field",
 ]
 
 
@@ -132,6 +132,11 @@ def reply_keys(frame, site, fields=(), arrays=()):
             f"got {sorted(frame.fields)} and {sorted(frame.arrays)}.",
             site,
         )
+
+
+def server_error(reason):
+    """Refuse a malformed task or broadcast model: the site names the server."""
+    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def task_field(task, name, kind):
