@@ -38,12 +38,7 @@ from ._composite import (
 )
 from .base import fit_method
 from .pipeline import PipelineClient
-from .protocol import (
-    InvalidClientMessage,
-    Server,
-    nest,
-    unnest,
-)
+from .protocol import InvalidClientMessage, Server, nest, unnest
 from .protocol._fields import server_error, task_field
 
 __all__ = ["FederatedColumnTransformer"]
@@ -162,11 +157,11 @@ class ColumnTransformerServer(Server):
             self._active = {index: f for index, f in frames.items() if f}
             if self._active:
                 return self._wrap(sites)
-            self._stage = "density" if self._needs_density() else "done"
-        if self._stage == "density":
-            self._stage = "counting"
-            return self._density_tasks(sites)
-        if self._stage == "counted" or self._stage == "done":
+            if self._needs_density():
+                self._stage = "counting"
+                return self._density_tasks(sites)
+            self._stage = "done"
+        if self._stage == "done":
             self._report()
             self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output(),
                                           self)
@@ -261,7 +256,7 @@ class ColumnTransformerServer(Server):
             return  # the replies' schema is now the server's (pinned by the round)
         if self._stage == "counting":
             self._density = tuple(sum(reply[i] for reply in replies.values()) for i in (0, 1))
-            self._stage = "counted"
+            self._stage = "done"
             return
         by_part = {index: {site: reply[0][index] for site, reply in replies.items()
                            if index in reply[0]} for index in self._active}

@@ -47,14 +47,7 @@ from .privacy._budget import (
     spent_ledgers,
 )
 from .privacy._budget import as_budget as _as_budget
-from .protocol import (
-    Client,
-    InvalidClientMessage,
-    Server,
-    match_columns,
-    nest,
-    unnest,
-)
+from .protocol import Client, InvalidClientMessage, Server, match_columns, nest, unnest
 from .protocol._fields import server_error, task_field
 
 __all__ = ["FederatedPipeline", "make_federated_pipeline"]

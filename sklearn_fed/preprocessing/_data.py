@@ -13,24 +13,12 @@ from .._compat import (
     validate_data,
 )
 from ..base import fit_method
-from ..protocol import (
-    ColumnExtremes,
-    CountedColumns,
-    InvalidClientMessage,
-    sorted_labels,
-)
+from ..protocol import ColumnExtremes, CountedColumns, sorted_labels
 from ..protocol._fields import reply_values, reply_within_dtype
 from ..statistics import ColumnMoments
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
 __all__ = ["FederatedMinMaxScaler", "FederatedStandardScaler"]
-
-
-def _bool_field(frame, name, site):
-    value = frame.fields.get(name)
-    if type(value) is not bool:
-        raise InvalidClientMessage(f"client {site!r}: field {name!r} must be a boolean.", site)
-    return value
 
 
 # ----------------------------------------------------------------- standard
@@ -62,10 +50,11 @@ class StandardScalerServer(OneRoundServer):
     protocol = "preprocessing.standard_scaler"
 
     def read_reply(self, site, frame):
-        sparse = _bool_field(frame, "sparse", site)
-        weighted = _bool_field(frame, "weighted", site)
-        if set(frame.fields) != {"order", "sparse", "weighted"}:
-            self._fail(site, f"unexpected fields {sorted(frame.fields)}.")
+        sparse, weighted = frame.fields.get("sparse"), frame.fields.get("weighted")
+        if set(frame.fields) != {"order", "sparse", "weighted"} or not (
+                type(sparse) is bool and type(weighted) is bool):
+            self._fail(site, f"fields {sorted(frame.fields)}: expected order and the booleans "
+                             "sparse and weighted.")
         moments = ColumnMoments.from_payload(
             {"order": frame.fields["order"]}, frame.arrays, client=site,
             n_features=frame.schema["n_features"], order=self.estimator._moments_order(),
