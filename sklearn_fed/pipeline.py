@@ -112,15 +112,7 @@ class PipelineServer(Server):
 
     Steps are fitted on copies and committed to the pipeline together when
     the last one is done, so a failed round leaves the pipeline as it was.
-
-    Parameters
-    ----------
-    estimator : FederatedPipeline
-    weighted_steps : sequence of str, default=()
-        Names of the steps that fit with the sites' sample weights (as
-        scikit-learn routes ``sample_weight`` to the steps that ask for it).
-    **kwargs
-        See :class:`~sklearn_fed.protocol.Server`.
+    Parameters: see :meth:`FederatedPipeline.make_server`.
     """
 
     protocol = "pipeline"
@@ -330,7 +322,8 @@ class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
         Parameters
         ----------
         weighted_steps : sequence of str, default=()
-            Steps fitted with the sites' sample weights.
+            Names of the steps that fit with the sites' sample weights (as
+            scikit-learn routes ``sample_weight`` to the steps that ask for it).
         **kwargs
             See :meth:`sklearn_fed.protocol.FederatedMixin.make_server`.
 
