@@ -8,6 +8,7 @@ the output has (ColumnTransformer's ``sparse_threshold`` decides on the
 pooled density).
 """
 
+import functools
 import time
 from collections import namedtuple
 
@@ -38,8 +39,8 @@ from ._composite import (
 )
 from .base import fit_method
 from .pipeline import PipelineClient
-from .protocol import InvalidClientMessage, Server, nest, unnest
-from .protocol._fields import server_error, task_field
+from .protocol import Server, nest, unnest
+from .protocol._fields import reply_error, server_error, task_field
 
 __all__ = ["FederatedColumnTransformer"]
 
@@ -216,9 +217,7 @@ class ColumnTransformerServer(Server):
         return {site: ({"step": "density", "parts": parts}, dict(arrays)) for site in sites}
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = functools.partial(reply_error, site)
         fields = frame.fields
         if self._stage == "schema":
             if fields != {"step": "schema"} or frame.arrays:

@@ -11,6 +11,7 @@ steps takes ``k`` rounds (a classifier adds its rounds); a
 transformers in the same rounds.
 """
 
+import functools
 import math
 import time
 import types
@@ -47,8 +48,8 @@ from .privacy._budget import (
     spent_ledgers,
 )
 from .privacy._budget import as_budget as _as_budget
-from .protocol import Client, InvalidClientMessage, Server, match_columns, nest, unnest
-from .protocol._fields import server_error, task_field
+from .protocol import Client, Server, match_columns, nest, unnest
+from .protocol._fields import reply_error, server_error, task_field
 
 __all__ = ["FederatedPipeline", "make_federated_pipeline"]
 
@@ -189,9 +190,7 @@ class PipelineServer(Server):
         return fields, arrays
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = functools.partial(reply_error, site)
         fields = frame.fields
         if set(fields) != {"step", "reply"} or fields["step"] != self._index:
             fail(f"expected a reply for step {self._index} of the pipeline.")

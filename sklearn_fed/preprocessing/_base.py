@@ -18,14 +18,13 @@ from ..base import FederatedEstimatorMixin, fit_method, set_federation_attribute
 from ..protocol import (
     Client,
     FoldedReplies,
-    InvalidClientMessage,
     Server,
     decode_state,
     encode_state,
     match_columns,
     sorted_labels,
 )
-from ..protocol._fields import server_error
+from ..protocol._fields import reply_error, server_error
 from ..statistics import merge_statistics
 
 __all__ = ["FederatedTransformerMixin", "OneRoundServer", "TransformerClient"]
@@ -89,10 +88,6 @@ class OneRoundServer(Server):
         """Fields of the one task (what the site must compute); none by default."""
         return {}
 
-    def _previous(self):
-        """The merged messages of earlier calls (``partial_fit``), or None."""
-        return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
-
     @staticmethod
     def _merged(replies):
         """The merge of the round's replies, in label order (folded already by a server
@@ -101,9 +96,7 @@ class OneRoundServer(Server):
             return replies.fold.result()
         return merge_statistics(replies[site] for site in sorted_labels(replies))
 
-    @staticmethod
-    def _fail(site, reason):
-        raise InvalidClientMessage(f"client {site!r}: {reason}", site)
+    _fail = staticmethod(reply_error)
 
     def apply(self, replies, ledger):
         estimator = self.estimator

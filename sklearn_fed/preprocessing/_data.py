@@ -65,7 +65,8 @@ class StandardScalerServer(OneRoundServer):
 
     def _model(self, replies):
         estimator = self.estimator
-        previous = self._previous()
+        # the merged moments of earlier calls (partial_fit), or None
+        previous = getattr(estimator, "_aggregate", None) if self.warm_start else None
         labels = sorted_labels(replies)
         batch = self._merged({site: replies[site][0] for site in labels})
         moments = batch if previous is None else previous.merge(batch)
