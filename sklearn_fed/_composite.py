@@ -67,25 +67,6 @@ __all__ = [
 ]
 
 
-def site_table(X):
-    """A site's table as its first step will read it, in a form whose rows can be taken.
-
-    DataFrames are kept (their column dtypes matter); sparse matrices become
-    CSR; anything else an array (a list of strings an object array, as
-    scikit-learn's encoders make it). The steps validate the values.
-    """
-    if hasattr(X, "iloc"):
-        return X
-    if sp.issparse(X):
-        return X.tocsr()
-    array = np.asarray(X)
-    if not hasattr(X, "dtype") and array.dtype.kind == "U":
-        array = np.asarray(X, dtype=object)
-    if array.ndim != 2:
-        raise ValueError(f"Expected a 2D table of rows, got an array of shape {array.shape}.")
-    return array
-
-
 def table_feature_names(X):
     """The feature names ``fit`` tells a server for the table ``X``: its column names when
     they are all strings (as scikit-learn's ``feature_names_in_``), else None."""
@@ -122,8 +103,21 @@ class FederatedCompositeMixin(FederatedEstimatorMixin):
     """
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
-        """The table, targets and weights as every site checks its own (``reset`` unused)."""
-        X = site_table(X)
+        """The table, targets and weights as every site checks its own (``reset`` unused).
+
+        The table as its first step will read it, in a form whose rows can be
+        taken: DataFrames are kept (their column dtypes matter), sparse matrices
+        become CSR, anything else an array (a list of strings an object array, as
+        scikit-learn's encoders make it); the steps validate the values.
+        """
+        if sp.issparse(X):
+            X = X.tocsr()
+        elif not hasattr(X, "iloc"):
+            array = np.asarray(X)
+            X = np.asarray(X, dtype=object) if (
+                not hasattr(X, "dtype") and array.dtype.kind == "U") else array
+            if X.ndim != 2:
+                raise ValueError(f"Expected a 2D table of rows, got an array of shape {X.shape}.")
         y = y if y is None or hasattr(y, "iloc") else np.asarray(y)  # a Series is kept
         n_rows = _num_samples(X)
         if y is not None and _num_samples(y) != n_rows:

@@ -56,11 +56,6 @@ def _no_rows(n_features, names):
 _Layout = namedtuple("_Layout", ["scratch", "parts"])
 
 
-def _may_be_sparse(fitted):
-    return getattr(fitted, "sparse_output", False) is True or getattr(
-        fitted, "sparse_output_", False) is True
-
-
 class ColumnTransformerClient(PipelineClient):
     """A site of a :class:`FederatedColumnTransformer`: each transformer's task on its columns."""
 
@@ -126,7 +121,7 @@ class ColumnTransformerServer(Server):
         self.parts = {}
         self._active = {}
         self._sparse_input = False
-        self._density = None  # (nnz, total) once counted
+        self._sparse_output = False  # ColumnTransformer's sparse_output_, once counted
         self._sites = []
         # Columns are resolved on the federation's features; a server not told
         # them learns them first (a round whose replies carry only their schema).
@@ -164,8 +159,7 @@ class ColumnTransformerServer(Server):
             self._stage = "done"
         if self._stage == "done":
             self._report()
-            self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output(),
-                                          self)
+            self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output, self)
             self._stage = "committed"
         return {}
 
@@ -183,15 +177,10 @@ class ColumnTransformerServer(Server):
                                      f"{name}", elapsed), flush=True)
 
     def _needs_density(self):
-        if not self.estimator.sparse_threshold:
-            return False
-        return self._sparse_input or any(_may_be_sparse(f) for f in self._fitted().values())
-
-    def _sparse_output(self):
-        if self._density is None:
-            return False
-        nnz, total = self._density
-        return bool(total and nnz / total < self.estimator.sparse_threshold)
+        """Whether the input, or a part's output, may be sparse (and sparse_threshold is set)."""
+        return bool(self.estimator.sparse_threshold) and (self._sparse_input or any(
+            getattr(f, "sparse_output", False) is True or getattr(f, "sparse_output_", False)
+            is True for f in self._fitted().values()))
 
     def _wrap(self, sites):
         tasks = {}
@@ -254,7 +243,8 @@ class ColumnTransformerServer(Server):
         if self._stage == "schema":
             return  # the replies' schema is now the server's (pinned by the round)
         if self._stage == "counting":
-            self._density = tuple(sum(reply[i] for reply in replies.values()) for i in (0, 1))
+            nnz, total = (sum(reply[i] for reply in replies.values()) for i in (0, 1))
+            self._sparse_output = bool(total and nnz / total < self.estimator.sparse_threshold)
             self._stage = "done"
             return
         by_part = {index: {site: reply[0][index] for site, reply in replies.items()
