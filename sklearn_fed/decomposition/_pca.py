@@ -1,6 +1,5 @@
 """FederatedPCA: PCA (``svd_solver="covariance_eigh"``) from the merged centered Gram."""
 
-from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
@@ -9,8 +8,6 @@ from sklearn.decomposition import PCA
 from sklearn.utils.extmath import svd_flip
 
 from .._compat import (
-    Interval,
-    StrOptions,
     _check_feature_names_in,
     _infer_dimension,
     check_is_fitted,
@@ -156,15 +153,7 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
     """
 
     _parameter_constraints: ClassVar[dict] = {
-        "n_components": [
-            Interval(Integral, 0, None, closed="left"),
-            Interval(Real, 0, 1, closed="neither"),
-            StrOptions({"mle"}),
-            None,
-        ],
-        "copy": ["boolean"],
-        "whiten": ["boolean"],
-    }
+        name: PCA._parameter_constraints[name] for name in ("n_components", "copy", "whiten")}
     _server_role = PCAServer
     _client_role = PCAClient
     _broadcast_attributes = (

@@ -95,9 +95,7 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
 
     Parameters
     ----------
-    copy : bool, default=True
-    with_mean : bool, default=True
-    with_std : bool, default=True
+    copy, with_mean, with_std : bool, default=True
         As in :class:`~sklearn.preprocessing.StandardScaler`.
 
     Attributes
