@@ -159,7 +159,8 @@ class ColumnTransformerServer(Server):
             self._stage = "done"
         if self._stage == "done":
             self._report()
-            self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output, self)
+            self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output)
+            commit_federation(self.estimator, self._ledger, self._fitted().values(), self._sites)
             self._stage = "committed"
         return {}
 
@@ -339,7 +340,7 @@ feature_names_in_
             parts[index] = (name, trans, scratch._transformer_to_input_indices[name])
         return _Layout(scratch, {i: p for i, p in enumerate(parts) if p is not None})
 
-    def _commit_layout(self, layout, fitted, sparse_output, server=None):
+    def _commit_layout(self, layout, fitted, sparse_output):
         """ColumnTransformer's bookkeeping for fitted parts, done on a copy, then committed."""
         scratch = layout.scratch
         empty = _no_rows(scratch.n_features_in_, getattr(scratch, "feature_names_in_", None))
@@ -366,8 +367,6 @@ feature_names_in_
         for key, value in vars(scratch).items():
             if key not in params:
                 setattr(self, key, value)
-        if server is not None:
-            commit_federation(self, server._ledger, fitted.values(), server._sites)
         return self
 
     @fit_method(prefer_skip_nested_validation=False,

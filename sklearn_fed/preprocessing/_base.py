@@ -118,7 +118,6 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
     """
 
     _exact_federation = True
-    #: Fitted attributes a pipeline's server broadcasts to the sites.
     _broadcast_attributes = ()
 
     @fit_method(X="The rows, as the scikit-learn counterpart's ``fit`` takes them.")
