@@ -29,10 +29,10 @@ from ..metrics._evaluate import (
     InProcessFitMixin,
     default_metric,
     evaluation_task,
-    read_spec,
     screened_evaluation,
     site_rows,
 )
+from ..metrics._ship import _server_error
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
 from ..privacy import PrivacyBudget, PrivacyLedger
 from ..privacy._budget import (
@@ -60,10 +60,6 @@ __all__ = ["FederatedGridSearchCV", "FederatedRandomizedSearchCV"]
 
 _METRIC_PARAMS = {"average": "binary", "multioutput": "uniform_average",
                   "zero_division": "warn", "beta": 1.0}
-
-
-def _server_error(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def _int_field(fields, name, upper):
@@ -216,7 +212,7 @@ class SearchServer(Server):
         self.fitted = {}  # (candidate, fold) -> fitted model
         self.test_scores = {}
         self.refit_server = None
-        self._sites, self._site_fold, self._planned = None, None, None
+        self._sites, self._site_fold, self._planned, self._sent = None, None, None, {}
         self._started = None
         # checked when the folds are known, before any task is sent; charged at the end
         # (FederatedLogisticRegressionCV, a search that releases nothing private, has none)
@@ -319,6 +315,8 @@ class SearchServer(Server):
 
     def _wrap(self, tasks):
         self._planned = "fit"
+        # the (candidate, fold) of each part sent to each site, which its reply answers in order
+        self._sent = {site: [(i, k) for (i, k, _), _ in parts] for site, parts in tasks.items()}
         plans = {}
         for site, parts in tasks.items():
             arrays, fields = {}, []
@@ -332,13 +330,10 @@ class SearchServer(Server):
 
     def _score_tasks(self):
         self._planned = "score"
-        self._eval = {}
+        self._eval, self._sent = {}, {}
         plans = {}
         for (i, k), model in sorted(self.fitted.items()):
-            fields, arrays = evaluation_task(model, self.metrics, None, None)
-            self._eval[(i, k)] = read_spec(
-                fields["spec"], {n[2:]: v for n, v in arrays.items() if n.startswith("c.")},
-                _server_error)
+            fields, arrays, self._eval[(i, k)] = evaluation_task(model, self.metrics, None, None)
             test_sites = self._sites if self._site_fold is None else [
                 s for s in self._sites if self._site_fold[s] == k]
             for site in test_sites:
@@ -347,6 +342,7 @@ class SearchServer(Server):
                 parts[0]["parts"].append({"candidate": i, "fold": k, "evaluate": True,
                                           "rows": self._rows("test"), "task": fields})
                 parts[1].update({f"p{j}.{n}": v for n, v in arrays.items()})
+                self._sent.setdefault(site, []).append((i, k))
         return plans
 
     # ----------------------------------------------------------- replies
@@ -354,7 +350,7 @@ class SearchServer(Server):
         def fail(reason):
             raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
-        sent = self._sent_parts(site)
+        sent = self._sent.get(site, [])
         parts = frame.fields.get("parts")
         if set(frame.fields) != {"parts"} or not isinstance(parts, list) or len(parts) != len(
                 sent):
@@ -376,16 +372,6 @@ class SearchServer(Server):
             else:
                 parsed[key] = unnest(part["reply"], arrays, "", site=site, fail=fail)
         return parsed
-
-    def _sent_parts(self, site):
-        """The ``(candidate, fold)`` of each part of the task sent to ``site`` this round."""
-        if self._planned == "score":
-            return [(i, k) for (i, k) in sorted(self.fitted)
-                    if self._site_fold is None or self._site_fold[site] == k]
-        if self.phase == "refit":
-            return [(len(self.candidates), 0)]
-        return [key for key, server in self.pairs.items()
-                if server._open is not None and site in server._open.values()]
 
     def apply(self, replies, ledger):
         by_part = {}
