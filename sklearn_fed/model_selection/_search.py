@@ -83,6 +83,14 @@ def _split_parts(arrays, n_parts):
 
 
 
+def _composed(releases):
+    """``(ledger, delta)`` of ``(ledger, delta)`` releases on the same rows, composed."""
+    ledger, delta = PrivacyLedger(), 0.0
+    for part, part_delta in releases:
+        ledger, delta = ledger.compose(part), delta + part_delta
+    return ledger, min(delta, 0.5)
+
+
 def _best_has(method):
     """``available_if`` check, as scikit-learn's searches: the best (or the base) estimator has it."""
     def check(self):
@@ -303,15 +311,12 @@ class SearchServer(Server):
             "_privacy" in part.__dict__ for _, model in fits for _, part in release_parts("", model))
         if not private:
             return None
-        by_step, total = {}, PrivacyLedger()
+        by_step = {}
         for name, model in fits:
-            parts, ledger = spent_ledgers(model)
             by_step.update({f"{name}__{part}" if part else name: value
-                            for part, value in parts.items()})
-            total = total.compose(ledger)
-        delta = self._budget.delta if self._budget is not None else min(
-            sum(d for _, d in by_step.values()), 0.5)
-        return total, delta, by_step
+                            for part, value in spent_ledgers(model)[0].items()})
+        total, delta = _composed(by_step.values())
+        return total, self._budget.delta if self._budget is not None else delta, by_step
 
     def _wrap(self, tasks):
         self._planned = "fit"
@@ -432,15 +437,10 @@ class SearchServer(Server):
             estimator._privacy, estimator._privacy_delta = total, delta
             estimator.privacy_spent_by_step_ = {
                 name: spent(ledger, d) for name, (ledger, d) in by_step.items()}
-            estimator.privacy_spent_by_candidate_ = []
-            for i in range(len(self.candidates)):
-                mine = [value for name, value in by_step.items()
-                        if name.startswith(f"candidate{i}__")]
-                ledger = PrivacyLedger()
-                for part_ledger, _ in mine:
-                    ledger = ledger.compose(part_ledger)
-                estimator.privacy_spent_by_candidate_.append(
-                    spent(ledger, min(sum(d for _, d in mine), 0.5)))
+            estimator.privacy_spent_by_candidate_ = [
+                spent(*_composed(value for name, value in by_step.items()
+                                 if name.startswith(f"candidate{i}__")))
+                for i in range(len(self.candidates))]
         for name, value in self._results.items():
             setattr(estimator, name, value)
         if self.refit_server is not None:
