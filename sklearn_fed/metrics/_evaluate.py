@@ -33,7 +33,6 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..protocol._disclosure import screen_reply
 from ._ship import _server_error, load_model_state, model_state
 from ._stats import (
     METRICS,
@@ -158,14 +157,12 @@ def answer_evaluation(template, fields, arrays, X, y, sample_weight, site):
 def screened_evaluation(template, fields, arrays, X, y, sample_weight, site, policy):
     """:func:`answer_evaluation` with ``policy``'s disclosure rules applied, as an evaluator's
     own reply would be (a search's scoring parts: the same sums, the same rules)."""
-    out_fields, out_arrays = answer_evaluation(template, fields, arrays, X, y, sample_weight,
-                                               site)
-    if policy is None:
-        return out_fields, out_arrays
-    frame = types.SimpleNamespace(fields=out_fields, arrays=out_arrays)
-    screen_reply(EvaluatorClient(None), policy, types.SimpleNamespace(site=site, fields={}),
-                 frame, X, None, _num_samples(X))
-    return frame.fields, frame.arrays
+    reply = types.SimpleNamespace()
+    reply.fields, reply.arrays = answer_evaluation(template, fields, arrays, X, y,
+                                                   sample_weight, site)
+    EvaluatorClient(None).screen(policy, types.SimpleNamespace(site=site, fields={}), reply, X,
+                                 None)
+    return reply.fields, reply.arrays
 
 
 #: What an evaluation's reply is made of, for the site's disclosure rules (see

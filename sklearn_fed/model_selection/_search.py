@@ -13,7 +13,6 @@ fitted on every row, in the same run.
 """
 
 import numbers
-import time
 from typing import ClassVar
 
 import numpy as np
@@ -112,8 +111,8 @@ class SearchClient(Client):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
-        self._estimators = {}  # candidate -> its unfitted estimator
-        self._clients = {}  # candidate -> its client role (roles keep no state)
+        # candidate -> the client role of its unfitted estimator (roles keep no state)
+        self._clients = {}
         self._checked = {}  # (site, fold, rows, role class, schema) -> (rows, validated)
 
     def check_rows(self, X, y, sample_weight, schema, site):
@@ -149,29 +148,25 @@ class SearchClient(Client):
                     (folds is None or refit) != (which == "all")):
                 _server_error("the task's rows do not follow this site's folds.")
             if (k, which) not in fold_rows:
-                keep = slice(None) if which == "all" else (
-                    folds != k if which == "train" else folds == k)
+                keep = folds != k if which == "train" else folds == k
                 fold_rows[(k, which)] = (X, y, sample_weight) if which == "all" else (
                     _safe_indexing(X, keep), y[keep],
                     None if sample_weight is None else sample_weight[keep])
             Xk, yk, wk = fold_rows[(k, which)]
             # the refit's candidate is named by its index in this site's own list
             index = _int_field(part, "best", len(candidates)) if refit else i
-            estimator = self._estimators.get(index)
-            if estimator is None:
+            client = self._clients.get(index)
+            if client is None:
                 estimator = clone(search._base_estimator()).set_params(**candidates[index])
-                self._estimators[index] = estimator
+                client = self._clients[index] = estimator.make_client()
             if part.get("evaluate") is True:
                 fields, part_arrays = screened_evaluation(
-                    estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site, policy)
+                    client.estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site, policy)
                 for name, value in part_arrays.items():
                     arrays[f"p{j}.{name}"] = value
                 out.append({"candidate": i, "fold": k, "reply": fields})
                 continue
             inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=_server_error)
-            client = self._clients.get(index)
-            if client is None:
-                client = self._clients[index] = estimator.make_client()
             # the part's role, and the parts it nests (a pipeline's steps), apply the policy
             # this site's reply is screened with (SitePolicy() when deployed without one)
             client.policy = policy
@@ -221,7 +216,6 @@ class SearchServer(Server):
         self.test_scores = {}
         self.refit_server = None
         self._sites, self._site_fold, self._planned, self._sent = None, None, None, {}
-        self._started = None
         # checked when the folds are known, before any task is sent; charged at the end
         # (FederatedLogisticRegressionCV, a search that releases nothing private, has none)
         self._budget = as_budget(getattr(estimator, "privacy_budget", None))
@@ -234,10 +228,12 @@ class SearchServer(Server):
                                 feature_names=self.schema.feature_names,
                                 n_features=self.schema.n_features)
 
-    def _train_sites(self, k):
+    def _fold_sites(self, k, test):
+        """The sites that hold fold ``k``'s training (or test) rows: every site, unless whole
+        sites are held out."""
         if self._site_fold is None:
             return self._sites
-        return [s for s in self._sites if self._site_fold[s] != k]
+        return [s for s in self._sites if (self._site_fold[s] == k) == test]
 
     def _rows(self, which):
         return "all" if self._site_fold is not None else which
@@ -251,7 +247,6 @@ class SearchServer(Server):
             else:
                 n_splits = self.cv.get_n_splits()
             self._check_budget(n_splits)  # a refusal leaves the search as it was
-            self._started = time.perf_counter()
             self._sites, self._site_fold, self.n_splits = sites, site_fold, n_splits
             self.pairs = {(i, k): self._inner_server(params)
                           for i, params in enumerate(self.candidates)
@@ -259,7 +254,7 @@ class SearchServer(Server):
         if self.phase == "fit":
             tasks = {}
             for (i, k), server in list(self.pairs.items()):
-                frames = server.open_round(self._train_sites(k))
+                frames = server.open_round(self._fold_sites(k, test=False))
                 if not frames:
                     self.fitted[(i, k)] = server.estimator
                     del self.pairs[(i, k)]
@@ -339,9 +334,7 @@ class SearchServer(Server):
         plans = {}
         for (i, k), model in sorted(self.fitted.items()):
             fields, arrays, self._eval[(i, k)] = evaluation_task(model, self.metrics, None, None)
-            test_sites = self._sites if self._site_fold is None else [
-                s for s in self._sites if self._site_fold[s] == k]
-            for site in test_sites:
+            for site in self._fold_sites(k, test=True):
                 parts = plans.setdefault(site, ({"parts": []}, {}))
                 j = len(parts[0]["parts"])
                 parts[0]["parts"].append({"candidate": i, "fold": k, "evaluate": True,
