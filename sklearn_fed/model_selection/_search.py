@@ -24,12 +24,13 @@ from sklearn.utils._available_if import available_if
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
+from ..base import set_federation_attributes
 from ..metrics._evaluate import (
+    EvaluatorClient,
     InProcessFitMixin,
     default_metric,
     evaluation_task,
     screened_evaluation,
-    site_rows,
 )
 from ..metrics._ship import _server_error
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
@@ -43,7 +44,6 @@ from ..privacy._budget import (
     spent_ledgers,
 )
 from ..protocol import (
-    Client,
     FeatureSchema,
     FederatedMixin,
     InvalidClientMessage,
@@ -103,11 +103,12 @@ def _best_has(method):
 
     return check
 
-class SearchClient(Client):
-    """A site of a search: answers each ``(candidate, fold)`` part from that fold's rows."""
+class SearchClient(EvaluatorClient):
+    """A site of a search: answers each ``(candidate, fold)`` part from that fold's rows (read
+    as an evaluator's site reads them; each part's own role applies the disclosure rules)."""
 
     protocol = "model_selection.search"
-    y_numeric = False
+    disclosure = ()
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
@@ -115,16 +116,9 @@ class SearchClient(Client):
         self._clients = {}
         self._checked = {}  # (site, fold, rows, role class, schema) -> (rows, validated)
 
-    def check_rows(self, X, y, sample_weight, schema, site):
-        return site_rows(X, y, sample_weight, schema, site)
-
-    def released_parameters(self, task, frame):
-        return None  # each part's own role applies the rule to the model it fits
-
     def compute(self, task, X, y, sample_weight, rows):
         search = self.estimator
-        # every part is screened by the policy this site's reply is: each fit part by its own
-        # role's declarations, each scoring part as an evaluator's reply
+        # every part is screened by the policy this site's reply is
         policy = self.policy_in_force()
         if rows is not None:
             X, y = _safe_indexing(X, rows), y[rows]
@@ -443,13 +437,8 @@ class SearchServer(Server):
         estimator._test_scores = [[self.test_scores[(i, k)] for k in range(self.n_splits)]
                                   for i in range(len(self.candidates))]
         estimator.scorer_ = self.scoring
-        estimator.clients_ = np.array(sorted_labels(self._sites), dtype=object)
-        estimator.n_clients_ = len(self._sites)
-        estimator.communication_ = self._ledger_now
-        if self.schema.n_features is not None:
-            estimator.n_features_in_ = self.schema.n_features
-        if self.schema.feature_names is not None:
-            estimator.feature_names_in_ = np.asarray(self.schema.feature_names, dtype=object)
+        set_federation_attributes(estimator, self.schema, self._ledger_now,
+                                  sorted_labels(self._sites))
         estimator._finish(self.fitted)
         self.phase = "done"
 
