@@ -254,17 +254,19 @@ class SearchServer(Server):
                     del self.pairs[(i, k)]
                     continue
                 for site, frame in frames.items():
-                    tasks.setdefault(site, []).append(((i, k, self._rows("train")), frame))
+                    tasks.setdefault(site, []).append(
+                        self._fit_part(i, k, self._rows("train"), frame))
             if tasks:
-                return self._wrap(tasks)
+                return self._wrap("fit", tasks)
             self.phase = "score"
         if self.phase == "score":
             return self._score_tasks()
         if self.phase == "refit":
             frames = self.refit_server.open_round(self._sites)
             if frames:
-                return self._wrap({site: [((len(self.candidates), 0, "all"), frame)]
-                                   for site, frame in frames.items()})
+                return self._wrap("fit", {site: [self._fit_part(len(self.candidates), 0, "all",
+                                                                frame)]
+                                          for site, frame in frames.items()})
             self._commit()
         return {}
 
@@ -307,35 +309,33 @@ class SearchServer(Server):
         total, delta = _composed(by_step.values())
         return total, self._budget.delta if self._budget is not None else delta, by_step
 
-    def _wrap(self, tasks):
-        self._planned = "fit"
+    def _wrap(self, planned, tasks):
+        """The round's plan: ``tasks`` is ``{site: [((candidate, fold), part, arrays)]}``,
+        part ``j``'s arrays travel named ``p<j>.<name>``."""
+        self._planned = planned
         # the (candidate, fold) of each part sent to each site, which its reply answers in order
-        self._sent = {site: [(i, k) for (i, k, _), _ in parts] for site, parts in tasks.items()}
-        plans = {}
-        for site, parts in tasks.items():
-            arrays, fields = {}, []
-            for j, ((i, k, rows), frame) in enumerate(parts):
-                fields.append({"candidate": i, "fold": k, "rows": rows,
-                               "task": nest(frame, f"p{j}.", arrays)})
-                if i == len(self.candidates):
-                    fields[-1]["best"] = self._results["best_index_"]
-            plans[site] = ({"parts": fields}, arrays)
-        return plans
+        self._sent = {site: [key for key, _, _ in parts] for site, parts in tasks.items()}
+        return {site: ({"parts": [part for _, part, _ in parts]},
+                       {f"p{j}.{name}": value for j, (_, _, arrays) in enumerate(parts)
+                        for name, value in arrays.items()})
+                for site, parts in tasks.items()}
+
+    def _fit_part(self, i, k, rows, frame):
+        """A part that fits candidate ``i`` on fold ``k`` (the refit: ``i = len(candidates)``)."""
+        part = {"candidate": i, "fold": k, "rows": rows, "task": nest(frame, "", {})}
+        if i == len(self.candidates):
+            part["best"] = self._results["best_index_"]
+        return (i, k), part, frame.arrays
 
     def _score_tasks(self):
-        self._planned = "score"
-        self._eval, self._sent = {}, {}
-        plans = {}
+        self._eval, tasks = {}, {}
         for (i, k), model in sorted(self.fitted.items()):
             fields, arrays, self._eval[(i, k)] = evaluation_task(model, self.metrics, None, None)
             for site in self._fold_sites(k, test=True):
-                parts = plans.setdefault(site, ({"parts": []}, {}))
-                j = len(parts[0]["parts"])
-                parts[0]["parts"].append({"candidate": i, "fold": k, "evaluate": True,
-                                          "rows": self._rows("test"), "task": fields})
-                parts[1].update({f"p{j}.{n}": v for n, v in arrays.items()})
-                self._sent.setdefault(site, []).append((i, k))
-        return plans
+                tasks.setdefault(site, []).append(((i, k), {
+                    "candidate": i, "fold": k, "evaluate": True, "rows": self._rows("test"),
+                    "task": fields}, arrays))
+        return self._wrap("score", tasks)
 
     # ----------------------------------------------------------- replies
     def read_reply(self, site, frame):
