@@ -33,7 +33,9 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ._ship import _server_error, load_model_state, model_state
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
+from ._ship import load_model_state, model_state
 from ._stats import (
     METRICS,
     SiteStats,
@@ -85,7 +87,7 @@ def evaluation_task(model, metrics, pos_label, score_decimals):
     arrays = {f"c.{k}": v for k, v in spec_arrays.items()}
     arrays.update({f"m.{k}": v for k, v in state_arrays.items()})
     return ({"model_class": type(model).__name__, "model": fields, "spec": spec}, arrays,
-            read_spec(spec, spec_arrays, _server_error))
+            read_spec(spec, spec_arrays, server_error))
 
 
 def read_spec(spec, arrays, fail):
@@ -138,10 +140,10 @@ def answer_evaluation(template, fields, arrays, X, y, sample_weight, site):
     """``(fields, arrays)`` of a site's sums for an evaluation task (also nested in a search)."""
     if type(fields.get("model_class")) is not str or fields["model_class"] != type(
             template).__name__:
-        _server_error(f"the task evaluates a {fields.get('model_class')!r}; this site runs "
+        server_error(f"the task evaluates a {fields.get('model_class')!r}; this site runs "
                       f"{type(template).__name__}.")
     spec_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("c.")}
-    spec = read_spec(fields.get("spec"), spec_arrays, _server_error)
+    spec = read_spec(fields.get("spec"), spec_arrays, server_error)
     model_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("m.")}
     try:
         model = load_model_state(template, fields.get("model"), model_arrays)
@@ -224,10 +226,7 @@ class EvaluatorServer(Server):
         return {site: (dict(self._fields), dict(self._arrays)) for site in sites}
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
-        return SiteStats.read(frame.fields, frame.arrays, self.spec, fail)
+        return SiteStats.read(frame.fields, frame.arrays, self.spec, failing(site))
 
     def apply(self, replies, ledger):
         estimator = self.estimator

@@ -34,7 +34,6 @@ from ..metrics._evaluate import (
     evaluation_task,
     screened_evaluation,
 )
-from ..metrics._ship import _server_error
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
 from ..privacy import PrivacyBudget, PrivacyLedger
 from ..privacy._budget import (
@@ -55,6 +54,8 @@ from ..protocol import (
     sorted_labels,
     unnest,
 )
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ._split import LeaveSitesOut, SiteKFold, check_site_cv
 
 __all__ = ["FederatedGridSearchCV", "FederatedRandomizedSearchCV", "federated_cross_validate"]
@@ -66,7 +67,7 @@ _METRIC_PARAMS = {"average": "binary", "multioutput": "uniform_average",
 def _int_field(fields, name, upper):
     value = fields.get(name)
     if not (type(value) is int and 0 <= value < upper):
-        _server_error(f"malformed search task ({name}).")
+        server_error(f"malformed search task ({name}).")
     return value
 
 
@@ -78,7 +79,7 @@ def _split_parts(arrays, n_parts):
         j = head[1:]
         if not (dot and head[:1] == "p" and j.isdigit() and int(j) < n_parts
                 and str(int(j)) == j):
-            _server_error(f"array {name!r} belongs to no part of the message.")
+            server_error(f"array {name!r} belongs to no part of the message.")
         by_part[int(j)][rest] = value
     return by_part
 
@@ -128,21 +129,21 @@ class SearchClient(EvaluatorClient):
         candidates, cv = search._candidates(), check_site_cv(search.cv)
         parts = task.fields.get("parts")
         if not (isinstance(parts, list) and 0 < len(parts) <= 2**16):
-            _server_error("malformed search task (parts).")
+            server_error("malformed search task (parts).")
         folds = None if isinstance(cv, LeaveSitesOut) else cv.site_folds(_num_samples(X))
         by_part = _split_parts(task.arrays, len(parts))
         fold_rows = {}  # (fold, which) -> that fold's rows, taken once for every candidate
         out, arrays = [], {}
         for j, part in enumerate(parts):
             if not isinstance(part, dict):
-                _server_error("malformed search task (a part).")
+                server_error("malformed search task (a part).")
             i = _int_field(part, "candidate", len(candidates) + 1)  # len: the refit
             k = _int_field(part, "fold", 2**31)
             which = part.get("rows")
             refit = i == len(candidates)
             if which not in ("train", "test", "all") or (
                     (folds is None or refit) != (which == "all")):
-                _server_error("the task's rows do not follow this site's folds.")
+                server_error("the task's rows do not follow this site's folds.")
             if (k, which) not in fold_rows:
                 keep = folds != k if which == "train" else folds == k
                 fold_rows[(k, which)] = (X, y, sample_weight) if which == "all" else (
@@ -162,7 +163,7 @@ class SearchClient(EvaluatorClient):
                     arrays[f"p{j}.{name}"] = value
                 out.append({"candidate": i, "fold": k, "reply": fields})
                 continue
-            inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=_server_error)
+            inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=server_error)
             # the part's role, and the parts it nests (a pipeline's steps), apply the policy
             # this site's reply is screened with (SitePolicy() when deployed without one)
             client.policy = policy
@@ -341,9 +342,7 @@ class SearchServer(Server):
 
     # ----------------------------------------------------------- replies
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         sent = self._sent.get(site, [])
         parts = frame.fields.get("parts")
         if set(frame.fields) != {"parts"} or not isinstance(parts, list) or len(parts) != len(
