@@ -29,6 +29,7 @@ from sklearn.utils.validation import _num_samples
 from ..base import set_federation_attributes
 from ..metrics._evaluate import (
     EvaluatorClient,
+    FederatedEvaluator,
     InProcessFitMixin,
     default_metric,
     evaluation_task,
@@ -60,8 +61,7 @@ from ._split import LeaveSitesOut, SiteKFold, check_site_cv
 
 __all__ = ["FederatedGridSearchCV", "FederatedRandomizedSearchCV", "federated_cross_validate"]
 
-_METRIC_PARAMS = {"average": "binary", "multioutput": "uniform_average",
-                  "zero_division": "warn", "beta": 1.0}
+_METRIC_PARAMS = FederatedEvaluator()._metric_params()  # the metrics' own defaults
 
 
 def _int_field(fields, name, upper):
@@ -159,8 +159,7 @@ class SearchClient(EvaluatorClient):
             if part.get("evaluate") is True:
                 fields, part_arrays = screened_evaluation(
                     client.estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site, policy)
-                for name, value in part_arrays.items():
-                    arrays[f"p{j}.{name}"] = value
+                arrays.update({f"p{j}.{name}": value for name, value in part_arrays.items()})
                 out.append({"candidate": i, "fold": k, "reply": fields})
                 continue
             inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=server_error)
