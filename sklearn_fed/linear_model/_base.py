@@ -24,8 +24,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..protocol._errors import server_error
-from ..protocol._fields import task_field
+from ..protocol._fields import server_error, task_field
 from ..statistics import (
     FORMS,
     ClientStatistics,

@@ -27,7 +27,8 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
-from ..protocol._errors import failing, server_error
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ._base import rows_and_weights, task_field
 
 __all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_classification"]

@@ -36,7 +36,8 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
-from ..protocol._errors import failing, server_error
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ..statistics import (
     ClientStatistics,
     ColumnMoments,

@@ -8,7 +8,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from .._compat import StrOptions
 from ..protocol import InvalidClientMessage, decode_values
-from ..protocol._errors import server_error
+from ..protocol._fields import server_error
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient, fit_method, task_field
 from ._classes import (

@@ -11,7 +11,8 @@ screens it by its disclosure rules and encodes it.
 from abc import ABC, abstractmethod
 
 from ._disclosure import screen_reply
-from ._errors import InvalidClientMessage, TaskRefused, server_error
+from ._errors import InvalidClientMessage, TaskRefused
+from ._fields import server_error
 from ._policy import SitePolicy, current_simulated_policy
 from ._schema import (
     FeatureSchema,

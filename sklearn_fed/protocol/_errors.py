@@ -1,6 +1,6 @@
 """The errors of the protocol: one for a bad message, one for a task a site refuses."""
 
-__all__ = ["InvalidClientMessage", "TaskRefused", "failing", "server_error", "who"]
+__all__ = ["InvalidClientMessage", "TaskRefused", "failing", "who"]
 
 
 class InvalidClientMessage(ValueError):
@@ -46,8 +46,3 @@ def failing(client):
         raise InvalidClientMessage(f"{who(client)}: {reason}", client)
 
     return fail
-
-
-def server_error(reason):
-    """Refuse a malformed task: :class:`InvalidClientMessage` naming the server."""
-    raise InvalidClientMessage(f"server: {reason}", "server")
