@@ -224,12 +224,3 @@ class PrivacyLedger:
         total._sampled.update(other._sampled)
         total.extra_delta += other.extra_delta
         return total
-
-    def multipliers(self):
-        """``[(noise_multiplier, sampling_probability, count)]`` of the recorded releases,
-        full-batch ones as the one multiplier they compose to (for other accountants)."""
-        entries = [(m, q, k) for (m, q), k in sorted(self._sampled.items())]
-        full = self._count - sum(self._sampled.values())
-        if full:
-            entries.insert(0, (self.noise_multiplier, 1.0, 1))
-        return entries
