@@ -25,7 +25,7 @@ from copy import deepcopy
 
 import numpy as np
 
-from ._dp import import_dp_accounting
+from ._dp import import_optional
 
 __all__ = ["PrivacyLedger", "composed_noise_multiplier"]
 
@@ -168,7 +168,7 @@ class PrivacyLedger:
         delta = delta - self.extra_delta  # what the Gaussian releases may spend
         if self._noiseless:
             return math.inf
-        dp_accounting = import_dp_accounting()
+        dp_accounting = import_optional("dp_accounting", "dp-accounting", "dp")
         if not self._sampled:
             with np.errstate(divide="ignore", over="ignore"):
                 return float(dp_accounting.get_epsilon_gaussian(self.noise_multiplier, delta))

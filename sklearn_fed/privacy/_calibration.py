@@ -17,7 +17,7 @@ import functools
 import math
 
 from ..utils._warnings import warn
-from ._dp import import_dp_accounting
+from ._dp import import_optional
 
 __all__ = ["analytic_gaussian_std", "classic_gaussian_std", "gaussian_noise_std"]
 
@@ -76,7 +76,7 @@ def analytic_gaussian_std(epsilon, delta, sensitivity=1.0):
 @functools.lru_cache(maxsize=256)
 def _analytic_multiplier(epsilon, delta):
     # A pure function of (epsilon, delta) costing ~50 ms: cache it.
-    dp_accounting = import_dp_accounting()
+    dp_accounting = import_optional("dp_accounting", "dp-accounting", "dp")
     return float(dp_accounting.get_sigma_gaussian(epsilon, delta))
 
 
