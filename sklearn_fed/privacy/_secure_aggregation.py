@@ -198,23 +198,6 @@ def check_public_keys(keys, n_parties=None):
     return keys
 
 
-def _pair_key(secret, context, low_public, high_public):
-    """The ChaCha20 key of one pair's mask, bound to the round and both public keys."""
-    hashes, _, _, _, HKDF = _crypto()
-    return HKDF(
-        algorithm=hashes.SHA256(), length=32, salt=None,
-        info=b"sklearn-fed/secure-aggregation/v1|" + context + low_public + high_public,
-    ).derive(secret)
-
-
-def _mask_stream(key, size):
-    """``size`` uint64 mask words: the ChaCha20 keystream of ``key``."""
-    _, _, Cipher, algorithms, _ = _crypto()
-    # The key is used for this one stream only, so a zero nonce is safe.
-    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    return np.frombuffer(stream.update(bytes(8 * size)), dtype="<u8")
-
-
 def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=None,
                 local_publics=()):
     """Site side: the masked vector ``e_i + sum_{j>i} m_ij - sum_{j<i} m_ji (mod 2^64)``.
@@ -245,6 +228,7 @@ def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=
     keys = check_public_keys(public_keys)
     if not (0 <= own_index < keys.shape[0] and bytes(keys[own_index]) == own_key.public_bytes):
         server_error("this site's public key is not at its position in the key list.")
+    hashes, _, Cipher, algorithms, HKDF = _crypto()
     message = np.asarray(encoded, dtype=np.int64).view(np.uint64).copy()
     for other in range(keys.shape[0]):
         if other == own_index:
@@ -252,11 +236,15 @@ def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=
         low, high = sorted((own_index, other))
         pair = (context, bytes(keys[low]), bytes(keys[high]))
         key = None if pair_keys is None else pair_keys.pop(pair, None)
-        if key is None:
-            key = _pair_key(own_key.shared_secret(keys[other]), *pair)
+        if key is None:  # the pair's ChaCha20 key, bound to the round and both public keys
+            key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                       info=b"sklearn-fed/secure-aggregation/v1|" + b"".join(pair),
+                       ).derive(own_key.shared_secret(keys[other]))
             if pair_keys is not None and bytes(keys[other]) in local_publics:
                 pair_keys[pair] = key
-        stream = _mask_stream(key, message.shape[0])
+        # The mask words: the key's ChaCha20 keystream (one stream per key: a zero nonce is safe).
+        cipher = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+        stream = np.frombuffer(cipher.update(bytes(8 * message.shape[0])), dtype="<u8")
         if other > own_index:
             message += stream
         else:
