@@ -116,6 +116,8 @@ class _Codec(ABC):
     name = None
     #: JSON fields a message carries besides its arrays.
     fields = ()
+    #: Names of the arrays a message carries.
+    array_names = ()
     #: Whether the estimate depends on the seed: MPDD's directions do; the
     #: other codecs use it only for their own randomness.
     seeded = False
@@ -184,6 +186,8 @@ class _Codec(ABC):
                  f"{sorted(fields) if isinstance(fields, dict) else fields!r}.")
         if not isinstance(arrays, dict):
             fail("has no arrays.")
+        if set(arrays) != set(self.array_names):
+            fail(f"must have the arrays {sorted(self.array_names)}, got {sorted(arrays)}.")
         self._check(fields, arrays, int(d), fail)
         return frame
 
@@ -236,11 +240,6 @@ def _checked_array(arrays, name, shape, fail, dtype=np.float32):
     return value
 
 
-def _only_arrays(arrays, names, fail):
-    if set(arrays) != set(names):
-        fail(f"must have the arrays {sorted(names)}, got {sorted(arrays)}.")
-
-
 class MPDDCodec(_Codec):
     """Multi-projected directional derivatives (FedMPDD, Alg. 2; FedPDD when m=1).
 
@@ -269,6 +268,7 @@ class MPDDCodec(_Codec):
 
     name = "mpdd"
     fields = ("seed",)
+    array_names = ("s",)
     seeded = True
 
     def __init__(self, n_directions, direction="rademacher"):
@@ -334,7 +334,6 @@ class MPDDCodec(_Codec):
     def _check(self, fields, arrays, d, fail):
         if not _is_seed(fields["seed"]):
             fail(f"seed must be an integer in [0, 2**63), got {fields['seed']!r}.")
-        _only_arrays(arrays, ("s",), fail)
         _checked_array(arrays, "s", (self.n_directions,), fail)
 
     def _add(self, frames, out):
@@ -365,6 +364,7 @@ class FullCodec(_Codec):
     """
 
     name = "full"
+    array_names = ("g",)
 
     def nbytes(self, d):
         """Payload bytes of one message: ``4 d``."""
@@ -374,7 +374,6 @@ class FullCodec(_Codec):
         return {}, {"g": g.astype(np.float32)}
 
     def _check(self, fields, arrays, d, fail):
-        _only_arrays(arrays, ("g",), fail)
         _checked_array(arrays, "g", (d,), fail)
 
     def _add_one(self, arrays, out):
@@ -402,6 +401,7 @@ class QSGDCodec(_Codec):
     """
 
     name = "qsgd"
+    array_names = ("norm", "bits")
 
     def __init__(self, levels=255):
         if not (isinstance(levels, Integral) and 1 <= levels < _MAX_LEVELS):
@@ -433,7 +433,6 @@ class QSGDCodec(_Codec):
         return {}, {"norm": np.array([norm], dtype=np.float32), "bits": np.packbits(bits.ravel())}
 
     def _check(self, fields, arrays, d, fail):
-        _only_arrays(arrays, ("norm", "bits"), fail)
         norm = _checked_array(arrays, "norm", (1,), fail)
         if norm[0] < 0:
             fail("norm must be non-negative.")
@@ -473,6 +472,7 @@ class TopKCodec(_Codec):
     """
 
     name = "topk"
+    array_names = ("values", "indices")
 
     def __init__(self, k=400):
         if not (isinstance(k, Integral) and 1 <= k < 2**31):
@@ -489,7 +489,6 @@ class TopKCodec(_Codec):
         return {}, {"values": g[idx].astype(np.float32), "indices": idx.astype(np.int32)}
 
     def _check(self, fields, arrays, d, fail):
-        _only_arrays(arrays, ("values", "indices"), fail)
         k = min(self.k, d)
         _checked_array(arrays, "values", (k,), fail)
         idx = _checked_array(arrays, "indices", (k,), fail, np.int32)
@@ -523,12 +522,11 @@ class LDPCodec(FullCodec):
         if not (isinstance(scale, Real) and 0 <= scale < math.inf):
             raise ValueError(f"noise scale must be finite and >= 0, got {scale!r}")
         self.name = noise
-        self.noise = noise
         self.noise_scale = float(scale)
 
     def _payload(self, g, seed):
         rng = np.random.default_rng(seed)
-        if self.noise == "gaussian":
+        if self.name == "gaussian":
             noise = rng.standard_normal(g.shape[0]) * self.noise_scale
         else:
             noise = rng.laplace(0.0, self.noise_scale, g.shape[0])

@@ -49,7 +49,7 @@ from numbers import Integral
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.utils import vector_to_parameters
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..protocol import (
     Client,
@@ -61,6 +61,7 @@ from ..protocol import (
     plain_label,
     sorted_labels,
 )
+from ..protocol._errors import failing
 from ._codecs import codec_from_settings, derive_seed, make_codec
 
 __all__ = ["FedMPDDClient", "FedMPDDServer"]
@@ -536,8 +537,7 @@ class FedMPDDServer(Server):
         n_part = max(1, math.ceil(estimator.client_fraction * len(ordered) - 1e-12))
         chosen = np.sort(rng.choice(len(ordered), n_part, replace=False))
         # every parameter of the module (trainable or not), flat: what a task carries
-        params = torch.cat([p.detach().reshape(-1) for p in estimator.module_.parameters()])
-        params = params.cpu().numpy()
+        params = parameters_to_vector(estimator.module_.parameters()).detach().cpu().numpy()
         common = {
             "step": "train",
             "classes": [plain_label(c) for c in estimator.classes_],
@@ -557,9 +557,7 @@ class FedMPDDServer(Server):
 
     # --------------------------------------------------------------- replies
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         if not self.ready:
             if set(frame.fields) != {"classes"} or frame.arrays:
                 fail("a describe reply holds exactly the field 'classes'.")
@@ -590,11 +588,9 @@ class FedMPDDServer(Server):
             for label in replies[site]:
                 kinds.setdefault(_label_kind(label), site)
         if len(kinds) > 1:
-            site = list(kinds.values())[-1]
-            raise InvalidClientMessage(
-                f"client {site!r}: its labels are not of the same kind (numbers, strings, "
-                f"booleans) as site {list(kinds.values())[0]!r}'s.", site
-            )
+            first, *_, site = kinds.values()
+            failing(site)(f"its labels are not of the same kind (numbers, strings, booleans) "
+                          f"as site {first!r}'s.")
         labels = [label for site in ordered for label in replies[site]]
         if estimator.classes is not None:  # skorch's `classes`: the order is the user's
             classes = np.asarray(estimator.classes)
@@ -615,7 +611,7 @@ class FedMPDDServer(Server):
         d = self._d
         estimate = self.codec.decode_mean(messages, d)
         if not torch.isfinite(estimate).all():
-            raise self._culprit(ordered, messages, d)
+            self._culprit(ordered, messages, d)
         last = self.trained + 1 >= estimator.max_epochs
         batch = Round(estimate, [replies[site][0] for site in ordered], ordered,
                       self.first_round + self.trained, self.trained == 0, last, ledger,
@@ -629,9 +625,7 @@ class FedMPDDServer(Server):
             estimator._warn_if_stalled(self.losses, fresh=self.first_round == 0)
 
     def _culprit(self, ordered, messages, d):
-        """The site whose message makes the average non-finite (the largest one)."""
+        """Blame the site whose message makes the average non-finite (the largest one)."""
         sizes = [float(self.codec.decode(message, d).abs().max()) for message in messages]
         site = ordered[int(np.nanargmax(np.nan_to_num(sizes, nan=np.inf)))]
-        return InvalidClientMessage(
-            f"client {site!r}: its message decodes to a gradient too large for float32.", site
-        )
+        failing(site)("its message decodes to a gradient too large for float32.")
