@@ -30,6 +30,7 @@ Rademacher signs are made from the seed, and applied, by
 :mod:`~sklearn_fed.neural_network._sign_kernels` (its docstring has the layout).
 """
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from numbers import Integral, Real
@@ -129,7 +130,7 @@ class _Codec(ABC):
 
     def settings(self):
         """The codec's configuration as JSON fields (what a task tells a site)."""
-        names = _SETTINGS[self.name]
+        names = _SETTINGS[self.name][1]
         return {"uplink": self.name, **{name: getattr(self, name) for name in names}}
 
     def encode(self, g, *, seed=None):
@@ -533,15 +534,15 @@ class LDPCodec(FullCodec):
         return {}, {"g": (g + noise).astype(np.float32)}
 
 
-#: The settings (``make_codec``'s arguments, the codec's attributes) each uplink's codec is
-#: built from, and that its ``settings()`` gives a task.
+#: Each uplink's codec class and the settings (``make_codec``'s arguments, the codec's
+#: attributes) it is built from, in order, and that its ``settings()`` gives a task.
 _SETTINGS = {
-    "mpdd": ("n_directions", "direction"),
-    "full": (),
-    "qsgd": ("levels",),
-    "topk": ("k",),
-    "gaussian": ("noise_scale",),
-    "laplace": ("noise_scale",),
+    "mpdd": (MPDDCodec, ("n_directions", "direction")),
+    "full": (FullCodec, ()),
+    "qsgd": (QSGDCodec, ("levels",)),
+    "topk": (TopKCodec, ("k",)),
+    "gaussian": (functools.partial(LDPCodec, "gaussian"), ("noise_scale",)),
+    "laplace": (functools.partial(LDPCodec, "laplace"), ("noise_scale",)),
 }
 UPLINKS = tuple(_SETTINGS)
 
@@ -555,17 +556,11 @@ def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, 
     >>> make_codec("mpdd", n_directions=10).nbytes(1000)
     40
     """
-    if uplink == "mpdd":
-        return MPDDCodec(n_directions, direction)
-    if uplink == "full":
-        return FullCodec()
-    if uplink == "qsgd":
-        return QSGDCodec(levels)
-    if uplink == "topk":
-        return TopKCodec(k)
-    if uplink in ("gaussian", "laplace"):
-        return LDPCodec(uplink, noise_scale)
-    raise ValueError(f"uplink must be one of {UPLINKS}, got {uplink!r}")
+    settings = locals()
+    if uplink not in UPLINKS:
+        raise ValueError(f"uplink must be one of {UPLINKS}, got {uplink!r}")
+    codec, names = _SETTINGS[uplink]
+    return codec(*(settings[name] for name in names))
 
 
 def codec_from_settings(settings):
@@ -579,12 +574,13 @@ def codec_from_settings(settings):
     12
     """
     uplink = settings.get("uplink")
-    if uplink not in _SETTINGS:
+    if uplink not in UPLINKS:  # a tuple: an unhashable value is not a TypeError
         raise ValueError(f"unknown uplink {uplink!r}")
-    missing = [name for name in _SETTINGS[uplink] if name not in settings]
+    names = _SETTINGS[uplink][1]
+    missing = [name for name in names if name not in settings]
     if missing:
         raise ValueError(f"the {uplink!r} codec needs the settings {missing}")
-    kwargs = {name: settings[name] for name in _SETTINGS[uplink]}
+    kwargs = {name: settings[name] for name in names}
     for name in ("n_directions", "levels", "k"):
         if name in kwargs and (not isinstance(kwargs[name], int) or isinstance(kwargs[name], bool)):
             raise ValueError(f"codec setting {name!r} must be an integer, got {kwargs[name]!r}")

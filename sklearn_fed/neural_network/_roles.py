@@ -510,7 +510,6 @@ class FedMPDDServer(Server):
             self.seed = estimator.seed_
             self.first_round = estimator.n_rounds_
             self.ready = True
-            self._d = estimator._n_trainable()
             if self.extra_classes is not None:
                 unknown = np.setdiff1d(np.asarray(self.extra_classes), estimator.classes_)
                 if len(unknown):
@@ -568,18 +567,12 @@ class FedMPDDServer(Server):
         message = Frame(kind=self.codec.kind, round=frame.round, site=frame.site,
                         fields={k: v for k, v in frame.fields.items() if k != "loss"},
                         arrays=frame.arrays)
-        self.codec.read(message, self._d, client=site)
+        self.codec.read(message, self.estimator._n_trainable(), client=site)
         if self.codec.seeded and message.fields["seed"] != self._seeds[label_key(site)]:
             fail("its directions' seed is not the one its task gave.")
         return float(loss), message
 
     # ----------------------------------------------------------------- apply
-    def apply(self, replies, ledger):
-        if not self.ready:
-            self._start(replies, ledger)
-        else:
-            self._step(replies, ledger)
-
     def _start(self, replies, ledger):
         estimator = self.estimator
         ordered = sorted_labels(replies)
@@ -602,13 +595,14 @@ class FedMPDDServer(Server):
             classes = classes_array(labels + (self.extra_classes or []))
         estimator._start(self.seed, classes, self.schema, ordered, ledger)
         self.ready = True
-        self._d = estimator._n_trainable()
 
-    def _step(self, replies, ledger):
+    def apply(self, replies, ledger):
+        if not self.ready:  # the describe round
+            return self._start(replies, ledger)
         estimator = self.estimator
         ordered = sorted_labels(replies)
         messages = [replies[site][1] for site in ordered]
-        d = self._d
+        d = estimator._n_trainable()
         estimate = self.codec.decode_mean(messages, d)
         if not torch.isfinite(estimate).all():
             self._culprit(ordered, messages, d)
