@@ -438,13 +438,10 @@ class QSGDCodec(_Codec):
         if norm[0] < 0:
             fail("norm must be non-negative.")
         bits = arrays["bits"]
-        n_bits = d * self.bits_per_coordinate()
-        if not isinstance(bits, np.ndarray) or bits.dtype != np.uint8 or bits.shape != (
-            -(-n_bits // 8),
-        ):
-            fail(f"array 'bits' must be {-(-n_bits // 8)} bytes (uint8) for d={d}.")
-        unpacked = np.unpackbits(bits)
-        if unpacked[n_bits:].any():
+        n_bytes = self.nbytes(d) - _FLOAT32
+        if not isinstance(bits, np.ndarray) or bits.dtype != np.uint8 or bits.shape != (n_bytes,):
+            fail(f"array 'bits' must be {n_bytes} bytes (uint8) for d={d}.")
+        if np.unpackbits(bits)[d * self.bits_per_coordinate():].any():
             fail("has non-zero padding bits.")
         if (self._unpack(bits, d)[1] > self.levels).any():
             fail(f"has a level above {self.levels}.")
