@@ -255,18 +255,9 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
             verbose=verbose,
             **kwargs,
         )
-        self.n_clients = n_clients
-        self.client_fraction = client_fraction
-        self.n_directions = n_directions
-        self.direction = direction
-        self.partition = partition
-        self.uplink = uplink
-        self.quantization_levels = quantization_levels
-        self.topk = topk
-        self.noise_scale = noise_scale
-        self.dirichlet_alpha = dirichlet_alpha
-        self.vectorize = vectorize
-        self.random_state = random_state
+        arguments = locals()
+        for name in self._fed_constraints:  # ours, in order (skorch's two again, unchanged)
+            setattr(self, name, arguments[name])
 
     # ----------------------------------------------------- sklearn and skorch
     @property
