@@ -94,12 +94,9 @@ def per_sample_loss(criterion, logits, y):
 
 
 def _label_kind(label):
-    if isinstance(label, bool):
-        return "bool"
-    if isinstance(label, (int, float)):
-        return "number"
-    if isinstance(label, str):
-        return "str"
+    for kind, types in (("bool", bool), ("number", (int, float)), ("str", str)):
+        if isinstance(label, types):  # bool first: a bool is an int too
+            return kind
     return None
 
 
