@@ -503,18 +503,14 @@ class FedMPDDServer(Server):
             noise_scale=estimator.noise_scale,
         )
         self.extra_classes = None if classes is None else list(classes)
-        if self.warm_start and estimator._is_trained():
-            self.seed = estimator.seed_
-            self.first_round = estimator.n_rounds_
-            self.ready = True
-            if self.extra_classes is not None:
-                unknown = np.setdiff1d(np.asarray(self.extra_classes), estimator.classes_)
-                if len(unknown):
-                    raise ValueError(f"classes {unknown.tolist()} were not seen at the first fit.")
-        else:
-            self.seed = estimator._new_seed()
-            self.first_round = 0
-            self.ready = False
+        # ready: a warm start continues the trained model (no describe round)
+        self.ready = bool(self.warm_start) and estimator._is_trained()
+        self.seed = estimator.seed_ if self.ready else estimator._new_seed()
+        self.first_round = estimator.n_rounds_ if self.ready else 0
+        if self.ready and self.extra_classes is not None:
+            unknown = np.setdiff1d(np.asarray(self.extra_classes), estimator.classes_)
+            if len(unknown):
+                raise ValueError(f"classes {unknown.tolist()} were not seen at the first fit.")
         self.trained = 0
         self.stopped = False
         self.losses = []
