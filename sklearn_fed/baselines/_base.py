@@ -42,6 +42,7 @@ from ..protocol import (
     label_key,
     sorted_labels,
 )
+from ..protocol._errors import failing
 from ..protocol._fields import reply_array, reply_keys, reply_number, task_field
 from ..protocol._schema import count_rows
 from ..utils._warnings import warn
@@ -58,9 +59,8 @@ _MAX_VALUE = 1e150
 def _bounded(values, site):
     largest = float(np.max(np.abs(values), initial=0.0))
     if largest > _MAX_VALUE:
-        raise InvalidClientMessage(
-            f"client {site!r}: a value of magnitude {largest:.3g} (more than {_MAX_VALUE:g}): "
-            "its training diverged (reduce learning_rate) or it is not honest.", site)
+        failing(site)(f"a value of magnitude {largest:.3g} (more than {_MAX_VALUE:g}): its "
+                      "training diverged (reduce learning_rate) or it is not honest.")
     return values
 
 
@@ -174,7 +174,7 @@ def _train_dense(X, y, s, weight_sums, coef, params, seeds):
 
 
 @np.errstate(over="ignore", invalid="ignore")
-def _train_sparse(X, y, s, weight_sum, coef, params, seed, x_mean):
+def _train_sparse(X, y, s, weight_sum, coef, params, x_mean):
     """Local SGD of one site with sparse rows, centered implicitly on ``x_mean``.
 
     ``y`` is already centered; ``x_mean`` is None without an intercept.
@@ -190,7 +190,7 @@ def _train_sparse(X, y, s, weight_sum, coef, params, seed, x_mean):
 
     loss = (residual(X, y, coef) ** 2).sum(axis=1) @ s
     W = coef.copy()
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(params.seed)
     for _ in range(params.local_epochs):
         order = None if per_epoch == 1 else rng.permutation(n)
         for j in range(per_epoch):
@@ -240,8 +240,7 @@ class SGDClient(Client):
         if params.augment:  # the intercept coordinate: a column of ones
             Xk = sp.hstack([Xk, np.ones((Xk.shape[0], 1))], format="csr")
         W, steps, loss = _train_sparse(
-            Xk, yk if y_mean is None else yk - y_mean, sk, weight_sum, coef, params,
-            params.seed, x_mean,
+            Xk, yk if y_mean is None else yk - y_mean, sk, weight_sum, coef, params, x_mean
         )
         return self._train_reply(task, coef, W, steps, loss)
 
@@ -364,11 +363,10 @@ class SGDServer(Server):
         state = getattr(estimator, "_sgd_state", None) if self.warm_start else None
         if state is None:  # a new model
             state = {"coef": None, "rng": check_random_state(estimator.random_state),
-                     "rounds": 0, "history": []}
+                     "history": []}
         # copies: a failed round must leave the estimator's state alone
         self._coef = state["coef"]
         self._rng = copy.deepcopy(state["rng"])
-        self._rounds = state["rounds"]
         self._history = list(state["history"])
         self._setup = None
         self._warned = False
@@ -406,7 +404,7 @@ class SGDServer(Server):
             arrays.update(x_mean=self._setup["x_mean"], y_mean=self._setup["y_mean"])
         fields = {
             "step": "train",
-            "round": self._rounds + 1,
+            "round": len(self._history) + 1,
             "centered": self._centered,
             "intercept_coordinate": self._augment,
             "alpha": float(estimator.alpha) / self._setup["total"],
@@ -463,12 +461,6 @@ class SGDServer(Server):
         }
 
     # ------------------------------------------------------------ apply
-    def apply(self, replies, ledger):
-        if self._setup is None:
-            self._apply_setup(replies)
-        else:
-            self._apply_round(replies, ledger)
-
     def _apply_setup(self, replies):
         estimator = self.estimator
         order = sorted_labels(replies)
@@ -503,20 +495,20 @@ class SGDServer(Server):
             self._coef = np.zeros((d + self._augment, t))
         elif self._coef.shape != (d + self._augment, t) or (
                 estimator._sgd_state["single"] != setup["single"]):
-            site = order[0]
-            raise InvalidClientMessage(
-                f"client {site!r}: its targets differ from the model's (partial_fit continues "
-                "the same model).", site)
+            failing(order[0])("its targets differ from the model's (partial_fit continues the "
+                              "same model).")
         self._setup = setup
 
-    def _apply_round(self, replies, ledger):
+    def apply(self, replies, ledger):
+        if self._setup is None:  # the setup round
+            return self._apply_setup(replies)
         estimator = self.estimator
         order = sorted_labels(replies)
         weights = np.array([self._setup["sizes"][label_key(s)] for s in order])
         p = weights / math.fsum(weights)
         steps = np.array([replies[s]["steps"] for s in order], dtype=np.float64)
         coef = self._aggregate(self._coef, [replies[s] for s in order], p, steps)
-        round_number = self._rounds + 1
+        round_number = len(self._history) + 1
         if not np.all(np.isfinite(coef)):
             raise ValueError(
                 f"{type(estimator).__name__} diverged in round {round_number}: the model "
@@ -534,11 +526,11 @@ class SGDServer(Server):
         }]
         ledger.n_parameters = (self.schema.n_features + bool(estimator.fit_intercept)) * (
             coef.shape[1])
-        state = {"coef": coef, "rng": self._rng, "rounds": round_number, "history": history,
+        state = {"coef": coef, "rng": self._rng, "history": history,
                  "single": self._setup["single"], "fit_intercept": bool(estimator.fit_intercept)}
         self._commit(state, ledger)
         # the server goes on from the committed state (copies for the next round)
-        self._coef, self._rounds, self._history = coef, round_number, history
+        self._coef, self._history = coef, history
         self._rng = copy.deepcopy(self._rng)
         self._mark = (ledger.uplink_bytes, ledger.downlink_bytes)
 
@@ -587,7 +579,7 @@ class SGDServer(Server):
             estimator.intercept_ = intercept.astype(dtype)
         estimator.learning_rate_ = self._setup["learning_rate"]
         estimator.history_ = state["history"]
-        estimator.n_rounds_ = state["rounds"]
+        estimator.n_rounds_ = len(state["history"])
         set_federation_attributes(estimator, self.schema, ledger, self._setup["labels"])
 
 

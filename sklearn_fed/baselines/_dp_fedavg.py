@@ -15,6 +15,7 @@ from .._compat import Interval
 from ..privacy import PrivacyLedger, gaussian_noise_std, noise_generator
 from ..privacy._noise import discretized_sensitivity, grid_exponent, rounded_gaussian
 from ..protocol import InvalidClientMessage
+from ..protocol._errors import failing
 from ..protocol._fields import reply_keys, reply_number, task_field
 from ._base import BaseFederatedSGD, SGDClient, SGDServer
 from ._fedavg import _fill_docstring
@@ -162,8 +163,7 @@ class DPServer(SGDServer):
         update = frame.arrays["update"]
         if not (isinstance(update, np.ndarray) and update.dtype == np.int64
                 and update.shape == (rows, t) and np.all(np.abs(update) < 2**62)):
-            raise InvalidClientMessage(
-                f"client {site!r}: the update must be ({rows}, {t}) int64 grid steps.", site)
+            failing(site)(f"the update must be ({rows}, {t}) int64 grid steps.")
         release = _Release(2 * float(self.estimator.clip_norm), update.size, self._multiplier)
         return {
             "steps": reply_number(frame, "steps", site, low=1, high=2**40, integer=True),

@@ -34,12 +34,8 @@ def _load_csv(path, target, categorical, return_feature_names):
         raise ValueError(f"{path}: a numeric column holds text ({exc}).") from None
     blocks, names = [values.reshape(len(records), len(numeric))], list(numeric)
     for column in categorical:  # one-hot, one column per level (sorted)
-        raw = [row[column].strip() for row in records]
-        levels = sorted(set(raw))
-        index = {level: i for i, level in enumerate(levels)}
-        onehot = np.zeros((len(records), len(levels)))
-        onehot[np.arange(len(records)), [index[v] for v in raw]] = 1.0
-        blocks.append(onehot)
+        levels, codes = np.unique([row[column].strip() for row in records], return_inverse=True)
+        blocks.append((codes[:, None] == np.arange(len(levels))).astype(np.float64))
         names += [f"{column}={level}" for level in levels]
     X = np.hstack(blocks)
     y = np.array([float(row[target]) for row in records])

@@ -10,16 +10,17 @@ import importlib.util
 
 __all__ = ["CommunicationLog", "FedMPDDClassifier", "LeNet", "MLP", "make_codec"]
 
-_WHERE = {
-    "CommunicationLog": "._fedmpdd",
-    "FedMPDDClassifier": "._fedmpdd",
-    "LeNet": "._modules",
-    "MLP": "._modules",
-    "make_codec": "._codecs",
+_MODULES = {
+    "._codecs": ("make_codec",),
+    "._fedmpdd": ("CommunicationLog", "FedMPDDClassifier"),
+    "._modules": ("LeNet", "MLP"),
 }
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
 
-def _require_nn():
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     missing = [m for m in ("torch", "skorch") if importlib.util.find_spec(m) is None]
     if missing:
         raise ImportError(
@@ -27,14 +28,7 @@ def _require_nn():
             "with `pip install sklearn-fed[nn]` (on CPU-only machines install "
             "torch==2.13.0 first)."
         )
-
-
-def __getattr__(name):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    _require_nn()
-    module = importlib.import_module(_WHERE[name], __name__)
-    return getattr(module, name)
+    return getattr(importlib.import_module(_WHERE[name], __name__), name)
 
 
 def __dir__():

@@ -30,6 +30,7 @@ Rademacher signs are made from the seed, and applied, by
 :mod:`~sklearn_fed.neural_network._sign_kernels` (its docstring has the layout).
 """
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from numbers import Integral, Real
@@ -116,6 +117,8 @@ class _Codec(ABC):
     name = None
     #: JSON fields a message carries besides its arrays.
     fields = ()
+    #: Names of the arrays a message carries.
+    array_names = ()
     #: Whether the estimate depends on the seed: MPDD's directions do; the
     #: other codecs use it only for their own randomness.
     seeded = False
@@ -127,7 +130,7 @@ class _Codec(ABC):
 
     def settings(self):
         """The codec's configuration as JSON fields (what a task tells a site)."""
-        names = _SETTINGS[self.name]
+        names = _SETTINGS[self.name][1]
         return {"uplink": self.name, **{name: getattr(self, name) for name in names}}
 
     def encode(self, g, *, seed=None):
@@ -184,6 +187,8 @@ class _Codec(ABC):
                  f"{sorted(fields) if isinstance(fields, dict) else fields!r}.")
         if not isinstance(arrays, dict):
             fail("has no arrays.")
+        if set(arrays) != set(self.array_names):
+            fail(f"must have the arrays {sorted(self.array_names)}, got {sorted(arrays)}.")
         self._check(fields, arrays, int(d), fail)
         return frame
 
@@ -236,11 +241,6 @@ def _checked_array(arrays, name, shape, fail, dtype=np.float32):
     return value
 
 
-def _only_arrays(arrays, names, fail):
-    if set(arrays) != set(names):
-        fail(f"must have the arrays {sorted(names)}, got {sorted(arrays)}.")
-
-
 class MPDDCodec(_Codec):
     """Multi-projected directional derivatives (FedMPDD, Alg. 2; FedPDD when m=1).
 
@@ -269,6 +269,7 @@ class MPDDCodec(_Codec):
 
     name = "mpdd"
     fields = ("seed",)
+    array_names = ("s",)
     seeded = True
 
     def __init__(self, n_directions, direction="rademacher"):
@@ -334,7 +335,6 @@ class MPDDCodec(_Codec):
     def _check(self, fields, arrays, d, fail):
         if not _is_seed(fields["seed"]):
             fail(f"seed must be an integer in [0, 2**63), got {fields['seed']!r}.")
-        _only_arrays(arrays, ("s",), fail)
         _checked_array(arrays, "s", (self.n_directions,), fail)
 
     def _add(self, frames, out):
@@ -365,6 +365,7 @@ class FullCodec(_Codec):
     """
 
     name = "full"
+    array_names = ("g",)
 
     def nbytes(self, d):
         """Payload bytes of one message: ``4 d``."""
@@ -374,7 +375,6 @@ class FullCodec(_Codec):
         return {}, {"g": g.astype(np.float32)}
 
     def _check(self, fields, arrays, d, fail):
-        _only_arrays(arrays, ("g",), fail)
         _checked_array(arrays, "g", (d,), fail)
 
     def _add_one(self, arrays, out):
@@ -402,6 +402,7 @@ class QSGDCodec(_Codec):
     """
 
     name = "qsgd"
+    array_names = ("norm", "bits")
 
     def __init__(self, levels=255):
         if not (isinstance(levels, Integral) and 1 <= levels < _MAX_LEVELS):
@@ -433,18 +434,14 @@ class QSGDCodec(_Codec):
         return {}, {"norm": np.array([norm], dtype=np.float32), "bits": np.packbits(bits.ravel())}
 
     def _check(self, fields, arrays, d, fail):
-        _only_arrays(arrays, ("norm", "bits"), fail)
         norm = _checked_array(arrays, "norm", (1,), fail)
         if norm[0] < 0:
             fail("norm must be non-negative.")
         bits = arrays["bits"]
-        n_bits = d * self.bits_per_coordinate()
-        if not isinstance(bits, np.ndarray) or bits.dtype != np.uint8 or bits.shape != (
-            -(-n_bits // 8),
-        ):
-            fail(f"array 'bits' must be {-(-n_bits // 8)} bytes (uint8) for d={d}.")
-        unpacked = np.unpackbits(bits)
-        if unpacked[n_bits:].any():
+        n_bytes = self.nbytes(d) - _FLOAT32
+        if not isinstance(bits, np.ndarray) or bits.dtype != np.uint8 or bits.shape != (n_bytes,):
+            fail(f"array 'bits' must be {n_bytes} bytes (uint8) for d={d}.")
+        if np.unpackbits(bits)[d * self.bits_per_coordinate():].any():
             fail("has non-zero padding bits.")
         if (self._unpack(bits, d)[1] > self.levels).any():
             fail(f"has a level above {self.levels}.")
@@ -473,6 +470,7 @@ class TopKCodec(_Codec):
     """
 
     name = "topk"
+    array_names = ("values", "indices")
 
     def __init__(self, k=400):
         if not (isinstance(k, Integral) and 1 <= k < 2**31):
@@ -489,7 +487,6 @@ class TopKCodec(_Codec):
         return {}, {"values": g[idx].astype(np.float32), "indices": idx.astype(np.int32)}
 
     def _check(self, fields, arrays, d, fail):
-        _only_arrays(arrays, ("values", "indices"), fail)
         k = min(self.k, d)
         _checked_array(arrays, "values", (k,), fail)
         idx = _checked_array(arrays, "indices", (k,), fail, np.int32)
@@ -523,27 +520,26 @@ class LDPCodec(FullCodec):
         if not (isinstance(scale, Real) and 0 <= scale < math.inf):
             raise ValueError(f"noise scale must be finite and >= 0, got {scale!r}")
         self.name = noise
-        self.noise = noise
         self.noise_scale = float(scale)
 
     def _payload(self, g, seed):
         rng = np.random.default_rng(seed)
-        if self.noise == "gaussian":
+        if self.name == "gaussian":
             noise = rng.standard_normal(g.shape[0]) * self.noise_scale
         else:
             noise = rng.laplace(0.0, self.noise_scale, g.shape[0])
         return {}, {"g": (g + noise).astype(np.float32)}
 
 
-#: The settings (``make_codec``'s arguments, the codec's attributes) each uplink's codec is
-#: built from, and that its ``settings()`` gives a task.
+#: Each uplink's codec class and the settings (``make_codec``'s arguments, the codec's
+#: attributes) it is built from, in order, and that its ``settings()`` gives a task.
 _SETTINGS = {
-    "mpdd": ("n_directions", "direction"),
-    "full": (),
-    "qsgd": ("levels",),
-    "topk": ("k",),
-    "gaussian": ("noise_scale",),
-    "laplace": ("noise_scale",),
+    "mpdd": (MPDDCodec, ("n_directions", "direction")),
+    "full": (FullCodec, ()),
+    "qsgd": (QSGDCodec, ("levels",)),
+    "topk": (TopKCodec, ("k",)),
+    "gaussian": (functools.partial(LDPCodec, "gaussian"), ("noise_scale",)),
+    "laplace": (functools.partial(LDPCodec, "laplace"), ("noise_scale",)),
 }
 UPLINKS = tuple(_SETTINGS)
 
@@ -557,17 +553,11 @@ def make_codec(uplink, *, n_directions=400, direction="rademacher", levels=255, 
     >>> make_codec("mpdd", n_directions=10).nbytes(1000)
     40
     """
-    if uplink == "mpdd":
-        return MPDDCodec(n_directions, direction)
-    if uplink == "full":
-        return FullCodec()
-    if uplink == "qsgd":
-        return QSGDCodec(levels)
-    if uplink == "topk":
-        return TopKCodec(k)
-    if uplink in ("gaussian", "laplace"):
-        return LDPCodec(uplink, noise_scale)
-    raise ValueError(f"uplink must be one of {UPLINKS}, got {uplink!r}")
+    settings = locals()
+    if uplink not in UPLINKS:
+        raise ValueError(f"uplink must be one of {UPLINKS}, got {uplink!r}")
+    codec, names = _SETTINGS[uplink]
+    return codec(*(settings[name] for name in names))
 
 
 def codec_from_settings(settings):
@@ -581,12 +571,13 @@ def codec_from_settings(settings):
     12
     """
     uplink = settings.get("uplink")
-    if uplink not in _SETTINGS:
+    if uplink not in UPLINKS:  # a tuple: an unhashable value is not a TypeError
         raise ValueError(f"unknown uplink {uplink!r}")
-    missing = [name for name in _SETTINGS[uplink] if name not in settings]
+    names = _SETTINGS[uplink][1]
+    missing = [name for name in names if name not in settings]
     if missing:
         raise ValueError(f"the {uplink!r} codec needs the settings {missing}")
-    kwargs = {name: settings[name] for name in _SETTINGS[uplink]}
+    kwargs = {name: settings[name] for name in names}
     for name in ("n_directions", "levels", "k"):
         if name in kwargs and (not isinstance(kwargs[name], int) or isinstance(kwargs[name], bool)):
             raise ValueError(f"codec setting {name!r} must be an integer, got {kwargs[name]!r}")

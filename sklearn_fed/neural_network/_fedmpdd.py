@@ -21,6 +21,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from skorch import NeuralNetClassifier
 from skorch.callbacks import Callback, EpochTimer, PassthroughScoring, PrintLog
 from skorch.history import History
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .._clients import group_rows_by_client, label_array
 from .._compat import (
@@ -254,18 +255,9 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
             verbose=verbose,
             **kwargs,
         )
-        self.n_clients = n_clients
-        self.client_fraction = client_fraction
-        self.n_directions = n_directions
-        self.direction = direction
-        self.partition = partition
-        self.uplink = uplink
-        self.quantization_levels = quantization_levels
-        self.topk = topk
-        self.noise_scale = noise_scale
-        self.dirichlet_alpha = dirichlet_alpha
-        self.vectorize = vectorize
-        self.random_state = random_state
+        arguments = locals()
+        for name in self._fed_constraints:  # ours, in order (skorch's two again, unchanged)
+            setattr(self, name, arguments[name])
 
     # ----------------------------------------------------- sklearn and skorch
     @property
@@ -520,7 +512,7 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
         A round that raises is undone: the parameters and optimizer state here, which
         change in place; the server's savepoint puts back the rest (history included).
         """
-        params = [p.detach().clone() for p in self.module_.parameters()]
+        params = parameters_to_vector(self.module_.parameters()).detach()
         optimizer_state = copy.deepcopy(self.optimizer_.state_dict())
         stop = False
         try:
@@ -536,9 +528,7 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
             if stop or batch.last:
                 self.notify("on_train_end", X=None, y=None)
         except BaseException:
-            with torch.no_grad():
-                for p, saved in zip(self.module_.parameters(), params):
-                    p.copy_(saved)
+            vector_to_parameters(params, self.module_.parameters())
             self.optimizer_.load_state_dict(optimizer_state)
             raise
         return stop

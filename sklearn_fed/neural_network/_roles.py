@@ -49,7 +49,7 @@ from numbers import Integral
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.utils import vector_to_parameters
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..protocol import (
     Client,
@@ -61,6 +61,7 @@ from ..protocol import (
     plain_label,
     sorted_labels,
 )
+from ..protocol._errors import failing
 from ._codecs import codec_from_settings, derive_seed, make_codec
 
 __all__ = ["FedMPDDClient", "FedMPDDServer"]
@@ -93,12 +94,9 @@ def per_sample_loss(criterion, logits, y):
 
 
 def _label_kind(label):
-    if isinstance(label, bool):
-        return "bool"
-    if isinstance(label, (int, float)):
-        return "number"
-    if isinstance(label, str):
-        return "str"
+    for kind, types in (("bool", bool), ("number", (int, float)), ("str", str)):
+        if isinstance(label, types):  # bool first: a bool is an int too
+            return kind
     return None
 
 
@@ -505,19 +503,14 @@ class FedMPDDServer(Server):
             noise_scale=estimator.noise_scale,
         )
         self.extra_classes = None if classes is None else list(classes)
-        if self.warm_start and estimator._is_trained():
-            self.seed = estimator.seed_
-            self.first_round = estimator.n_rounds_
-            self.ready = True
-            self._d = estimator._n_trainable()
-            if self.extra_classes is not None:
-                unknown = np.setdiff1d(np.asarray(self.extra_classes), estimator.classes_)
-                if len(unknown):
-                    raise ValueError(f"classes {unknown.tolist()} were not seen at the first fit.")
-        else:
-            self.seed = estimator._new_seed()
-            self.first_round = 0
-            self.ready = False
+        # ready: a warm start continues the trained model (no describe round)
+        self.ready = bool(self.warm_start) and estimator._is_trained()
+        self.seed = estimator.seed_ if self.ready else estimator._new_seed()
+        self.first_round = estimator.n_rounds_ if self.ready else 0
+        if self.ready and self.extra_classes is not None:
+            unknown = np.setdiff1d(np.asarray(self.extra_classes), estimator.classes_)
+            if len(unknown):
+                raise ValueError(f"classes {unknown.tolist()} were not seen at the first fit.")
         self.trained = 0
         self.stopped = False
         self.losses = []
@@ -536,8 +529,7 @@ class FedMPDDServer(Server):
         n_part = max(1, math.ceil(estimator.client_fraction * len(ordered) - 1e-12))
         chosen = np.sort(rng.choice(len(ordered), n_part, replace=False))
         # every parameter of the module (trainable or not), flat: what a task carries
-        params = torch.cat([p.detach().reshape(-1) for p in estimator.module_.parameters()])
-        params = params.cpu().numpy()
+        params = parameters_to_vector(estimator.module_.parameters()).detach().cpu().numpy()
         common = {
             "step": "train",
             "classes": [plain_label(c) for c in estimator.classes_],
@@ -557,9 +549,7 @@ class FedMPDDServer(Server):
 
     # --------------------------------------------------------------- replies
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         if not self.ready:
             if set(frame.fields) != {"classes"} or frame.arrays:
                 fail("a describe reply holds exactly the field 'classes'.")
@@ -570,18 +560,12 @@ class FedMPDDServer(Server):
         message = Frame(kind=self.codec.kind, round=frame.round, site=frame.site,
                         fields={k: v for k, v in frame.fields.items() if k != "loss"},
                         arrays=frame.arrays)
-        self.codec.read(message, self._d, client=site)
+        self.codec.read(message, self.estimator._n_trainable(), client=site)
         if self.codec.seeded and message.fields["seed"] != self._seeds[label_key(site)]:
             fail("its directions' seed is not the one its task gave.")
         return float(loss), message
 
     # ----------------------------------------------------------------- apply
-    def apply(self, replies, ledger):
-        if not self.ready:
-            self._start(replies, ledger)
-        else:
-            self._step(replies, ledger)
-
     def _start(self, replies, ledger):
         estimator = self.estimator
         ordered = sorted_labels(replies)
@@ -590,11 +574,9 @@ class FedMPDDServer(Server):
             for label in replies[site]:
                 kinds.setdefault(_label_kind(label), site)
         if len(kinds) > 1:
-            site = list(kinds.values())[-1]
-            raise InvalidClientMessage(
-                f"client {site!r}: its labels are not of the same kind (numbers, strings, "
-                f"booleans) as site {list(kinds.values())[0]!r}'s.", site
-            )
+            first, *_, site = kinds.values()
+            failing(site)(f"its labels are not of the same kind (numbers, strings, booleans) "
+                          f"as site {first!r}'s.")
         labels = [label for site in ordered for label in replies[site]]
         if estimator.classes is not None:  # skorch's `classes`: the order is the user's
             classes = np.asarray(estimator.classes)
@@ -606,16 +588,17 @@ class FedMPDDServer(Server):
             classes = classes_array(labels + (self.extra_classes or []))
         estimator._start(self.seed, classes, self.schema, ordered, ledger)
         self.ready = True
-        self._d = estimator._n_trainable()
 
-    def _step(self, replies, ledger):
+    def apply(self, replies, ledger):
+        if not self.ready:  # the describe round
+            return self._start(replies, ledger)
         estimator = self.estimator
         ordered = sorted_labels(replies)
         messages = [replies[site][1] for site in ordered]
-        d = self._d
+        d = estimator._n_trainable()
         estimate = self.codec.decode_mean(messages, d)
         if not torch.isfinite(estimate).all():
-            raise self._culprit(ordered, messages, d)
+            self._culprit(ordered, messages, d)
         last = self.trained + 1 >= estimator.max_epochs
         batch = Round(estimate, [replies[site][0] for site in ordered], ordered,
                       self.first_round + self.trained, self.trained == 0, last, ledger,
@@ -629,9 +612,7 @@ class FedMPDDServer(Server):
             estimator._warn_if_stalled(self.losses, fresh=self.first_round == 0)
 
     def _culprit(self, ordered, messages, d):
-        """The site whose message makes the average non-finite (the largest one)."""
+        """Blame the site whose message makes the average non-finite (the largest one)."""
         sizes = [float(self.codec.decode(message, d).abs().max()) for message in messages]
         site = ordered[int(np.nanargmax(np.nan_to_num(sizes, nan=np.inf)))]
-        return InvalidClientMessage(
-            f"client {site!r}: its message decodes to a gradient too large for float32.", site
-        )
+        failing(site)("its message decodes to a gradient too large for float32.")

@@ -199,6 +199,11 @@ def test_bad_codec_arguments_rejected():
         FullCodec().encode(torch.tensor([1.0, float("nan")]))
     with pytest.raises(ValueError, match="must be an integer"):
         codec_from_settings({"uplink": "topk", "k": 2.5})
+    for bad in ([], {}):  # unhashable: a hostile task's uplink is refused, not a TypeError
+        with pytest.raises(ValueError, match="uplink"):
+            codec_from_settings({"uplink": bad})
+        with pytest.raises(ValueError, match="uplink"):
+            make_codec(bad)
 
 
 def _message(codec, d=10):
