@@ -5,31 +5,13 @@ Needs the ``nn`` extra (``pip install sklearn-fed[nn]``). Importing
 one of its names is first used.
 """
 
-import importlib
-import importlib.util
+from ..utils._lazy import lazy_names
 
 __all__ = ["CommunicationLog", "FedMPDDClassifier", "LeNet", "MLP", "make_codec"]
 
-_MODULES = {
-    "._codecs": ("make_codec",),
-    "._fedmpdd": ("CommunicationLog", "FedMPDDClassifier"),
-    "._modules": ("LeNet", "MLP"),
-}
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
-
-
-def __getattr__(name):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    missing = [m for m in ("torch", "skorch") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(
-            f"sklearn_fed.neural_network needs {' and '.join(missing)}; install the extra "
-            "with `pip install sklearn-fed[nn]` (on CPU-only machines install "
-            "torch==2.13.0 first)."
-        )
-    return getattr(importlib.import_module(_WHERE[name], __name__), name)
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+_NEEDS = ("torch", "skorch")
+__getattr__, __dir__, _ = lazy_names(__name__, "nn", {
+    "._codecs": (_NEEDS, ("make_codec",)),
+    "._fedmpdd": (_NEEDS, ("CommunicationLog", "FedMPDDClassifier")),
+    "._modules": (_NEEDS, ("LeNet", "MLP")),
+}, advice=" (on CPU-only machines install torch==2.13.0 first)")
