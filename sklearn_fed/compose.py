@@ -315,13 +315,12 @@ feature_names_in_
         scratch = clone(self)
         empty = _no_rows(n_features, names)
         scratch._validate_transformers()
-        for name, _, columns in scratch.transformers:
+        for name, trans, columns in scratch.transformers:
             if callable(columns):
                 raise ValueError(  # noqa: TRY004 (a value of the right type, unusable here)
                     f"transformer {name!r} selects its columns with a callable; a federated "
                     "server has no rows to call it on: give the column names or positions."
                 )
-        for i, (name, trans, _) in enumerate(scratch.transformers):
             check_federated(trans, name, transformer=True)
         check_federated(scratch.remainder, "remainder", transformer=True)
         scratch.n_features_in_ = n_features
