@@ -1,12 +1,4 @@
-"""FederatedColumnTransformer: federated transformers on column subsets, fitted in parallel.
-
-Each transformer of a :class:`~sklearn.compose.ColumnTransformer` sees its
-own columns of the same rows, so all of them are fitted in the same rounds:
-a site's reply carries one reply per transformer. When a transformer may
-output a sparse matrix, one more round asks the sites how many non-zeros
-the output has (ColumnTransformer's ``sparse_threshold`` decides on the
-pooled density).
-"""
+"""FederatedColumnTransformer: federated transformers on column subsets, fitted in parallel."""
 
 import functools
 import time
@@ -123,8 +115,6 @@ class ColumnTransformerServer(Server):
         self._sparse_input = False
         self._sparse_output = False  # ColumnTransformer's sparse_output_, once counted
         self._sites = []
-        # Columns are resolved on the federation's features; a server not told
-        # them learns them first (a round whose replies carry only their schema).
         self._stage = "schema" if self.schema.n_features is None else "fit"
         if self._stage == "fit":
             self._make_parts()
