@@ -31,6 +31,8 @@ from ..protocol import (
     label_key,
     sorted_labels,
 )
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ..protocol._schema import count_rows
 from ..utils._warnings import warn
 from ._base import task_field, task_step
@@ -149,8 +151,7 @@ class PrivateClient(BlockwiseClient):
             return reply_fields, {"sums": encoded}
         key = self._masking_keys.pop((task.federation, label_key(task.site)), None)
         if key is None:
-            raise InvalidClientMessage(
-                "server: a masked release without this site's key round.", "server")
+            server_error("a masked release without this site's key round.")
         local = {other.public_bytes for (federation, _), other in self._masking_keys.items()
                  if federation == task.federation}
         context = f"{task.federation}|{task.round}".encode("ascii")  # what the masks bind to
@@ -239,9 +240,7 @@ class PrivateServer(Server):
         }
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         if self._stage == "keys":
             key = frame.arrays.get("public_key")
             if frame.fields or set(frame.arrays) != {"public_key"} or not (

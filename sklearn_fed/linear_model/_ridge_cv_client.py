@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ..protocol import BlockwiseClient, InvalidClientMessage
+from ..protocol._fields import server_error
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import requested_form, task_field, task_step
@@ -73,6 +74,17 @@ def fold_parts(codes):
             rows = np.flatnonzero(codes[:, j] == code)
             if rows.size:
                 yield f"{part}{j}", rows
+
+
+def _task_array(task, name, *shape):
+    """A task's array of this shape (``None``: any length), checked: tasks are untrusted."""
+    value = task.arrays.get(name)
+    if not (isinstance(value, np.ndarray) and value.ndim == len(shape)
+            and all(n in (None, m) for n, m in zip(shape, value.shape))):
+        got = value.shape if isinstance(value, np.ndarray) else "none"
+        server_error(f"task array {name!r} must have shape {shape} (None: any length), "
+                     f"got {got}.")
+    return value
 
 
 class _Block:
@@ -248,24 +260,21 @@ class CVClient(BlockwiseClient):
         ``alpha sum z p / (l (l + alpha))`` and ``alpha w sum z^2 / (l (l +
         alpha))`` are used instead, and ``alpha`` cancels in the ratio.
         """
-        arrays = task.arrays
         d, t = X.shape[1], y.shape[1]
-        alphas, basis = arrays.get("alphas"), arrays.get("basis")
-        projected = arrays.get("projected")
-        if not (isinstance(basis, np.ndarray) and basis.ndim == 2 and basis.shape[0] == d
-                and isinstance(alphas, np.ndarray) and alphas.ndim == 1
-                and projected is not None and projected.shape == (basis.shape[1], t)):
-            raise InvalidClientMessage("server: malformed leave-one-out task.", "server")
+        alphas = _task_array(task, "alphas", None)
+        basis = _task_array(task, "basis", d, None)
+        eigenvalues = _task_array(task, "eigenvalues", basis.shape[1])
+        projected = _task_array(task, "projected", basis.shape[1], t)
+        x_mean, y_mean = _task_array(task, "x_mean", d), _task_array(task, "y_mean", t)
         centered = task_field(task, "centered", bool)
-        eigenvalues = arrays["eigenvalues"]
         Z = safe_sparse_dot(X, basis, dense_output=True)
         if centered:
-            Z = Z - arrays["x_mean"] @ basis
+            Z = Z - x_mean @ basis
         w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
         inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
         fitted = _through_spectrum(Z, projected, inverse)
         if centered:
-            fitted += arrays["y_mean"][None, :, None]
+            fitted += y_mean[None, :, None]
         leverage = w[:, None] * ((Z * Z) @ inverse)
         if centered:
             leverage += (w / task_field(task, "weight_sum", float))[:, None]
@@ -282,7 +291,7 @@ class CVClient(BlockwiseClient):
         sums = {
             "e1": np.tensordot(w, residual, axes=1),
             "e2": np.tensordot(w, residual**2, axes=1),
-            "sst": w @ (y - arrays["y_mean"]) ** 2,
+            "sst": w @ (y - y_mean) ** 2,
         }
         fields = {"count": int(X.shape[0]), "weight": float(w.sum())}
         kept = task.fields.get("keep_rows")
@@ -298,14 +307,10 @@ class CVClient(BlockwiseClient):
     def _predict(self, task, X, y, sample_weight, folds):
         d = X.shape[1]
         arrays = {}
-        for name, coef in task.arrays.items():
-            if not name.startswith("coef"):
-                continue
+        for name in [name for name in task.arrays if name.startswith("coef")]:
             key = name[len("coef"):]
-            intercept = task.arrays.get(f"intercept{key}")
-            if not (coef.ndim == 3 and coef.shape[0] == d and intercept is not None
-                    and intercept.shape == coef.shape[1:]):
-                raise InvalidClientMessage("server: malformed predict task.", "server")
+            coef = _task_array(task, name, d, None, None)
+            intercept = _task_array(task, f"intercept{key}", *coef.shape[1:])
             if key == "":  # the model that holds out all of the site's rows
                 index = np.arange(X.shape[0])
             elif (folds is not None and key.isascii() and key.isdigit()

@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..protocol import InvalidClientMessage, sorted_labels
+from ..protocol._errors import failing
 from ._ridge_cv_algebra import _complements, _held_out_sums, _ridge_path
 
 __all__ = ["RobustAggregation"]
@@ -100,10 +101,7 @@ class RobustAggregation:
 
     def check(self, site, stats):
         """Per-site limits on one validated message."""
-
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         if self.max_rows is not None and stats.n_samples > self.max_rows:
             fail(f"claims {stats.n_samples} rows, more than max_rows={self.max_rows}.")
         if self.max_weight is not None and stats.weight_sum > self.max_weight:
