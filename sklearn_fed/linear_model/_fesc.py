@@ -12,14 +12,8 @@ import numpy as np
 
 from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import (
-    Client,
-    InvalidClientMessage,
-    Server,
-    label_key,
-    sorted_labels,
-)
-from ..protocol._fields import reply_array, reply_keys, reply_number
+from ..protocol import Client, InvalidClientMessage, Server, label_key, sorted_labels
+from ..protocol._fields import reply_array, reply_error, reply_keys, reply_number
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, fit_method, task_field, task_step
@@ -204,11 +198,10 @@ class FESCServer(Server):
             return size
         counted = None if self._counted is None else self._counted.get(label_key(site))
         if counted is not None and size != counted:
-            raise InvalidClientMessage(
-                f"client {site!r}: sent size {size} in the model round but {counted} in the "
-                "count round.", site)
+            reply_error(site, f"sent size {size} in the model round but {counted} in the "
+                              "count round.")
         if not size > 0:
-            raise InvalidClientMessage(f"client {site!r}: size must be positive.", site)
+            reply_error(site, "size must be positive.")
         d, t = frame.schema["n_features"], frame.schema["n_targets"]
         coef = frame.arrays["coef"]
         shape = (d,) if coef.ndim == 1 and t == 1 else (t, d)
@@ -234,9 +227,8 @@ class FESCServer(Server):
         ndim = next(iter(models.values()))[2].ndim
         for site in sorted_labels(replies):
             if replies[site][1].ndim != ndim:
-                raise InvalidClientMessage(
-                    f"client {site!r}: its targets are {replies[site][1].ndim}-D, the other "
-                    f"sites' {ndim}-D.", site)
+                reply_error(site, f"its targets are {replies[site][1].ndim}-D, the other "
+                                  f"sites' {ndim}-D.")
         labels, sizes, coefs, intercepts = zip(*models.values())
         sizes, coefs, intercepts = np.array(sizes), np.stack(coefs), np.stack(intercepts)
         weights = _combination_weights(sizes, estimator.weighting)
