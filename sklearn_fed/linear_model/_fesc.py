@@ -116,9 +116,7 @@ class FESCClient(Client):
         earlier = None if self.sites is None else self.sites.get(label_key(task.site))
         n = count_rows(X.shape[0], rows)
         take = slice(None) if rows is None else rows
-        size = 0.0 if n == 0 else float(
-            n if sample_weight is None else np.sum(sample_weight[take])
-        )
+        size = float(n if sample_weight is None else np.sum(sample_weight[take]))
         if earlier is not None:
             size += earlier.size
         if not size > 0:
@@ -170,13 +168,9 @@ class FESCServer(Server):
         estimator = self.estimator
         if not (self.warm_start and hasattr(estimator, "local_coefs_")):
             return {}
-        return {
-            label_key(label): (label, size, coef, intercept)
-            for label, size, coef, intercept in zip(
-                estimator.clients_.tolist(), estimator.client_sizes_,
-                estimator.local_coefs_, estimator.local_intercepts_,
-            )
-        }
+        models = zip(estimator.clients_.tolist(), estimator.client_sizes_,
+                     estimator.local_coefs_, estimator.local_intercepts_)
+        return {label_key(model[0]): model for model in models}
 
     def plan(self, sites):
         if self._done:
@@ -206,10 +200,8 @@ class FESCServer(Server):
         coef = frame.arrays["coef"]
         shape = (d,) if coef.ndim == 1 and t == 1 else (t, d)
         coef = reply_array(frame, "coef", shape, site)
-        if centered:
-            intercept = reply_array(frame, "intercept", shape[:-1], site)
-        else:
-            intercept = np.zeros(shape[:-1])
+        intercept = (reply_array(frame, "intercept", shape[:-1], site) if centered
+                     else np.zeros(shape[:-1]))
         return size, coef, intercept
 
     def apply(self, replies, ledger):
@@ -396,7 +388,6 @@ class FESCRidge(BaseFederatedRidge):
                 )
 
     def _fitted_state(self):
-        """``(n_targets, centered)`` of the fitted model, or None."""
         if not hasattr(self, "coef_"):
             return None
         return 1 if self.local_coefs_.ndim == 2 else self.local_coefs_.shape[1], self._centered

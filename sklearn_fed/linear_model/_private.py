@@ -268,7 +268,6 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         return privacy.epsilon(self.delta_), self.delta_
 
     def _fitted_state(self):
-        """``(n_targets, centered)`` of the releases ``partial_fit`` adds to, or None."""
         if getattr(self, "_noisy_sums", None) is None:
             return None
         return self._n_targets, self._fit_intercept

@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ..protocol import BlockwiseClient, InvalidClientMessage
-from ..protocol._fields import server_error
+from ..protocol._fields import reply_error, server_error
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import requested_form, task_field, task_step
@@ -26,18 +26,17 @@ def _pack(named):
 
 def _unpack(fields, arrays, site):
     """The statistics of a reply made by :func:`_pack`, validated, by name."""
-    unprefixed = sorted(key for key in list(fields) + list(arrays) if "." not in key)
+    unprefixed = sorted(key for key in [*fields, *arrays] if "." not in key)
     if unprefixed:
-        raise InvalidClientMessage(
-            f"client {site!r}: unexpected entries {unprefixed} (every entry is "
-            "'<statistics>.<name>').", site)
-    names = {key.split(".", 1)[0] for key in list(fields) + list(arrays)}
-    named = {}
-    for name in sorted(names):
-        part = {k.split(".", 1)[1]: v for k, v in fields.items() if k.split(".", 1)[0] == name}
-        data = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.split(".", 1)[0] == name}
-        named[name] = ClientStatistics.from_payload(part, data, client=site, psd=False)
-    return named
+        reply_error(site, f"unexpected entries {unprefixed} (every entry is "
+                          "'<statistics>.<name>').")
+    named = {}  # name -> (fields, arrays)
+    for i, entries in enumerate((fields, arrays)):
+        for key, value in entries.items():
+            name, _, part = key.partition(".")
+            named.setdefault(name, ({}, {}))[i][part] = value
+    return {name: ClientStatistics.from_payload(*named[name], client=site, psd=False)
+            for name in sorted(named)}
 
 
 def fold_codes(folds, n_folds):

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from ..protocol import InvalidClientMessage, sorted_labels
 from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ._ridge_cv_algebra import _complements, _held_out_sums, _ridge_path
 
 __all__ = ["RobustAggregation"]
@@ -129,17 +130,9 @@ class RobustAggregation:
         """Limits that compare the sites of one round: duplicates and outliers."""
         failures = {}
         if self.reject_duplicates:
-            seen = {}
-            for site in sorted_labels(replies):
-                key = _fingerprint(replies[site])
-                if key in seen:
-                    failures[site] = InvalidClientMessage(
-                        f"client {site!r}: its statistics are identical to site "
-                        f"{seen[key]!r}'s (a copied or replayed message).",
-                        site,
-                    )
-                else:
-                    seen[key] = site
+            failures = refuse_copies(replies, _fingerprint, lambda first: (
+                f"its statistics are identical to site {first!r}'s (a copied or replayed "
+                "message)."))
         if self.outlier_threshold is not None:
             rest = {
                 site: stats for site, stats in replies.items() if site not in failures
@@ -185,6 +178,19 @@ class RobustAggregation:
         return failures
 
 
+def refuse_copies(replies, fingerprint, reason):
+    """``{site: InvalidClientMessage}`` for each site whose ``fingerprint(reply)`` is an
+    earlier site's (in label order); ``reason(earlier site)`` says why."""
+    refused, seen = {}, {}
+    for site in sorted_labels(replies):
+        data = fingerprint(replies[site])
+        if data in seen:
+            refused[site] = InvalidClientMessage(f"client {site!r}: {reason(seen[data])}", site)
+        else:
+            seen[data] = site
+    return refused
+
+
 def _fingerprint(stats):
     parts = [np.float64(stats.weight_sum).tobytes(), str(stats.n_samples).encode()]
     parts += [
@@ -202,9 +208,7 @@ def check_rows_within_bounds(task_fields, X, y, site):
         if bound is None:
             continue
         if not (isinstance(bound, Real) and bound > 0 and math.isfinite(bound)):
-            raise InvalidClientMessage(
-                f"server: malformed {name} bound {bound!r}.", "server"
-            )
+            server_error(f"malformed {name} bound {bound!r}.")
         norms = _row_norms(values)
         over = int(np.count_nonzero(norms > bound * (1 + 1e-12)))
         if over:
