@@ -94,22 +94,6 @@ class _Block:
     def __init__(self, fields=None, arrays=None, *, named=None, whole=False):
         self.fields, self.arrays, self.named, self.whole = fields, arrays, named, whole
 
-    def merge(self, other):
-        if self.whole or other.whole:
-            raise ValueError(
-                "the task uses the site's fold membership, which indexes its rows, so they "
-                "must come in one block; put each site's rows in one partition.")
-        if self.named is not None:
-            return _Block(named={name: stats.merge(other.named[name])
-                                 for name, stats in self.named.items()})
-        fields = {name: value + other.fields[name] for name, value in self.fields.items()}
-        arrays = {
-            name: value + other.arrays[name] if name in _SUMMED
-            else np.concatenate([value, other.arrays[name]])
-            for name, value in self.arrays.items()
-        }
-        return _Block(fields, arrays)
-
 
 #: Arrays of a leave-one-out answer that are sums over rows.
 _SUMMED = ("e1", "e2", "sst")
@@ -220,7 +204,20 @@ class CVClient(BlockwiseClient):
         return _Block({}, arrays, whole=folds is not None)
 
     def merge(self, first, second):
-        return first.merge(second)
+        if first.whole or second.whole:
+            raise ValueError(
+                "the task uses the site's fold membership, which indexes its rows, so they "
+                "must come in one block; put each site's rows in one partition.")
+        if first.named is not None:
+            return _Block(named={name: stats.merge(second.named[name])
+                                 for name, stats in first.named.items()})
+        fields = {name: value + second.fields[name] for name, value in first.fields.items()}
+        arrays = {
+            name: value + second.arrays[name] if name in _SUMMED
+            else np.concatenate([value, second.arrays[name]])
+            for name, value in first.arrays.items()
+        }
+        return _Block(fields, arrays)
 
     def finish(self, task, summary):
         if summary.named is not None:

@@ -134,15 +134,12 @@ class RobustAggregation:
                 f"its statistics are identical to site {first!r}'s (a copied or replayed "
                 "message)."))
         if self.outlier_threshold is not None:
-            rest = {
-                site: stats for site, stats in replies.items() if site not in failures
-            }
+            rest = {site: stats for site, stats in replies.items() if site not in failures}
             failures.update(self._outliers(rest))
         return failures
 
     def _outliers(self, replies):
-        labels = sorted_labels(replies)
-        labels = [label for label in labels if replies[label].weight_sum > 0]
+        labels = [label for label in sorted_labels(replies) if replies[label].weight_sum > 0]
         if len(labels) < 3:
             return {}
         statistics = [replies[label] for label in labels]
@@ -202,9 +199,8 @@ def _fingerprint(stats):
 
 def check_rows_within_bounds(task_fields, X, y, site):
     """At the site: refuse to answer when its rows break the declared bounds."""
-    feature_bound = task_fields.get("feature_bound")
-    target_bound = task_fields.get("target_bound")
-    for name, bound, values in (("X", feature_bound, X), ("y", target_bound, y)):
+    for name, field, values in (("X", "feature_bound", X), ("y", "target_bound", y)):
+        bound = task_fields.get(field)
         if bound is None:
             continue
         if not (isinstance(bound, Real) and bound > 0 and math.isfinite(bound)):
