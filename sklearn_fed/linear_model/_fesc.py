@@ -197,8 +197,7 @@ class FESCServer(Server):
         if not size > 0:
             reply_error(site, "size must be positive.")
         d, t = frame.schema["n_features"], frame.schema["n_targets"]
-        coef = frame.arrays["coef"]
-        shape = (d,) if coef.ndim == 1 and t == 1 else (t, d)
+        shape = (d,) if frame.arrays["coef"].ndim == 1 and t == 1 else (t, d)
         coef = reply_array(frame, "coef", shape, site)
         intercept = (reply_array(frame, "intercept", shape[:-1], site) if centered
                      else np.zeros(shape[:-1]))

@@ -283,9 +283,8 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     def _solve(self, total, d, t, alpha, single_target, plan):
         """Server side: derive centered statistics from the noisy sums and solve."""
         w, sx, sy, gram, moment = _unpack(total, d, t, self.fit_intercept)
-        noisy = plan.noise_std > 0
         if self.fit_intercept:
-            if noisy:
+            if plan.noise_std > 0:
                 # Post-processing: a noisy count below one row would blow up the means.
                 w = max(w, 1.0)
             elif not w > 0:

@@ -277,8 +277,7 @@ class PrivateServer(Server):
             }
             return
         estimator = self.estimator
-        schema = self.schema
-        d = schema.n_features
+        d = self.schema.n_features
         order = sorted_labels(replies)
         single_target, t, first = replies[order[0]]
         if any(replies[site][0] != single_target for site in order):
@@ -317,7 +316,7 @@ class PrivateServer(Server):
         estimator.sensitivity_ = plan.sensitivity
         estimator.noise_std_ = plan.noise_std
         estimator.n_releases_ = len(privacy)
-        set_federation_attributes(estimator, schema, ledger, replies, previous_clients=earlier,
+        set_federation_attributes(estimator, self.schema, ledger, replies, previous_clients=earlier,
                                   n_features=d)
         estimator._set_coef(summary, coef, self.round_dtype.type)
         self._done = True
