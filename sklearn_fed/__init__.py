@@ -40,19 +40,12 @@ from .statistics import (
     InvalidClientMessage,
     merge_statistics,
 )
+from .utils._lazy import lazy_names
 
 __version__ = "0.1.0.dev0"
 
 # torch-backed estimators load on first access, so `import sklearn_fed` stays torch-free
-_LAZY = {"FedMPDDClassifier": "sklearn_fed.neural_network"}
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, "nn", {".neural_network": ((), ["FedMPDDClassifier"])})[0]
 
 
 __all__ = [

@@ -15,7 +15,6 @@ from sklearn.utils._param_validation import (
     Options,
     StrOptions,
     validate_parameter_constraints,
-    validate_params,
 )
 from sklearn.utils.validation import (
     FLOAT_DTYPES,
@@ -45,7 +44,6 @@ __all__ = [
     "scorer_parts",
     "validate_data",
     "validate_parameter_constraints",
-    "validate_params",
 ]
 
 

@@ -18,8 +18,7 @@ imports it only when a name that needs it is first used.
 See :doc:`/deploying_flower`.
 """
 
-import importlib
-import importlib.util
+from ..utils._lazy import lazy_names
 
 __all__ = [
     "RUN_CONFIG_DEFAULTS",
@@ -44,24 +43,4 @@ _MODULES = {
     "._local": (("flwr", "skops"), ("LocalFederation", "run_local_federation")),
     "._persist": (("skops",), ("load_model", "save_model")),
 }
-_WHERE = {name: module for module, (_, names) in _MODULES.items() for name in names}
-
-
-def _require(module):
-    missing = [m for m in _MODULES[module][0] if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(
-            f"sklearn_fed.flower needs {' and '.join(missing)}; install the extra with "
-            "`pip install sklearn-fed[flower]`."
-        )
-
-
-def __getattr__(name):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    _require(_WHERE[name])
-    return getattr(importlib.import_module(_WHERE[name], __name__), name)
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__, _require = lazy_names(__name__, "flower", _MODULES)

@@ -1,7 +1,6 @@
 """What every ridge estimator shares: the statistics roles and the base class."""
 
 import math
-from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
@@ -25,7 +24,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..protocol._fields import task_field
+from ..protocol._fields import server_error, task_field
 from ..statistics import (
     FORMS,
     ClientStatistics,
@@ -142,9 +141,7 @@ def requested_form(task):
     """The statistics form a task asks for: its ``form`` field, ``"gram"`` if absent."""
     form = task.fields.get("form", "gram")
     if form not in FORMS:
-        raise InvalidClientMessage(
-            f"server: task field 'form' must be one of {list(FORMS)}, got {form!r}.", "server"
-        )
+        server_error(f"task field 'form' must be one of {list(FORMS)}, got {form!r}.")
     return form
 
 
@@ -309,35 +306,6 @@ class StatisticsServer(Server):
         return merged, owned
 
 
-class MessagesOnDemand(Mapping):
-    """Validated client messages ``{label: ClientStatistics or bytes}``, bytes parsed when read.
-
-    Merging in a stream (:func:`~sklearn_fed.statistics.merge_statistics`)
-    then unpacks O(log K) messages at a time instead of all K: the memory of
-    a server aggregating many messages stays near their packed size.
-    """
-
-    def __init__(self, items):
-        self._items = dict(items)
-
-    def __getitem__(self, label):
-        message = self._items[label]
-        if isinstance(message, ClientStatistics):
-            return message
-        return ClientStatistics.from_bytes(message, client=label, validate=False)
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-    def nbytes(self, label):
-        """Size of the message of ``label`` in bytes."""
-        message = self._items[label]
-        return message.nbytes if isinstance(message, ClientStatistics) else memoryview(message).nbytes
-
-
 class BaseFederatedRidge(
     FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
 ):
@@ -452,7 +420,7 @@ class BaseFederatedRidge(
         message; a message is a ClientStatistics or its bytes. Each is
         validated once, in O(d^2); the PSD test runs on their merge. With
         ``keep_bytes``, a message given as bytes is returned as its bytes
-        (read again by :class:`MessagesOnDemand`): a server then never
+        (parsed again when read): a server then never
         holds every message unpacked at once.
         """
         items = list(messages.items() if isinstance(messages, dict) else enumerate(messages))

@@ -27,6 +27,8 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ._base import rows_and_weights, task_field
 
 __all__ = ["ClassesClient", "ClassesServerMixin", "class_weights", "validate_classification"]
@@ -60,10 +62,6 @@ def class_weights(class_weight, classes, counts):
     if isinstance(class_weight, str) and class_weight == "balanced":
         return counts.sum() / (len(classes) * counts.astype(np.float64))
     return compute_class_weight(class_weight, classes=classes, y=classes)
-
-
-def _server_error(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 class ClassesClient(Client):
@@ -107,7 +105,7 @@ class ClassesClient(Client):
                 weight = np.ones(y.shape[0]) if sample_weight is None else sample_weight
                 arrays["class_counts"] = np.bincount(index, weight, minlength=classes.shape[0])
             elif how != "none":
-                _server_error(f"unknown counts request {how!r}.")
+                server_error(f"unknown counts request {how!r}.")
             extra_fields, extra_arrays = self._classes_extra(task, X, y, sample_weight)
             fields.update(extra_fields)
             arrays.update(extra_arrays)
@@ -123,18 +121,18 @@ class ClassesClient(Client):
         default = super().released_parameters(task, frame)
         if "classes" not in task.fields:  # multilabel rounds: one output per target
             return default
-        n_classes = len(decode_values(task.fields["classes"], task.arrays, _server_error))
+        n_classes = len(decode_values(task.fields["classes"], task.arrays, server_error))
         outputs = 1 if n_classes <= 2 else n_classes
         return max(default, (int(frame.schema["n_features"]) + 1) * outputs)
 
     def _encode_labels(self, task, y, sample_weight):
         """``(index, weight, classes)`` of a site's labels ``y`` under the task's classes."""
-        classes = decode_values(task.fields.get("classes"), task.arrays, _server_error)
+        classes = decode_values(task.fields.get("classes"), task.arrays, server_error)
         weights = task.arrays.get("class_weight")
         if not (isinstance(weights, np.ndarray) and weights.dtype == np.float64
                 and weights.shape == classes.shape and np.all(np.isfinite(weights))
                 and np.all(weights >= 0)):
-            _server_error("class_weight must be one finite non-negative float per class.")
+            server_error("class_weight must be one finite non-negative float per class.")
         if y.dtype.kind in "biuf" and classes.dtype.kind in "biuf" and classes.size:
             # Numbers: each label's position by bisection, checked by looking it up
             # (one pass; _check_unknown would sort the labels again every round).
@@ -195,9 +193,7 @@ class ClassesServerMixin:
         if self.classes_ is not None:
             return self._read_classified(site, frame)
 
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         fields = frame.fields
         n = fields.get("n_samples")
         extra_fields, extra_arrays = self._classes_extra_keys()

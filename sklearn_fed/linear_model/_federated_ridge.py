@@ -2,9 +2,10 @@
 
 from .._compat import StrOptions
 from ..protocol import CommunicationLedger
+from ..protocol._roles import FramesOnDemand
+from ..statistics import ClientStatistics
 from ._base import (
     BaseFederatedRidge,
-    MessagesOnDemand,
     StatisticsClient,
     StatisticsServer,
     fit_method,
@@ -200,9 +201,14 @@ class FederatedRidge(BaseFederatedRidge):
         are solved by the Gram path (``solver_`` is ``"cholesky"`` or
         ``"eigen"``) and factor messages by the SVD (``"svd"``).
         """
-        replies = MessagesOnDemand(self._read_messages(messages, keep_bytes=True))
+        # Bytes are parsed when the merge reads them: it unpacks O(log K) messages at a time.
+        items = dict(self._read_messages(messages, keep_bytes=True))
+        packed = {label: not isinstance(m, ClientStatistics) for label, m in items.items()}
+        replies = FramesOnDemand(items, lambda label: ClientStatistics.from_bytes(
+            items[label], client=label, validate=False) if packed[label] else items[label])
         ledger = CommunicationLedger()
-        ledger.record_round({}, {label: replies.nbytes(label) for label in replies})
+        ledger.record_round({}, {label: memoryview(m).nbytes if packed[label] else m.nbytes
+                                 for label, m in items.items()})
         server = self.make_server(max_rounds=1)
         server.apply(replies, ledger)
         return self

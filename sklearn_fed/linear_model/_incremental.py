@@ -115,9 +115,7 @@ def _philox(key, counter):
 def _append_labels(labels, new):
     """``labels`` (an array) followed by ``new``, keeping each label's type."""
     new = label_array(new)
-    if labels.dtype.kind == new.dtype.kind and labels.dtype.kind in "iub":
-        return np.concatenate([labels, new])
-    if labels.dtype.kind == new.dtype.kind == "U":
+    if labels.dtype.kind == new.dtype.kind and labels.dtype.kind in "iubU":
         return np.concatenate([labels, new])
     if labels.size == 0:
         return new
@@ -315,9 +313,7 @@ class IncrementalServer(Server):
             else:
                 site_pending.pop(label_key(site), None)
         contributors = list({label_key(site): site for site, _ in waiting}.values())
-        n_targets = state["n_targets"]
-        if arrived:
-            n_targets = arrived[0][1].n_targets
+        n_targets = arrived[0][1].n_targets if arrived else state["n_targets"]
         skipped = plan["leader"] is None or len(contributors) < estimator.min_clients
         up, down = ({}, {}) if self._ledger is None else (  # the rounds before this one
             self._ledger.uplink_bytes_per_client, self._ledger.downlink_bytes_per_client)
@@ -347,8 +343,7 @@ class IncrementalServer(Server):
             )
             record["merge_seconds"] = time.perf_counter() - start
             waiting = ()
-        d = self.schema.n_features
-        ledger.n_parameters = estimator._n_parameters(d, n_targets or 1)
+        ledger.n_parameters = estimator._n_parameters(self.schema.n_features, n_targets or 1)
         new_state = dict(
             state,
             model=model,

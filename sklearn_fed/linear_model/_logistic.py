@@ -36,6 +36,8 @@ from ..protocol import (
     encode_values,
     sorted_labels,
 )
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ..statistics import (
     ClientStatistics,
     ColumnMoments,
@@ -47,7 +49,6 @@ from ._base import task_field
 from ._classes import (
     ClassesClient,
     ClassesServerMixin,
-    _server_error,
     validate_classification,
 )
 from ._newton import (
@@ -210,12 +211,12 @@ class LogisticClient(ClassesClient):
             return {"moments": fields}, {f"m.{name}": value for name, value in arrays.items()}
         # The statistics of X and of each local class indicator, weighted by
         # sample and class weight: the whole first Newton step from the origin.
-        labels = decode_values(task.fields["class_weight"], task.arrays, _server_error)
+        labels = decode_values(task.fields["class_weight"], task.arrays, server_error)
         factors = task.arrays.get("class_factors")
         if not (isinstance(factors, np.ndarray) and factors.dtype == np.float64
                 and factors.shape == labels.shape and np.all(np.isfinite(factors))
                 and np.all(factors >= 0)):
-            _server_error("class weights must be one finite non-negative float per label.")
+            server_error("class weights must be one finite non-negative float per label.")
         weight_of = dict(zip(labels.tolist(), factors.tolist()))
         classes, index = _unique(y, return_inverse=True)
         factor = np.array([weight_of.get(c, 1.0) for c in classes.tolist()])
@@ -437,9 +438,7 @@ class LogisticServer(ClassesServerMixin, Server):
         return {site: (dict(fields), dict(arrays)) for site in wanted}
 
     def _read_classified(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         fields = frame.fields
         loss, weight = fields.get("loss"), fields.get("weight_sum")
         if set(fields) != {"step", "loss", "weight_sum"} or fields["step"] != "newton" or not (

@@ -8,12 +8,12 @@ from sklearn.utils.multiclass import type_of_target
 
 from .._compat import StrOptions
 from ..protocol import InvalidClientMessage, decode_values
+from ..protocol._fields import server_error
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient, fit_method, task_field
 from ._classes import (
     ClassesClient,
     ClassesServerMixin,
-    _server_error,
     validate_classification,
 )
 from ._federated_ridge import FederatedRidgeServer
@@ -121,9 +121,9 @@ class _MultilabelSite:
         if rows is not None:
             X, y = X[rows], y[rows]
             sample_weight = None if sample_weight is None else sample_weight[rows]
-        classes = decode_values(task.fields.get("classes"), task.arrays, _server_error)
+        classes = decode_values(task.fields.get("classes"), task.arrays, server_error)
         if not np.array_equal(classes, np.arange(y.shape[1])):
-            _server_error(f"a multilabel task must name the {y.shape[1]} outputs 0, 1, ...")
+            server_error(f"a multilabel task must name the {y.shape[1]} outputs 0, 1, ...")
         return self._compute_targets(task, X, multilabel_targets(y), sample_weight)
 
     def _compute_encoded(self, task, X, index, weight, classes):

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 
 from ._disclosure import screen_reply
 from ._errors import InvalidClientMessage, TaskRefused
+from ._fields import server_error
 from ._policy import SitePolicy, current_simulated_policy
 from ._schema import (
     FeatureSchema,
@@ -178,9 +179,7 @@ class Client(ABC):
 
     def check_task(self, task):
         if task.kind != f"{self.protocol}/task":
-            raise InvalidClientMessage(
-                f"server: expected a {self.protocol!r} task, got {task.kind!r}.", "server"
-            )
+            server_error(f"expected a {self.protocol!r} task, got {task.kind!r}.")
         if self.site is not None and label_key(task.site) != label_key(self.site):
             raise TaskRefused(
                 f"site {self.site!r} received a task addressed to site {task.site!r}.", self.site

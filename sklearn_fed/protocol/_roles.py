@@ -436,14 +436,8 @@ class Server(ABC):
             ) from exc
 
     def _fold_round(self, frames, failures, fold):
-        """:meth:`check_round` of a server that folds replies (see :meth:`reply_fold`).
-
-        Replies are read in label order, each validated, checked against the
-        first valid one (as :meth:`_check_agreement` does) and folded before
-        the next is read; ``frames`` may compute each frame when it is read
-        (the simulation does), so only one reply is unpacked at a time.
-        Records ``failures`` and returns :class:`FoldedReplies`.
-        """
+        """:meth:`check_round` of a server that folds replies (see :meth:`reply_fold`): each
+        reply is read, validated and folded, in label order, before the next is read."""
         frame_bytes, schemas = {}, {}
         for site in sorted_labels(frames):
             try:

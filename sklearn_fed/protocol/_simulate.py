@@ -45,10 +45,10 @@ from ._threads import (
     through_bytes,
 )
 from ._wire import (
+    _json,
     decode,
     encode,
     frame_sizes,
-    json_length,
     label_key,
     label_keys,
     sorted_labels,
@@ -278,7 +278,7 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     own_fields = [client.fields_of_rows(reply.fields, int(n)) for n in distinct]
     if any(own is None for own in own_fields):
         return False
-    fields_lengths = np.array([json_length(own) for own in own_fields])[which]
+    fields_lengths = np.array([len(_json(own)) for own in own_fields])[which]
     keys = label_keys(labels)
     lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
     uplink = frame_sizes(reply, lengths, fields_lengths)

@@ -58,7 +58,6 @@ MAGIC = b"SKFEDMSG"
 FORMAT_VERSION = 2
 _HEADER = struct.Struct("<8sHHI")
 FLAG_KEYED = 1
-_KNOWN_FLAGS = FLAG_KEYED
 TRAILER_BYTES = 32
 MAX_META_BYTES = 1 << 20
 #: Default cap on one message; a server can lower or raise it.
@@ -94,11 +93,6 @@ class SymmetricMatrix:
 
     def __init__(self, matrix):
         self.matrix = matrix
-
-    @property
-    def n_values(self):
-        d = self.matrix.shape[0]
-        return d * (d + 1) // 2
 
 
 @dataclass
@@ -153,14 +147,13 @@ class Frame:
         return _json(meta).encode("utf-8")
 
     @property
-    def payload_bytes(self):
-        return sum(8 * value.n_values if isinstance(value, SymmetricMatrix) else value.nbytes
-                   for value in self.arrays.values())
-
-    @property
     def nbytes(self):
         """Exact length of :func:`encode` of this frame (computed without encoding)."""
-        return _HEADER.size + len(self._meta()) + self.payload_bytes + TRAILER_BYTES
+        payload = sum(  # a symmetric (d, d) matrix: its d * (d + 1) / 2 float64s
+            4 * len(value.matrix) * (len(value.matrix) + 1)
+            if isinstance(value, SymmetricMatrix) else value.nbytes
+            for value in self.arrays.values())
+        return _HEADER.size + len(self._meta()) + payload + TRAILER_BYTES
 
 
 def frame_sizes(frame, label_lengths, fields_lengths=None):
@@ -197,11 +190,6 @@ def frame_sizes(frame, label_lengths, fields_lengths=None):
         base -= len(_json(frame.fields))
         label_lengths = label_lengths + fields_lengths
     return label_lengths + base
-
-
-def json_length(value):
-    """Length of the JSON of ``value`` as a frame's header encodes it."""
-    return len(_json(value))
 
 
 @functools.lru_cache(maxsize=64)
@@ -389,7 +377,7 @@ def decode(data, *, key=None, client=None, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
             f"unsupported message format version {version} (this build reads version "
             f"{FORMAT_VERSION})."
         )
-    if flags & ~_KNOWN_FLAGS:
+    if flags & ~FLAG_KEYED:
         fail(f"unknown header flags {flags:#06x}.")
     if meta_length > MAX_META_BYTES or _HEADER.size + meta_length + TRAILER_BYTES > len(data):
         fail(f"metadata length {meta_length} does not fit in a {len(data)}-byte message.")

@@ -70,16 +70,7 @@ def warn(message, category=UserWarning):
 def _user_stacklevel():
     """The ``stacklevel`` for :func:`warn`'s ``warnings.warn`` of the first frame outside
     the libraries (2, the caller of :func:`warn`, when every frame is a library's)."""
-    prefixes = _library_prefixes()
-    frame, level = sys._getframe(2), 2  # frame 1 is warn, at stacklevel 1
-    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
-        frame, level = frame.f_back, level + 1
-    return 2 if frame is None else level
-
-
-def _library_prefixes():
-    """The file names (and folders) of the libraries' frames: of those imported by now."""
-    prefixes = [_PACKAGE]
+    prefixes = [_PACKAGE]  # the files (and folders) of the libraries imported by now
     for name in _LIBRARIES:
         path = getattr(sys.modules.get(name), "__file__", None)
         if path is None:
@@ -87,7 +78,10 @@ def _library_prefixes():
         if os.path.basename(path) == "__init__.py":
             path = os.path.dirname(path) + os.sep
         prefixes.append(path)
-    return tuple(prefixes)
+    frame, level = sys._getframe(2), 2  # frame 1 is warn, at stacklevel 1
+    while frame is not None and frame.f_code.co_filename.startswith(tuple(prefixes)):
+        frame, level = frame.f_back, level + 1
+    return 2 if frame is None else level
 
 
 class WarningThreadPool(ThreadPoolExecutor):

@@ -70,7 +70,7 @@ from sklearn_fed.flower._local import (
 )
 from sklearn_fed.pipeline import make_federated_pipeline
 from sklearn_fed.protocol import simulate_through_bytes
-from sklearn_fed.utils.estimator_checks import _ledger, _model_state
+from sklearn_fed.utils.estimator_checks import _model_state
 
 # Every protocol estimator runs through Flower; add one line per estimator.
 FLOWER_CASES = [
@@ -166,7 +166,7 @@ def _flower_config(estimator):
 
 def _assert_same_model(flower, local):
     np.testing.assert_equal(_model_state(flower), _model_state(local))  # every value, bit for bit
-    assert _ledger(flower) == _ledger(local)
+    assert flower.communication_.as_dict() == local.communication_.as_dict()
     assert flower.clients_.tolist() == local.clients_.tolist()
     if hasattr(local, "steps"):  # a pipeline: every step's model, through its predictions
         X = _digits()[0]
