@@ -9,7 +9,7 @@ from .._compat import _get_mask
 from ..protocol._errors import InvalidClientMessage
 from ..protocol._errors import who as _who
 from ._kernels import _BLOCK_BYTES, _HEAD_ROWS, _blocks, _scratch, gathered
-from ._merge import merge_statistics
+from ._message import merge_statistics
 from ._validation import MAX_MEAN, MAX_SECOND
 
 __all__ = ["ColumnMoments"]
