@@ -24,6 +24,7 @@ IncrementalFederatedRidge (``"stream"``) treats a collection as a stream: one ro
 read while the current round runs.
 """
 
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import dask
@@ -238,15 +239,8 @@ def _compute(*collections):
     return dask.compute(*collections)
 
 
-class _Piece:
-    """A site's summary of its rows in some partitions (listed, for error messages)."""
-
-    __slots__ = ("partitions", "site", "summary")
-
-    def __init__(self, site, summary, partitions):
-        self.site = site
-        self.summary = summary
-        self.partitions = partitions
+#: A site's summary of its rows in some partitions (listed, for error messages).
+_Piece = namedtuple("_Piece", ["site", "summary", "partitions"])
 
 
 class SiteAnswers:

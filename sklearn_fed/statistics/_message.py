@@ -40,8 +40,6 @@ __all__ = ["FORMS", "STATISTICS_KIND", "ClientStatistics", "StreamingMerge", "me
 STATISTICS_KIND = "ridge.statistics/reply"
 _FIELDS = {"n_samples", "weight_sum", "centered", "single_target"}
 _FACTOR_FIELDS = _FIELDS | {"factor_rows"}
-_ARRAY_NAMES = frozenset(_ARRAYS)
-_FACTOR_ARRAY_NAMES = frozenset(_FACTOR_ARRAYS)
 #: Values of ``ClientStatistics.form``.
 FORMS = ("gram", "factor")
 
@@ -369,7 +367,7 @@ class ClientStatistics:
         expected_fields = _FACTOR_FIELDS if factored else _FIELDS
         if fields.keys() != expected_fields:
             fail(f"statistics fields must be {sorted(expected_fields)}; got {sorted(fields)}.")
-        if arrays.keys() != (_FACTOR_ARRAY_NAMES if factored else _ARRAY_NAMES):
+        if arrays.keys() != set(names):
             fail(f"statistics arrays must be {list(names)}; got {sorted(arrays)}.")
         # The count, the flags and the dimensions are checked by validate; the weight
         # sum's type here, before it is read as a float.

@@ -319,14 +319,11 @@ def check_aggregate(aggregate, messages, *, in_place=False):
     ------
     InvalidClientMessage
     """
-    if aggregate.factor is not None:  # R^T R is PSD by construction
-        arrays = (aggregate.factor, aggregate.x_mean, aggregate.y_mean)
-    else:
-        arrays = (aggregate.gram, aggregate.moment, aggregate.x_mean, aggregate.y_mean,
-                  aggregate.target_ss)
+    names = _ARRAYS if aggregate.factor is None else _FACTOR_ARRAYS
     # _max_abs is NaN or inf exactly when an entry is: no d x d boolean temporary.
-    finite = all(np.isfinite(_max_abs(a)) for a in arrays) and math.isfinite(aggregate.weight_sum)
-    if finite and (aggregate.factor is not None
+    finite = all(np.isfinite(_max_abs(getattr(aggregate, name))) for name in names) and (
+        math.isfinite(aggregate.weight_sum))
+    if finite and (aggregate.factor is not None  # R^T R is PSD by construction
                    or _is_psd(aggregate.gram, in_place=in_place)):
         return
     for label, stats in messages.items():
