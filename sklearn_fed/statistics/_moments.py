@@ -15,6 +15,10 @@ from ._validation import MAX_MEAN, MAX_SECOND
 __all__ = ["ColumnMoments"]
 
 
+def _is_nan(value):
+    return isinstance(value, float) and np.isnan(value)
+
+
 def _constant_columns(low, high):
     """``(constant, value)``: the columns whose weighted values are all one value, and it.
 
@@ -124,8 +128,8 @@ class ColumnMoments:
     def _from_dense(cls, X, sample_weight, order, missing_values):
         w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         n, d = X.shape
-        if order and n and X.flags.c_contiguous and isinstance(missing_values, float) and (
-                np.isnan(missing_values)) and (w is None or np.all(w > 0)):
+        if order and n and X.flags.c_contiguous and _is_nan(missing_values) and (
+                w is None or np.all(w > 0)):
             # Without a NaN (which would make its column's sum NaN) every value
             # counts with its row's weight: the general passes below on the same
             # values, without their masks.
