@@ -481,14 +481,12 @@ def _factor_statistics(X, y, sample_weight, centered, rows):
         block_weight = float(work.shape[0] if w is None else w.sum())
         if block_weight == 0:
             continue
+        block_mean = np.average(work, axis=0, weights=w)
         if centered:
-            block_mean = np.average(work, axis=0, weights=w)
             work -= block_mean
             correction = np.average(work, axis=0, weights=w)
             work -= correction
             block_mean += correction
-        else:
-            block_mean = np.average(work, axis=0, weights=w)
         root = None if w is None else np.sqrt(w)
         if root is not None:
             work *= root[:, None]

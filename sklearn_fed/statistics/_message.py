@@ -60,7 +60,11 @@ class _FactorProduct:
             return None  # the dataclass default: not given
         value = stats.__dict__.get(self.slot)
         if value is None and stats.__dict__.get("factor") is not None:
-            stats._expand_factor()
+            d, products = stats.n_features, stats.factor.T @ stats.factor  # all three at once
+            stats.__dict__.update(
+                _gram=np.ascontiguousarray(products[:d, :d]),
+                _moment=np.ascontiguousarray(products[:d, d:]),
+                _target_ss=np.maximum(np.diag(products)[d:].copy(), 0.0))
             value = stats.__dict__[self.slot]
         return value
 
@@ -166,14 +170,6 @@ class ClientStatistics:
     def form(self):
         """``"factor"`` when the statistics hold ``factor``, else ``"gram"``."""
         return "gram" if self.factor is None else "factor"
-
-    def _expand_factor(self):
-        """Fill the Gram-form fields from ``R^T R`` (one product)."""
-        d = self.n_features
-        products = self.factor.T @ self.factor
-        self.__dict__["_gram"] = np.ascontiguousarray(products[:d, :d])
-        self.__dict__["_moment"] = np.ascontiguousarray(products[:d, d:])
-        self.__dict__["_target_ss"] = np.maximum(np.diag(products)[d:].copy(), 0.0)
 
     def __getstate__(self):
         state = dict(self.__dict__)
