@@ -28,14 +28,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import safe_sparse_dot
 
-from .._compat import (
-    Interval,
-    StrOptions,
-    check_is_fitted,
-    validate_data,
-)
+from .._compat import Interval, StrOptions
 from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
-from ..linear_model._base import rows_and_weights, validate_regression
+from ..linear_model._base import (
+    BaseFederatedRidge,
+    rows_and_weights,
+    validate_regression,
+)
 from ..protocol import (
     Client,
     InvalidClientMessage,
@@ -122,6 +121,14 @@ class _Training:
         return penalty
 
 
+def _step(W, grad, coef, penalty, params):
+    """One local step on ``W``, in place: ``grad`` (the data term) plus ridge and proximal terms."""
+    grad += penalty * W
+    if params.mu:
+        grad += params.mu * (W - coef)
+    W -= params.learning_rate * grad
+
+
 # Local training runs quietly: a site checks its model is finite, and says so.
 @np.errstate(over="ignore", invalid="ignore")
 def _train_dense(X, y, s, weight_sums, coef, params, seeds):
@@ -136,7 +143,6 @@ def _train_dense(X, y, s, weight_sums, coef, params, seeds):
     per_epoch, steps = params.steps(n)
     full_batch = per_epoch == 1
     penalty = params.penalty(coef.shape[0])
-    eta, mu = params.learning_rate, params.mu
     residual = X @ coef - y
     # (1, n) @ (n, 1) per site: each slice of a batched product is one site's own
     losses = np.matmul((residual**2).sum(axis=2)[:, None, :], s[:, :, None])[:, 0, 0]
@@ -163,10 +169,7 @@ def _train_dense(X, y, s, weight_sums, coef, params, seeds):
             # Unbiased for the site's gradient: the batch sum times n / (rows * S_k).
             grad = np.matmul(Xb.transpose(0, 2, 1), r)
             grad /= (Xb.shape[1] * (weight_sums / n))[:, None, None]
-            grad += penalty * W
-            if mu:
-                grad += mu * (W - coef)
-            W -= eta * grad
+            _step(W, grad, coef, penalty, params)
     return W, steps, losses
 
 
@@ -180,7 +183,6 @@ def _train_sparse(X, y, s, weight_sum, coef, params, seed, x_mean):
     n = X.shape[0]
     per_epoch, steps = params.steps(n)
     penalty = params.penalty(coef.shape[0])
-    eta, mu = params.learning_rate, params.mu
 
     def residual(Xb, yb, W):
         r = safe_sparse_dot(Xb, W, dense_output=True) - yb
@@ -200,10 +202,7 @@ def _train_sparse(X, y, s, weight_sum, coef, params, seed, x_mean):
             if x_mean is not None:
                 grad -= np.outer(x_mean, r.sum(axis=0))
             grad /= Xb.shape[0] * (weight_sum / n)
-            grad += penalty * W
-            if mu:
-                grad += mu * (W - coef)
-            W -= eta * grad
+            _step(W, grad, coef, penalty, params)
     return W, steps, loss
 
 
@@ -219,47 +218,31 @@ def _without_seed(task):
 
 # ---------------------------------------------------------------- roles
 class SGDClient(Client):
-    """A site of a gradient baseline: setup statistics, then local training rounds.
-
-    A ``"setup"`` task asks for ``S_k`` (and the site's weighted means when
-    ``centered``, its curvature bound when ``curvature``). A ``"train"`` task
-    carries the global model and the training parameters; the site trains on
-    its rows and replies with its local model, its number of local steps and
-    the weighted squared error of the model it received (DP-FedAvg: a clipped,
-    noised update instead, see :class:`DPFedAvgRegressor`).
-    """
+    """A site of a gradient baseline: the setup and training tasks of the module docstring."""
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        self.protocol = estimator._protocol  # the roles are shared by the four baselines
         self._stacks = {}  # simulation: sites' training rows, reused across rounds
-
-    @property
-    def protocol(self):
-        return self.estimator._protocol
 
     def compute(self, task, X, y, sample_weight, rows):
         step = task_field(task, "step", str)
-        Xk, yk, sk = _site_rows(X, y, sample_weight, rows)
         if step == "setup":
-            return self._setup(task, Xk, yk, sk, np.ndim(y))
+            return self._setup(task, *_site_rows(X, y, sample_weight, rows), np.ndim(y))
         if step != "train":
             raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+        if not sp.issparse(X):  # a group of one site (see reply_many)
+            return self._train_group({task.site: task}, X, y, sample_weight, {task.site: rows},
+                                     {}, {})[0]
+        Xk, yk, sk = _site_rows(X, y, sample_weight, rows)
         params, coef, x_mean, y_mean = self._read_train_task(task, Xk.shape[1], yk.shape[1])
         weight_sum = self._weight_sum(task, sk)
-        if sp.issparse(Xk):
-            if params.augment:  # the intercept coordinate: a column of ones
-                Xk = sp.hstack([Xk, np.ones((Xk.shape[0], 1))], format="csr")
-            W, steps, loss = _train_sparse(
-                Xk, yk if y_mean is None else yk - y_mean, sk, weight_sum, coef, params,
-                params.seed, x_mean,
-            )
-        else:
-            Xt, yt = _training_rows(Xk, yk, x_mean, y_mean, params.augment)
-            W, steps, losses = _train_dense(
-                Xt[None], yt[None], sk[None], np.array([weight_sum]), coef, params,
-                [params.seed],
-            )
-            W, loss = W[0], losses[0]
+        if params.augment:  # the intercept coordinate: a column of ones
+            Xk = sp.hstack([Xk, np.ones((Xk.shape[0], 1))], format="csr")
+        W, steps, loss = _train_sparse(
+            Xk, yk if y_mean is None else yk - y_mean, sk, weight_sum, coef, params,
+            params.seed, x_mean,
+        )
         return self._train_reply(task, coef, W, steps, loss)
 
     def reply_many(self, tasks, X, y, sample_weight, rows, names):
@@ -275,10 +258,13 @@ class SGDClient(Client):
         replies = super().reply_many(alone, X, y, sample_weight, rows, names)
         stacks, self._stacks = self._stacks, {}
         for group in groups.values():
-            replies.update(self._train_group(group, X, y, sample_weight, rows, names, stacks))
+            answers = self._train_group(group, X, y, sample_weight, rows, stacks, self._stacks)
+            for (site, task), answer in zip(group.items(), answers):
+                replies[site] = self.reply_frame(task, X, y, names, *answer)
         return replies
 
-    def _train_group(self, tasks, X, y, sample_weight, rows, names, stacks):
+    def _train_group(self, tasks, X, y, sample_weight, rows, stacks, kept):
+        """Replies ``(fields, arrays)`` of sites that train together; ``kept`` keeps their rows."""
         d, t = X.shape[1], 1 if np.ndim(y) == 1 else y.shape[1]
         params, coef, x_mean, y_mean = self._read_train_task(next(iter(tasks.values())), d, t)
         key = (tuple(label_key(site) for site in tasks), params.augment,
@@ -292,16 +278,12 @@ class SGDClient(Client):
                 np.stack([yt for _, yt in prepared]),
                 np.stack([sk for _, _, sk in sites]),
             )
-        Xs, ys, ss = self._stacks[key] = stacks[key]
+        Xs, ys, ss = kept[key] = stacks[key]
         weight_sums = np.array([self._weight_sum(task, s) for task, s in zip(tasks.values(), ss)])
         seeds = [task_field(task, "seed", int) for task in tasks.values()]
         W, steps, losses = _train_dense(Xs, ys, ss, weight_sums, coef, params, seeds)
-        return {
-            site: self.reply_frame(
-                task, X, y, names, *self._train_reply(task, coef, W[g], steps, losses[g])
-            )
-            for g, (site, task) in enumerate(tasks.items())
-        }
+        return [self._train_reply(task, coef, W[g], steps, losses[g])
+                for g, task in enumerate(tasks.values())]
 
     # ------------------------------------------------------------ task parts
     def _setup(self, task, Xk, yk, sk, y_ndim):
@@ -378,6 +360,7 @@ class SGDServer(Server):
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
+        self.protocol = estimator._protocol
         state = getattr(estimator, "_sgd_state", None) if self.warm_start else None
         if state is None:  # a new model
             state = {"coef": None, "rng": check_random_state(estimator.random_state),
@@ -387,15 +370,14 @@ class SGDServer(Server):
         self._rng = copy.deepcopy(state["rng"])
         self._rounds = state["rounds"]
         self._history = list(state["history"])
-        self._rounds_left = 1 if self.warm_start else int(estimator.n_rounds)
         self._setup = None
         self._warned = False
+        # an intercept: an augmented coordinate of the model, or centering on the global means
+        self._augment = bool(estimator.fit_intercept) and estimator._intercept_coordinate
+        self._centered = bool(estimator.fit_intercept) and not self._augment
+        self._auto_step = isinstance(estimator.learning_rate, str)  # "auto"
         ledger = self._ledger
         self._mark = (0, 0) if ledger is None else (ledger.uplink_bytes, ledger.downlink_bytes)
-
-    @property
-    def protocol(self):
-        return self.estimator._protocol
 
     # ------------------------------------------------------------ plan
     def plan(self, sites):
@@ -408,8 +390,8 @@ class SGDServer(Server):
                 **self._private_fields("setup"),
             }
             return {site: (dict(fields), {}) for site in sites}
-        if self._rounds_left == 0:
-            return {}
+        if self.rounds_applied > (1 if self.warm_start else int(estimator.n_rounds)):
+            return {}  # the setup and every model round are applied
         sizes = self._setup["sizes"]
         eligible = sorted_labels(s for s in sites if sizes.get(label_key(s), 0.0) > 0)
         if not eligible:
@@ -431,23 +413,11 @@ class SGDServer(Server):
             "learning_rate": self._setup["learning_rate"],
             "local_epochs": int(estimator.local_epochs),
             "batch_size": None if estimator.batch_size is None else int(estimator.batch_size),
-            "proximal_mu": float(estimator._proximal_mu()),
+            "proximal_mu": float(getattr(estimator, "mu", 0.0)),  # FedProx's, else none
             **self._private_fields("train"),
         }
         return {site: ({**fields, "seed": int(seed)}, dict(arrays))
                 for site, seed in zip(eligible, seeds)}
-
-    @property
-    def _auto_step(self):
-        return isinstance(self.estimator.learning_rate, str)  # "auto"
-
-    @property
-    def _centered(self):
-        return bool(self.estimator.fit_intercept) and not self._augment
-
-    @property
-    def _augment(self):
-        return bool(self.estimator.fit_intercept) and self.estimator._intercept_coordinate
 
     def _private_fields(self, step):
         """Fields of differentially private tasks (DP-FedAvg); none otherwise."""
@@ -527,7 +497,7 @@ class SGDServer(Server):
                 float(np.sum((replies[s]["x_mean"] - setup["x_mean"]) ** 2))
                 if self._centered else 0.0) for s in order if sizes[label_key(s)] > 0]
             lr = 1.0 / (max(spread) + float(estimator.alpha) / total
-                        + float(estimator._proximal_mu()))
+                        + float(getattr(estimator, "mu", 0.0)))
         setup["learning_rate"] = float(lr)
         if self._coef is None:
             self._coef = np.zeros((d + self._augment, t))
@@ -571,7 +541,6 @@ class SGDServer(Server):
         self._coef, self._rounds, self._history = coef, round_number, history
         self._rng = copy.deepcopy(self._rng)
         self._mark = (ledger.uplink_bytes, ledger.downlink_bytes)
-        self._rounds_left -= 1
 
     def _reported_mse(self, replies, order, weights):
         """MSE of the model sent this round on the participants' rows (as they report it)."""
@@ -640,7 +609,7 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
     global means, rounds then optimize ``w`` alone (for a fixed ``w`` the best
     ``b`` is ``y_mean - x_mean w``, which turns ``F`` into the centered
     problem), and ``intercept_ = y_mean - x_mean @ coef_``. Subclasses set the
-    protocol name, the proximal weight (``_proximal_mu``) and the server's
+    protocol name, the proximal weight (a ``mu`` parameter) and the server's
     aggregation.
     """
 
@@ -680,23 +649,17 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         random_state=None,
         verbose=0,
     ):
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.learning_rate = learning_rate
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.n_rounds = n_rounds
-        self.client_fraction = client_fraction
-        self.random_state = random_state
-        self.verbose = verbose
+        self._set_constructor_arguments(locals())
+
+    def _set_constructor_arguments(self, arguments):
+        """Store each parameter of ``__init__`` unchanged (``fit`` validates them)."""
+        for name in self._get_param_names():
+            setattr(self, name, arguments[name])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
-
-    def _proximal_mu(self):
-        return 0.0
 
     # ---------------------------------------------------------------- public
     @fit_method(
@@ -724,23 +687,8 @@ class BaseFederatedSGD(FederatedEstimatorMixin, MultiOutputMixin, RegressorMixin
         # the setup round and one model round, on the first call too
         return self._fit(X, y, sample_weight, clients, partial=True, max_rounds=2)
 
-    def predict(self, X):
-        """Predict with the global model.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Rows to predict.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
-            Predictions.
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse=["csr", "csc", "coo"],
-                          dtype=[np.float64, np.float32], reset=False)
-        return safe_sparse_dot(X, np.asarray(self.coef_).T, dense_output=True) + self.intercept_
+    # the same linear model as the ridge family's: ``coef_`` and ``intercept_`` shaped as Ridge's
+    predict = BaseFederatedRidge.predict
 
     # ---------------------------------------------------------------- internals
     def _check_before_rows(self, *, partial):

@@ -1,25 +1,9 @@
 """DP-FedAvg for linear regression: every release clipped and noised by the site itself.
 
-What a site releases, for add/remove-one-row adjacency (rows of weight at
-most ``max_sample_weight``, 1 by default), each a Gaussian mechanism with the
-same noise multiplier ``z``:
-
-* at setup, its total weight ``S_k`` (sensitivity ``max_sample_weight``) plus noise: the server
-  weights sites by these noisy values (no means are announced: the intercept
-  is learned as an unpenalized coordinate of the model instead);
-* each round, its model update ``w_k - w_t`` clipped to L2 norm ``C`` plus
-  noise (sensitivity ``2C``: one row can move a clipped update anywhere in the
-  ball of radius ``C``).
-
-A fit makes ``n_rounds + 1`` such releases about any row. ``k`` Gaussian
-mechanisms of multiplier ``z`` compose exactly to one of multiplier
-``z / sqrt(k)``, so ``z = sqrt(n_rounds + 1) * sigma(epsilon, delta)``, with
-``sigma`` the package's analytic calibration, makes the whole fit
-``(epsilon, delta)``-DP for any epsilon; the package's accountant
-(:class:`~sklearn_fed.privacy.PrivacyLedger`) composes what was actually
-released and reports it in ``privacy_spent_``. The noise comes from the
-package's per-release streams and is added as integers to values rounded to a
-grid (:mod:`sklearn_fed.privacy._noise`), as for :class:`PrivateFederatedRidge`.
+What a site releases, its sensitivity, the calibration of the noise and the
+accounting are described once, in :class:`DPFedAvgRegressor`. The noise comes
+from the package's per-release streams and is added as integers to values
+rounded to a grid (:mod:`sklearn_fed.privacy._noise`), as for :class:`PrivateFederatedRidge`.
 """
 
 import math
@@ -186,13 +170,12 @@ class DPServer(SGDServer):
             "update": release.value(update),
         }
 
-    def _apply_setup(self, replies):
-        super()._apply_setup(replies)
+    def apply(self, replies, ledger):
+        # every round is one release about a row, the setup too; on a copy, which
+        # a refused round leaves behind (savepoint)
+        self._privacy = self._privacy.copy()
         self._privacy.record(self._multiplier)
-
-    def _apply_round(self, replies, ledger):
-        self._privacy.record(self._multiplier)
-        super()._apply_round(replies, ledger)
+        super().apply(replies, ledger)
 
     def _reported_mse(self, replies, order, weights):
         return None  # a loss would be one more release
@@ -243,15 +226,9 @@ class DPFedAvgRegressor(BaseFederatedSGD):
     other data independent noise (see
     :func:`~sklearn_fed.privacy.noise_generator`). A known seed voids the
     guarantee. Client sampling (``client_fraction``) is not counted as
-    amplification. Read more in the :ref:`User Guide <baselines>`.
+    amplification.
 
-    Parameters
-    ----------
-    {parameters}
-
-    Attributes
-    ----------
-    {attributes}
+    {sections}
 
     See Also
     --------
@@ -304,19 +281,7 @@ class DPFedAvgRegressor(BaseFederatedSGD):
         random_state=None,
         verbose=0,
     ):
-        self.alpha = alpha
-        self.epsilon = epsilon
-        self.delta = delta
-        self.clip_norm = clip_norm
-        self.max_sample_weight = max_sample_weight
-        self.fit_intercept = fit_intercept
-        self.learning_rate = learning_rate
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.n_rounds = n_rounds
-        self.client_fraction = client_fraction
-        self.random_state = random_state
-        self.verbose = verbose
+        self._set_constructor_arguments(locals())
 
     @property
     def privacy_spent_(self):

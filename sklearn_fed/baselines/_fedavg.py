@@ -101,15 +101,7 @@ class FedAvgRegressor(BaseFederatedSGD):
     (the clients report the loss of the model they receive), and a model
     that overflows raises ``ValueError``; both name the round.
 
-    Read more in the :ref:`User Guide <baselines>`.
-
-    Parameters
-    ----------
-    {parameters}
-
-    Attributes
-    ----------
-    {attributes}
+    {sections}
 
     See Also
     --------
@@ -138,13 +130,25 @@ class FedAvgRegressor(BaseFederatedSGD):
     _protocol = "sgd.fedavg"
 
 
+_SECTIONS = """Read more in the :ref:`User Guide <baselines>`.
+
+    Parameters
+    ----------
+    {parameters}
+
+    Attributes
+    ----------
+    {attributes}"""
+
+
 def _fill_docstring(cls, parameters="", attributes="", *, fit_intercept=_FIT_INTERCEPT,
                     learning_rate=_LEARNING_RATE):
     """Share the common parameter/attribute text; subclasses add or change their own."""
     common = _COMMON_PARAMETERS.replace("{fit_intercept}", fit_intercept).replace(
         "{learning_rate}", learning_rate)
-    cls.__doc__ = cls.__doc__.replace("{parameters}", common + parameters).replace(
+    sections = _SECTIONS.replace("{parameters}", common + parameters).replace(
         "{attributes}", _COMMON_ATTRIBUTES + attributes)
+    cls.__doc__ = cls.__doc__.replace("{sections}", sections)
     return cls
 
 

@@ -34,15 +34,7 @@ class FedNovaRegressor(BaseFederatedSGD):
     ``batch_size=None`` (every client takes ``local_epochs`` full-batch
     steps), the default.
 
-    Read more in the :ref:`User Guide <baselines>`.
-
-    Parameters
-    ----------
-    {parameters}
-
-    Attributes
-    ----------
-    {attributes}
+    {sections}
 
     See Also
     --------

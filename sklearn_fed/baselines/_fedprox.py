@@ -18,15 +18,7 @@ class FedProxRegressor(BaseFederatedSGD):
     limits how far local steps drift toward the client's own optimum. With
     ``mu=0`` it is exactly FedAvg. Aggregation and messages are FedAvg's.
 
-    Read more in the :ref:`User Guide <baselines>`.
-
-    Parameters
-    ----------
-    {parameters}
-
-    Attributes
-    ----------
-    {attributes}
+    {sections}
 
     See Also
     --------
@@ -64,21 +56,9 @@ class FedProxRegressor(BaseFederatedSGD):
         random_state=None,
         verbose=0,
     ):
-        self.alpha = alpha
-        self.mu = mu
-        self.fit_intercept = fit_intercept
-        self.learning_rate = learning_rate
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.n_rounds = n_rounds
-        self.client_fraction = client_fraction
-        self.random_state = random_state
-        self.verbose = verbose
+        self._set_constructor_arguments(locals())
 
     _protocol = "sgd.fedprox"
-
-    def _proximal_mu(self):
-        return float(self.mu)
 
 
 _fill_docstring(

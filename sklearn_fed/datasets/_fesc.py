@@ -1,9 +1,12 @@
 """The synthetic linear model of the FESC demo."""
 
+import numbers
+
 import numpy as np
 from sklearn.utils import check_random_state
 
 from ..simulation import partition_by_sizes
+from ..simulation._partition import _check_number
 
 __all__ = ["make_fesc_regression"]
 
@@ -47,14 +50,9 @@ def make_fesc_regression(sizes, n_features=10, *, noise=1.0, shuffle=False, rand
     ((8, 2), [0, 0, 0, 1, 1, 1, 1, 1], (2,))
     """
     rng = check_random_state(random_state)
-    if (
-        isinstance(n_features, bool)
-        or not isinstance(n_features, (int, np.integer))
-        or n_features < 1
-    ):
-        raise ValueError(f"n_features must be an int >= 1, got {n_features!r}.")
-    if not np.isfinite(noise) or noise < 0:
-        raise ValueError(f"noise must be a finite float >= 0, got {noise!r}.")
+    n_features = _check_number(n_features, "n_features", lambda n: n >= 1, "an int >= 1",
+                               numbers.Integral)
+    noise = _check_number(noise, "noise", lambda v: v >= 0, "a finite float >= 0")
     if shuffle:
         clients = partition_by_sizes(sizes, random_state=rng)
     else:

@@ -1,7 +1,11 @@
 """The synthetic heterogeneous regression data of the one-shot federated ridge paper."""
 
+import numbers
+
 import numpy as np
 from sklearn.utils import check_random_state
+
+from ..simulation._partition import _check_number
 
 __all__ = ["make_heterogeneous_regression"]
 
@@ -63,19 +67,15 @@ def make_heterogeneous_regression(
     >>> X_tr.shape, X_te.shape, sorted(set(clients.tolist()))
     ((160, 3), (40, 3), [0, 1, 2, 3])
     """
-    for name, value in [
-        ("n_clients", n_clients),
-        ("n_samples_per_client", n_samples_per_client),
-        ("n_features", n_features),
-    ]:
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer; got {value!r}.")
-    if not 0 <= heterogeneity <= 1:
-        raise ValueError(f"heterogeneity must be in [0, 1]; got {heterogeneity!r}.")
-    if noise < 0:
-        raise ValueError(f"noise must be non-negative; got {noise!r}.")
-    if not 0 <= test_size < 1:
-        raise ValueError(f"test_size must be in [0, 1); got {test_size!r}.")
+    n_clients, n_samples_per_client, n_features = (
+        _check_number(value, name, lambda v: v >= 1, "a positive int", numbers.Integral)
+        for name, value in [("n_clients", n_clients),
+                            ("n_samples_per_client", n_samples_per_client),
+                            ("n_features", n_features)])
+    heterogeneity = _check_number(heterogeneity, "heterogeneity", lambda h: 0 <= h <= 1,
+                                  "in [0, 1]")
+    noise = _check_number(noise, "noise", lambda v: v >= 0, "non-negative")
+    test_size = _check_number(test_size, "test_size", lambda t: 0 <= t < 1, "in [0, 1)")
     rng = check_random_state(random_state)
     coef = rng.standard_normal(n_features)
     coef /= np.linalg.norm(coef)

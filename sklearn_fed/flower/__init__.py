@@ -36,26 +36,19 @@ __all__ = [
     "save_model",
 ]
 
-_WHERE = {
-    "LocalFederation": "._local",
-    "NodeSettings": "._config",
-    "RUN_CONFIG_DEFAULTS": "._config",
-    "ServerSettings": "._config",
-    "estimator_from_config": "._config",
-    "estimator_to_config": "._config",
-    "load_model": "._persist",
-    "make_client_app": "._apps",
-    "make_server_app": "._apps",
-    "run_local_federation": "._local",
-    "run_server": "._apps",
-    "save_model": "._persist",
+#: Each module's public names, and what it needs beyond the core package.
+_MODULES = {
+    "._apps": (("flwr", "skops"), ("make_client_app", "make_server_app", "run_server")),
+    "._config": ((), ("RUN_CONFIG_DEFAULTS", "NodeSettings", "ServerSettings",
+                      "estimator_from_config", "estimator_to_config")),
+    "._local": (("flwr", "skops"), ("LocalFederation", "run_local_federation")),
+    "._persist": (("skops",), ("load_model", "save_model")),
 }
-# what each module needs beyond the core package
-_NEEDS = {"._apps": ("flwr", "skops"), "._local": ("flwr", "skops"), "._persist": ("skops",)}
+_WHERE = {name: module for module, (_, names) in _MODULES.items() for name in names}
 
 
 def _require(module):
-    missing = [m for m in _NEEDS.get(module, ()) if importlib.util.find_spec(m) is None]
+    missing = [m for m in _MODULES[module][0] if importlib.util.find_spec(m) is None]
     if missing:
         raise ImportError(
             f"sklearn_fed.flower needs {' and '.join(missing)}; install the extra with "

@@ -7,21 +7,9 @@ Flower carries each task and each reply as our bytes, unchanged, in one
 relays messages; SuperNodes pull them), our frames keep their own checks
 (schema, federation id, round id, HMAC under the site's key).
 
-One run:
-
-1. Wait until ``min-nodes`` SuperNodes are connected, then ask every listed
-   node for its site label (a *roll call*: a restarted SuperLink may still
-   list dead nodes; those do not answer and are left out). Nodes whose label
-   the run config gives (``node-sites``) are not asked.
-2. The one round loop (:func:`~sklearn_fed.protocol.run_rounds`) with a
-   :class:`GridTransport`: each round's tasks are pushed as one message per
-   site, and the replies pulled until all are in or ``reply-timeout`` passes.
-   A site that answers with an error (a refusal, unreadable data, a crashed
-   ClientApp) or not at all is dropout: left out of this round and of later
-   ones. Fewer than ``min-nodes`` replies stops the run. The server checks
-   every reply, then applies the round; repeat until it has no more tasks.
-3. Save ``server.estimator`` to ``model-path`` (skops, see
-   :func:`~sklearn_fed.flower.save_model`).
+One run (see :doc:`/deploying_flower`): a roll call for the sites' labels
+(:func:`_roll_call`), the one round loop (:func:`~sklearn_fed.protocol.run_rounds`)
+with a :class:`GridTransport`, then ``server.estimator`` saved to ``model-path``.
 """
 
 import json
@@ -176,21 +164,20 @@ def make_client_app():
 
 
 # ---------------------------------------------------------------- server side
-def _exchange(grid, outgoing, *, timeout, poll_interval):
-    """Push ``{site: Message}``, pull replies until all are in or ``timeout`` passes.
+def _exchange(grid, settings, outgoing, message_type, group, timeout):
+    """Push ``{site: (node id, content)}``, pull replies until all are in or ``timeout`` passes.
 
-    Grid.send_and_receive would do this too, but it sleeps 3 s between pulls
-    (Flower 1.41), which would dominate a one-shot protocol's round.
-
-    Returns
-    -------
-    replies : dict
-        Site -> reply Message (without error).
-    failed : dict
-        Site -> why it gave no usable reply.
+    Returns ``(replies, failed)``: site -> reply Message (without error), and
+    site -> why it gave no usable reply. Grid.send_and_receive would do this
+    too, but it sleeps 3 s between pulls (Flower 1.41), which would dominate a
+    one-shot protocol's round.
     """
     sites = list(outgoing)
-    ids = list(grid.push_messages([outgoing[site] for site in sites]))
+    ids = list(grid.push_messages([
+        Message(content, dst_node_id=node, message_type=message_type, group_id=group,
+                ttl=settings.reply_timeout + settings.node_timeout + 60.0)
+        for node, content in outgoing.values()
+    ]))
     if len(ids) != len(sites):  # e.g. the SuperLink refused an oversized request
         ids = [None] * len(sites)
     failed = {site: "the SuperLink did not accept the message."
@@ -212,17 +199,10 @@ def _exchange(grid, outgoing, *, timeout, poll_interval):
         left = deadline - time.monotonic()
         if not pending or left <= 0:
             break
-        time.sleep(min(poll_interval, left))
+        time.sleep(min(settings.poll_interval, left))
     for message_id in pending:
         failed[site_of[message_id]] = f"no reply within {timeout:g} s."
     return replies, failed
-
-
-def _message(content, node_id, message_type, settings, group):
-    return Message(
-        content, dst_node_id=node_id, message_type=message_type,
-        ttl=settings.reply_timeout + settings.node_timeout + 60.0, group_id=group,
-    )
 
 
 def _roll_call(grid, settings):
@@ -243,15 +223,11 @@ def _roll_call(grid, settings):
             f"{len(node_ids)} SuperNode(s) connected within node-timeout="
             f"{settings.node_timeout:g} s; min-nodes={settings.min_nodes}."
         )
-    outgoing = {
-        node: _message(RecordDict(), node, f"query.{ROLL_CALL_ACTION}", settings, "roll-call")
-        for node in node_ids if node not in settings.node_sites
-    }
+    outgoing = {node: (node, RecordDict()) for node in node_ids if node not in settings.node_sites}
     replies, failed = {}, {}
     if outgoing:
-        replies, failed = _exchange(
-            grid, outgoing, timeout=settings.node_timeout, poll_interval=settings.poll_interval
-        )
+        replies, failed = _exchange(grid, settings, outgoing, f"query.{ROLL_CALL_ACTION}",
+                                    "roll-call", settings.node_timeout)
     for node, reason in sorted(failed.items()):
         _log.warning("sklearn-fed: SuperNode %s left out: %s", node, reason)
     labels = {node: settings.node_sites[node] for node in node_ids if node in settings.node_sites}
@@ -353,17 +329,10 @@ class GridTransport(Transport):
         started = time.monotonic()
         group = f"{server.federation}:{server.round}"
         encoded = {site: encode(frame, key=server.key_of(site)) for site, frame in tasks.items()}
-        outgoing = {
-            site: _message(
-                RecordDict({RECORD: ConfigRecord({"task": task})}),
-                self.nodes[site], f"train.{TASK_ACTION}", self.settings, group,
-            )
-            for site, task in encoded.items()
-        }
-        replies, failed = _exchange(
-            self.grid, outgoing, timeout=self.settings.reply_timeout,
-            poll_interval=self.settings.poll_interval,
-        )
+        outgoing = {site: (self.nodes[site], RecordDict({RECORD: ConfigRecord({"task": task})}))
+                    for site, task in encoded.items()}
+        replies, failed = _exchange(self.grid, self.settings, outgoing, f"train.{TASK_ACTION}",
+                                    group, self.settings.reply_timeout)
         for site, reason in failed.items():
             _log.warning("sklearn-fed: site %r is dropout from round %d on: %s",
                          site, server.round + 1, reason)

@@ -337,6 +337,11 @@ def read_keys_file(path):
     return {site: key.encode("utf-8") for site, key in keys.items()}
 
 
+def _texts(config, *keys):
+    """``{field: text}`` of ``keys`` (absent: empty), each field named as its key."""
+    return {key.replace("-", "_"): str(config.get(key, "")) for key in keys}
+
+
 def _number(config, key, default, kind, minimum):
     value = config.get(key, default)
     if kind is float and type(value) is int:
@@ -394,17 +399,15 @@ class ServerSettings:
                 for key, v in node_sites.items())):
             raise ValueError("node-sites must be a JSON object {\"<node id>\": <site label>}.")
         return cls(
-            model_path=str(config.get("model-path", "")),
+            **_texts(config, "model-path", "keys-file", "evaluate-model"),
             min_nodes=_number(config, "min-nodes", 1, int, 1),
             node_timeout=_number(config, "node-timeout", 60.0, float, 0.0),
             reply_timeout=_number(config, "reply-timeout", 300.0, float, 0.0),
             poll_interval=_number(config, "poll-interval", 0.2, float, 0.01),
-            keys_file=str(config.get("keys-file", "")),
             on_invalid=on_invalid,
             max_rounds=_number(config, "max-rounds", 0, int, 0),
             feature_names=names,
             node_sites={int(key): label for key, label in node_sites.items()},
-            evaluate_model=str(config.get("evaluate-model", "")),
         )
 
     def server_kwargs(self):
@@ -475,16 +478,8 @@ class NodeSettings:
             allowed_kinds=listed("allowed-kinds"),
             columns_in_order=_flag(config, "columns-in-order"),
         )
-        return cls(
-            site=site,
-            data_path=str(config["data-path"]),
-            target=str(config.get("target", "")),
-            features=str(config.get("features", "")),
-            weight_column=str(config.get("weight-column", "")),
-            round_column=str(config.get("round-column", "")),
-            key_file=str(config.get("key-file", "")),
-            policy=policy,
-        )
+        return cls(site=site, policy=policy, **_texts(
+            config, "data-path", "target", "features", "weight-column", "round-column", "key-file"))
 
     def read_key(self):
         """The site's key (bytes), or None when the node has no key file."""

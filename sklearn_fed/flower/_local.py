@@ -10,6 +10,7 @@ started here is ended by its PID (with the processes it spawned), also on
 error and on timeout.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -30,7 +31,7 @@ import tomli_w
 
 from ..datasets import save_site_data
 from ._config import RUN_CONFIG_DEFAULTS, estimator_to_config, site_text
-from ._credentials import make_node_key, make_tls_files
+from ._credentials import _private, make_node_key, make_tls_files
 from ._persist import load_model, save_model
 
 __all__ = ["LocalFederation", "run_local_federation"]
@@ -103,12 +104,10 @@ def _descendants(pid):
         identity = _proc_identity(entry.name)
         if identity is not None:
             children.setdefault(identity[0], []).append((int(entry.name), identity[1]))
-    found, stack = [], [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child[0])
-    return found
+    found = [(pid, None)]
+    for parent, _ in found:  # the list grows as the walk goes down
+        found += children.get(parent, [])
+    return found[1:]
 
 
 def _still_running(pid, started):
@@ -133,10 +132,8 @@ def _end_all(processes, grace):
             process.wait(timeout=10)
     for pid, started in spawned:  # Flower detaches some children into new sessions
         if _still_running(pid, started):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously
     while any(_still_running(*child) for child in spawned) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -323,14 +320,9 @@ class LocalFederation:
         env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
         env["PYTHONUNBUFFERED"] = "1"
         self._env = env
-        keys = self._site_keys()
-        if keys:
-            path = root / "keys" / "server.json"
-            path.write_text(json.dumps({site_text(s): k for s, k in keys.items()}))
-            path.chmod(0o600)
-            self._keys_file = str(path)
-        else:
-            self._keys_file = ""
+        keys = self._site_keys()  # written readable by their owner only
+        self._keys_file = str(_private(root / "keys" / "server.json", json.dumps(
+            {site_text(s): k for s, k in keys.items()}).encode())) if keys else ""
         self._node_configs = {}
         for index, (label, data) in enumerate(self.sites.items()):
             config = {**self.node_config, "site": label,
@@ -349,9 +341,7 @@ class LocalFederation:
                     self._sockets = Path(tempfile.mkdtemp(prefix="sklearn-fed-"))
                 config["worker-socket"] = str(self._sockets / f"{index}.sock")
             if keys:
-                key_path = root / "keys" / f"site-{index}.key"
-                key_path.write_text(keys[label])
-                key_path.chmod(0o600)
+                key_path = _private(root / "keys" / f"site-{index}.key", keys[label].encode())
                 config["key-file"] = str(key_path)
             path = root / "nodes" / f"site-{index}.toml"
             path.write_text(tomli_w.dumps(config))
@@ -377,18 +367,16 @@ class LocalFederation:
             if not path.is_file():
                 raise FileNotFoundError(f"site {label!r}: no data file {path}.")
             return str(path)
-        if isinstance(data, dict) and {"X", "y"} <= set(data) <= _SITE_ARRAYS:
-            data = dict(data)
-        elif isinstance(data, tuple) and len(data) in (2, 3):
+        if isinstance(data, tuple) and len(data) in (2, 3):
             data = dict(zip(("X", "y", "sample_weight"), data))
-        else:
+        if not (isinstance(data, dict) and {"X", "y"} <= set(data) <= _SITE_ARRAYS):
             raise TypeError(
                 f"site {label!r}: expected (X, y), (X, y, sample_weight), a dict with X, y "
                 f"and optionally sample_weight and rounds, or a data path; got "
                 f"{type(data).__name__}."
             )
         path = self.workdir / "data" / f"site-{index}.npz"
-        save_site_data(path, data.pop("X"), data.pop("y"), **data)
+        save_site_data(path, **data)
         return str(path)
 
     def _popen(self, name, command, home):
@@ -629,10 +617,8 @@ class LocalFederation:
     def _stop_run(self, log_name):
         match = re.search(r"started run (\d+)", _tail(self.logs / f"{log_name}.log", 10**6))
         if match:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._cli("stop", match.group(1), CONNECTION, timeout=30.0)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 def run_local_federation(estimator, sites, *, timeout=300.0, **kwargs):

@@ -12,6 +12,7 @@ skorch's own state is a pickle of the module; loading rebuilds the estimator
 and loads the arrays into its module.
 """
 
+import contextlib
 import io
 import os
 import threading
@@ -56,10 +57,8 @@ def import_skops_in_background():
     busy machine); a server app spends most of a run waiting for replies.
     """
     def run():
-        try:
+        with contextlib.suppress(ImportError):  # save_model raises it, naming the extra
             _skops()
-        except ImportError:  # save_model raises it, naming the extra, if it is ever called
-            pass
 
     threading.Thread(target=run, name="sklearn-fed-import-skops", daemon=True).start()
 

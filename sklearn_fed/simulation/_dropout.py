@@ -1,11 +1,10 @@
 """Client dropout: some clients never send their message."""
 
-import numbers
-
 import numpy as np
 from sklearn.utils import check_random_state
 
 from .._clients import group_rows_by_client
+from ._partition import _check_number
 
 __all__ = ["drop_clients"]
 
@@ -56,12 +55,7 @@ def drop_clients(clients, *, fraction=None, mask=None, random_state=None):
     if (fraction is None) == (mask is None):
         raise ValueError("give exactly one of fraction and mask.")
     if fraction is not None:
-        if (
-            isinstance(fraction, bool)
-            or not isinstance(fraction, numbers.Real)
-            or not 0.0 <= fraction < 1.0
-        ):
-            raise ValueError(f"fraction must be a float in [0, 1), got {fraction!r}.")
+        fraction = _check_number(fraction, "fraction", lambda f: 0.0 <= f < 1.0, "a float in [0, 1)")
         n_drop = min(int(np.floor(fraction * n_clients)), n_clients - 1)
         rng = check_random_state(random_state)
         dropped = np.zeros(n_clients, dtype=bool)

@@ -26,6 +26,15 @@ def _check_int(value, name):
     return int(value)
 
 
+def _check_number(value, name, valid, text, kind=numbers.Real):
+    """``value`` as a float (an int for ``kind=numbers.Integral``), if it is a finite
+    number of that kind (not a bool) passing ``valid``; else ValueError "name must be text"."""
+    if (isinstance(value, bool) or not isinstance(value, kind)
+            or not np.isfinite(value) or not valid(value)):
+        raise ValueError(f"{name} must be {text}, got {value!r}.")
+    return int(value) if kind is numbers.Integral else float(value)
+
+
 def _check_n_clients(n_clients, n_samples=None):
     n_clients = _check_int(n_clients, "n_clients")
     if n_clients < 1:
@@ -206,17 +215,11 @@ def partition_label_shards(y, n_clients, *, classes_per_client=2, random_state=N
     """
     codes, counts, n_clients = _check_labels(y, n_clients)
     n_classes = counts.shape[0]
-    if (
-        isinstance(classes_per_client, bool)
-        or not isinstance(classes_per_client, numbers.Integral)
-        or not 1 <= classes_per_client <= n_classes
-    ):
-        raise ValueError(
-            f"classes_per_client must be an int in [1, {n_classes}] (the number "
-            f"of classes in y), got {classes_per_client!r}."
-        )
+    classes_per_client = _check_number(
+        classes_per_client, "classes_per_client", lambda c: 1 <= c <= n_classes,
+        f"an int in [1, {n_classes}] (the number of classes in y)", numbers.Integral)
     rng = check_random_state(random_state)
-    quota = _shard_quota(counts, n_clients, int(classes_per_client))
+    quota = _shard_quota(counts, n_clients, classes_per_client)
 
     left = quota.copy()
     holders = [[] for _ in range(n_classes)]
@@ -272,13 +275,12 @@ def partition_dirichlet(y, n_clients, *, alpha=0.5, random_state=None):
     True
     """
     codes, counts, n_clients = _check_labels(y, n_clients)
-    if not isinstance(alpha, numbers.Real) or not np.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"alpha must be a finite float > 0, got {alpha!r}.")
+    alpha = _check_number(alpha, "alpha", lambda a: a > 0, "a finite float > 0")
     rng = check_random_state(random_state)
     clients = np.empty(codes.shape[0], dtype=np.intp)
     for k in range(counts.shape[0]):
         rows = rng.permutation(np.flatnonzero(codes == k))
-        p = rng.dirichlet(np.full(n_clients, float(alpha)))
+        p = rng.dirichlet(np.full(n_clients, alpha))
         sizes = rng.multinomial(rows.shape[0], p)
         clients[rows] = np.repeat(np.arange(n_clients), sizes)
     sizes = np.bincount(clients, minlength=n_clients)
@@ -338,12 +340,8 @@ def partition_feature_shift(X, n_clients, *, heterogeneity=0.5, random_state=Non
         raise ValueError("X contains NaN or infinity.")
     n_samples = X.shape[0]
     n_clients = _check_n_clients(n_clients, n_samples)
-    if (
-        not isinstance(heterogeneity, numbers.Real)
-        or not np.isfinite(heterogeneity)
-        or not 0.0 <= heterogeneity <= 1.0
-    ):
-        raise ValueError(f"heterogeneity must be a float in [0, 1], got {heterogeneity!r}.")
+    heterogeneity = _check_number(heterogeneity, "heterogeneity", lambda h: 0.0 <= h <= 1.0,
+                                "a float in [0, 1]")
     rng = check_random_state(random_state)
     scale = X.std(axis=0)
     scale[scale == 0] = 1.0

@@ -9,13 +9,12 @@ stated mean.
 """
 
 import math
-import numbers
 
 import numpy as np
 from scipy import stats
 from sklearn.utils import check_random_state
 
-from ._partition import _check_n_clients
+from ._partition import _check_n_clients, _check_number
 
 __all__ = ["SAMPLE_SIZE_LAWS", "sample_client_sizes", "sample_size_distribution"]
 
@@ -57,26 +56,6 @@ _LAWS = {
 SAMPLE_SIZE_LAWS = tuple(_LAWS)
 
 
-def _check_law(law):
-    if law not in _LAWS:
-        raise ValueError(
-            f"unknown sample-size law {law!r}; choose one of {', '.join(SAMPLE_SIZE_LAWS)}."
-        )
-
-
-def _check_gamma(gamma):
-    if (
-        isinstance(gamma, bool)
-        or not isinstance(gamma, numbers.Real)
-        or not np.isfinite(gamma)
-        or not GAMMA_RANGE[0] <= gamma <= GAMMA_RANGE[1]
-    ):
-        raise ValueError(
-            f"gamma must be a float in [{GAMMA_RANGE[0]}, {GAMMA_RANGE[1]}], got {gamma!r}."
-        )
-    return float(gamma)
-
-
 def sample_size_distribution(law, n_clients, gamma):
     """The frozen ``scipy.stats`` law of one client's size, of mean ``n_clients ** gamma``.
 
@@ -100,9 +79,13 @@ def sample_size_distribution(law, n_clients, gamma):
     >>> round(float(sample_size_distribution("pareto", 100, 1.0).mean()), 6)
     100.0
     """
-    _check_law(law)
+    if law not in _LAWS:
+        raise ValueError(
+            f"unknown sample-size law {law!r}; choose one of {', '.join(SAMPLE_SIZE_LAWS)}."
+        )
     n_clients = _check_n_clients(n_clients)
-    gamma = _check_gamma(gamma)
+    low, high = GAMMA_RANGE
+    gamma = _check_number(gamma, "gamma", lambda g: low <= g <= high, f"a float in [{low}, {high}]")
     return _LAWS[law](float(n_clients) ** gamma)
 
 
