@@ -140,7 +140,7 @@ class FederatedEstimatorMixin(FederatedMixin):
         clients = take_clients(self, X, clients)
         raw = X
         try:
-            if collection:  # checked where each partition is read (no NaN sites named here)
+            if collection:  # checked where each partition is read (unread here: no NaN sites)
                 y, sample_weight, labels, rows = X.validate(self, reset=not warm)
             else:
                 X, y, sample_weight = self._validate_fit_data(X, y, sample_weight,
