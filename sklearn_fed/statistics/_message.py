@@ -384,7 +384,6 @@ class ClientStatistics:
         if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1:
             fail("x_mean and y_mean must be non-empty vectors.")
         d, t = values["x_mean"].shape[0], values["y_mean"].shape[0]
-        common = {"centered": fields["centered"], "single_target": fields["single_target"]}
         if factored:
             p, packed = fields["factor_rows"], values["factor"]
             if not (type(p) is int and 0 <= p <= d + t):
@@ -392,10 +391,9 @@ class ClientStatistics:
             if packed.shape != (_trapezoid_size(p, d + t),):
                 fail(f"factor has shape {packed.shape}, expected "
                      f"({_trapezoid_size(p, d + t)},) for {p} rows of {d + t} columns.")
-            stats = cls(n_samples, float(weight_sum), values["x_mean"], values["y_mean"],
-                        factor=_unpack_trapezoid(packed, p, d + t), **common)
-        else:  # the arrays in the order of the fields
-            stats = cls(n_samples, float(weight_sum), *(values[name] for name in names), **common)
+            values["factor"] = _unpack_trapezoid(packed, p, d + t)
+        stats = cls(n_samples, float(weight_sum), **values, centered=fields["centered"],
+                    single_target=fields["single_target"])
         if validate:
             validate_statistics(stats, client, n_features, n_targets, psd, symmetric=symmetric)
         return stats
