@@ -14,9 +14,10 @@ interleaved, median (min-max) of ``repeats`` runs, wall and process CPU time:
   with participants batched in one ``vmap`` call (``vectorize=True``);
   "codec" is ``encode_many`` of all participants plus ``decode_mean`` of
   their messages, timed on their own.
-- **before** (``--before REF``, default ``main``): the same round of the
-  package at git ref REF, imported side by side from ``git archive``
-  (its round: ``vmap`` gradients, one encode per client, one decode loop).
+- **before** (``--before REF``, default ``main``): the same exact round and
+  codec of the package at git ref REF, imported side by side from
+  ``git archive`` (REF must have the protocol API: ``make_server``,
+  ``open_round``, ``reply_many``, ``receive_frames``).
 
 ``--threads`` sets torch's threads and the codec's threads (the machine
 has 2 cores).
@@ -32,7 +33,6 @@ import tarfile
 import tempfile
 import time
 import tracemalloc
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +41,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sklearn_fed.neural_network import FedMPDDClassifier, LeNet  # noqa: E402
-from sklearn_fed.neural_network import _sign_kernels as kernels  # noqa: E402
-from sklearn_fed.neural_network._codecs import MPDDCodec  # noqa: E402
-from sklearn_fed.protocol import Frame  # noqa: E402
+from sklearn_fed.neural_network import FedMPDDClassifier, LeNet
+from sklearn_fed.neural_network import _sign_kernels as kernels
+from sklearn_fed.neural_network._codecs import MPDDCodec
+from sklearn_fed.protocol import Frame
 
 
 def _timed(fn):
@@ -54,7 +54,8 @@ def _timed(fn):
 
 
 def _import_ref(ref, where):
-    """The ``sklearn_fed`` package at git ``ref``, imported as ``sklearn_fed_before``."""
+    """The FedMPDD package and protocol of ``sklearn_fed`` at git ``ref``, imported as
+    ``sklearn_fed_before``."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "sklearn_fed"],
                              check=True, capture_output=True).stdout
     target = Path(where) / "sklearn_fed_before"
@@ -65,12 +66,15 @@ def _import_ref(ref, where):
             tar.extractall(where, filter="data")
     os.rename(Path(where) / "sklearn_fed", target)
     sys.path.insert(0, str(where))
-    return importlib.import_module("sklearn_fed_before.neural_network._fedmpdd")
+    return [importlib.import_module(f"sklearn_fed_before.{name}")
+            for name in ("neural_network", "neural_network._codecs", "protocol",
+                         "neural_network._sign_kernels")]
 
 
-def _after_round(batch_size, args, X, y, vectorize):
-    """A callable that runs one protocol round of the current code."""
-    net = FedMPDDClassifier(LeNet, client_fraction=0.5, n_directions=args.m,
+def _after_round(batch_size, args, X, y, vectorize, package=None):
+    """A callable that runs one protocol round of the current code (or of ``package``'s)."""
+    classifier = FedMPDDClassifier if package is None else package.FedMPDDClassifier
+    net = classifier(LeNet, client_fraction=0.5, n_directions=args.m,
                             batch_size=batch_size, optimizer=torch.optim.SGD, lr=0.0,
                             max_epochs=10**6, vectorize=vectorize, random_state=0)
     clients = np.arange(len(y)) % (2 * args.participants)
@@ -84,38 +88,27 @@ def _after_round(batch_size, args, X, y, vectorize):
         tasks = server.open_round(labels)
         server.receive_frames(site.reply_many(tasks, X, y, None, rows, None), {})
 
-    return net, server, site, rows, labels, one_round
+    return net, one_round
 
 
-def _codec_parts(net, participants, codec):
+def _codec_parts(d, participants, codec, frame=Frame):
     """Encode-all and decode-all of one round's participants, as callables.
 
     Gradient values do not change the codec's cost, so random ones stand in.
     """
-    d = net._n_trainable()
     G = np.random.default_rng(0).standard_normal((participants, d)).astype(np.float32)
     seeds = [int(s) for s in np.random.default_rng(1).integers(0, 2**62, participants)]
-    frames = [Frame(kind=codec.kind, fields=f, arrays=a) for f, a in codec.encode_many(G, seeds)]
+    frames = [frame(kind=codec.kind, fields=f, arrays=a) for f, a in codec.encode_many(G, seeds)]
     return (lambda: codec.encode_many(G, seeds)), (lambda: codec.decode_mean(frames, d))
 
 
-def _before_round(module, batch_size, args, X, y):
-    net = module.FedMPDDClassifier(LeNet, n_clients=2 * args.participants, client_fraction=0.5,
-                                   n_directions=args.m, batch_size=batch_size, lr=0.0,
-                                   max_epochs=0, random_state=0)
-    with warnings.catch_warnings():  # whatever that version warns about a 0-round fit
-        warnings.simplefilter("ignore")
-        net.fit(X, y)
-    net.history.new_epoch()
-    batch = next(iter(net.get_iterator(net.get_dataset(X, y), training=True)))
-    grads = net._gradients_vmap(*batch[:4])[0].detach()
-    codec = module.make_codec("mpdd", n_directions=args.m)
-    d = grads.shape[1]
-
-    def codec_all():
-        codec.decode_mean([codec.encode(g, seed=i) for i, g in enumerate(grads)], d)
-
-    return (lambda: net.train_step(batch)), codec_all
+def _before_round(before, batch_size, args, X, y, d):
+    """The exact round and the codec of the package at the ``--before`` ref."""
+    package, codecs, protocol, _ = before
+    codec = codecs.MPDDCodec(args.m)
+    encode, decode = _codec_parts(d, args.participants, codec, protocol.Frame)
+    return _after_round(batch_size, args, X, y, False, package)[-1], (
+        lambda: (encode(), decode()))
 
 
 def _summary(samples):
@@ -126,24 +119,27 @@ def _summary(samples):
 
 def _measure(args, threads, X, y, before):
     torch.set_num_threads(threads)
-    kernels._workers = lambda: threads
+    for module in [kernels] + ([] if before is None else [before[-1]]):
+        module._workers = lambda: threads
     codec = MPDDCodec(args.m)
     out = []
     for batch_size in args.batches:
         timers = {}
-        net, server, site, rows, labels, exact = _after_round(batch_size, args, X, y, False)
+        net, exact = _after_round(batch_size, args, X, y, False)
         timers["after exact"] = exact
         timers["after vmap"] = _after_round(batch_size, args, X, y, True)[-1]
-        timers["encode"], timers["decode"] = _codec_parts(net, args.participants, codec)
+        timers["encode"], timers["decode"] = _codec_parts(net._n_trainable(), args.participants,
+                                                          codec)
         if before is not None:
             timers["before round"], timers["before codec"] = _before_round(
-                before, batch_size, args, X, y)
+                before, batch_size, args, X, y, net._n_trainable())
         for fn in timers.values():  # warm up (numba, vmap)
             fn()
         samples = {name: [] for name in timers}
-        for _ in range(args.repeats):  # interleaved
-            for name, fn in timers.items():
-                samples[name].append(_timed(fn))
+        order = np.random.default_rng(0)
+        for _ in range(args.repeats):  # interleaved, in a new order each time (no position bias)
+            for name in order.permutation(list(timers)):
+                samples[name].append(_timed(timers[name]))
         out.append((batch_size, {k: _summary(v) for k, v in samples.items()}))
     return net._n_trainable(), out
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .protocol import label_key
-from .protocol._simulate import collection_paused
+from .protocol._simulate import MadeWhenRead
 from .utils._warnings import warn
 
 __all__ = [
@@ -76,7 +76,10 @@ def take_clients(estimator, X, clients):
     ['a', 'a', 'b']
     """
     if clients is None:
-        _warn_missing(estimator)
+        consequence = getattr(estimator, "_without_clients", "every row is treated as one client")
+        if consequence is not None and not getattr(estimator, "_exact_federation", False):
+            warn(f"{type(estimator).__name__} was fitted without clients, so {consequence}. "
+                 f"{_how_to_pass(estimator)}", MissingClientsWarning)
         return None
     if np.ndim(clients) == 0:
         raise ValueError(_column_name_message(X, clients))
@@ -123,20 +126,6 @@ def _column_name_message(X, name):
     )
 
 
-def _warn_missing(estimator):
-    """Issue a MissingClientsWarning when the estimator's answer depends on ``clients``."""
-    if getattr(estimator, "_exact_federation", False):
-        return
-    consequence = getattr(estimator, "_without_clients", "every row is treated as one client")
-    if consequence is None:
-        return
-    name = type(estimator).__name__
-    warn(
-        f"{name} was fitted without clients, so {consequence}. {_how_to_pass(estimator)}",
-        MissingClientsWarning,
-    )
-
-
 def _how_to_pass(estimator):
     """The sentence that says how to give ``clients``, for the routing mode in force."""
     from sklearn import get_config
@@ -177,7 +166,7 @@ def _is_missing(label):
     if label is None:
         return True
     try:
-        return bool(label != label)  # NaN and NaT differ from themselves
+        return bool(label != label)  # noqa: PLR0124 (NaN and NaT differ from themselves)
     except (TypeError, ValueError):  # pandas.NA: its comparisons are undecided
         return True
 
@@ -261,7 +250,7 @@ def group_rows_by_client(clients, n_samples):
     return labels, ClientRows(counts, rows)
 
 
-class ClientRows(Sequence):
+class ClientRows(MadeWhenRead, Sequence):
     """Each client's rows (see :func:`group_rows_by_client`), made when first read.
 
     ``counts`` (an integer array) is known at once; the row indices (a sort,
@@ -271,25 +260,8 @@ class ClientRows(Sequence):
     """
 
     def __init__(self, counts, make):
+        super().__init__(len(counts), make)
         self.counts = counts
-        self._make = make
-        self._rows = None
-
-    def _all(self):
-        if self._rows is None:
-            with collection_paused():  # one object per client at once
-                self._rows = self._make()
-            self._make = None
-        return self._rows
-
-    def __getitem__(self, index):
-        return self._all()[index]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __len__(self):
-        return len(self.counts)
 
     def __repr__(self):
         return f"ClientRows({self._all()!r})"

@@ -41,6 +41,7 @@ from .protocol import (
     nest,
     unnest,
 )
+from .protocol._fields import server_error
 
 __all__ = [
     "DATA_FREE",
@@ -60,37 +61,10 @@ __all__ = [
     "make_part_server",
     "parse_parts",
     "prefixed",
-    "server_error",
     "site_rows",
-    "site_table",
-    "site_targets",
     "table_feature_names",
     "take_prefixed",
 ]
-
-
-def site_targets(y):
-    """A site's targets in a form whose rows can be taken (Series kept)."""
-    return y if y is None or hasattr(y, "iloc") else np.asarray(y)
-
-
-def site_table(X):
-    """A site's table as its first step will read it, in a form whose rows can be taken.
-
-    DataFrames are kept (their column dtypes matter); sparse matrices become
-    CSR; anything else an array (a list of strings an object array, as
-    scikit-learn's encoders make it). The steps validate the values.
-    """
-    if hasattr(X, "iloc"):
-        return X
-    if sp.issparse(X):
-        return X.tocsr()
-    array = np.asarray(X)
-    if not hasattr(X, "dtype") and array.dtype.kind == "U":
-        array = np.asarray(X, dtype=object)
-    if array.ndim != 2:
-        raise ValueError(f"Expected a 2D table of rows, got an array of shape {array.shape}.")
-    return array
 
 
 def table_feature_names(X):
@@ -129,10 +103,28 @@ class FederatedCompositeMixin(FederatedEstimatorMixin):
     """
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
-        X, y = site_table(X), site_targets(y)
+        """The table, targets and weights as every site checks its own (``reset`` unused).
+
+        The table as its first step will read it, in a form whose rows can be
+        taken: DataFrames are kept (their column dtypes matter), sparse matrices
+        become CSR, anything else an array (a list of strings an object array, as
+        scikit-learn's encoders make it); the steps validate the values.
+        """
+        if sp.issparse(X):
+            X = X.tocsr()
+        elif not hasattr(X, "iloc"):
+            array = np.asarray(X)
+            X = np.asarray(X, dtype=object) if (
+                not hasattr(X, "dtype") and array.dtype.kind == "U") else array
+            if X.ndim != 2:
+                raise ValueError(f"Expected a 2D table of rows, got an array of shape {X.shape}.")
+        y = y if y is None or hasattr(y, "iloc") else np.asarray(y)  # a Series is kept
+        n_rows = _num_samples(X)
+        if y is not None and _num_samples(y) != n_rows:
+            raise ValueError(f"X has {n_rows} rows but y has {_num_samples(y)}.")
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
-                sample_weight, np.empty((_num_samples(X), 0)), dtype=np.float64)
+                sample_weight, np.empty((n_rows, 0)), dtype=np.float64, ensure_non_negative=True)
         return X, y, sample_weight
 
     def _server_feature_names(self, X):
@@ -177,11 +169,6 @@ def prefixed(fields_arrays, prefix, arrays):
 def take_prefixed(arrays, prefix):
     """The arrays of one part (``prefix`` removed)."""
     return {name[len(prefix):]: value for name, value in arrays.items() if name.startswith(prefix)}
-
-
-def server_error(reason):
-    """Refuse a malformed task: the site names the server."""
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def make_part_server(part, **kwargs):

@@ -8,6 +8,7 @@ the output has (ColumnTransformer's ``sparse_threshold`` decides on the
 pooled density).
 """
 
+import functools
 import time
 from collections import namedtuple
 
@@ -22,7 +23,6 @@ from sklearn.utils._set_output import _get_output_config
 from sklearn.utils._user_interface import _message_with_time
 
 from ._clients import known_labels
-from ._compat import _fit_context
 from ._composite import (
     FederatedCompositeMixin,
     answer_part,
@@ -34,19 +34,13 @@ from ._composite import (
     make_part_server,
     parse_parts,
     prefixed,
-    server_error,
     site_rows,
     take_prefixed,
 )
+from .base import fit_method
 from .pipeline import PipelineClient
-from .protocol import (
-    InvalidClientMessage,
-    Server,
-    atomic,
-    nest,
-    unnest,
-)
-from .protocol._fields import task_field
+from .protocol import Server, nest, unnest
+from .protocol._fields import reply_error, server_error, task_field
 
 __all__ = ["FederatedColumnTransformer"]
 
@@ -60,11 +54,6 @@ def _no_rows(n_features, names):
 
 #: Resolved columns: ``parts`` are ``{index: (name, template, column indices)}`` to fit.
 _Layout = namedtuple("_Layout", ["scratch", "parts"])
-
-
-def _may_be_sparse(fitted):
-    return getattr(fitted, "sparse_output", False) is True or getattr(
-        fitted, "sparse_output_", False) is True
 
 
 class ColumnTransformerClient(PipelineClient):
@@ -132,7 +121,7 @@ class ColumnTransformerServer(Server):
         self.parts = {}
         self._active = {}
         self._sparse_input = False
-        self._density = None  # (nnz, total) once counted
+        self._sparse_output = False  # ColumnTransformer's sparse_output_, once counted
         self._sites = []
         # Columns are resolved on the federation's features; a server not told
         # them learns them first (a round whose replies carry only their schema).
@@ -164,14 +153,14 @@ class ColumnTransformerServer(Server):
             self._active = {index: f for index, f in frames.items() if f}
             if self._active:
                 return self._wrap(sites)
-            self._stage = "density" if self._needs_density() else "done"
-        if self._stage == "density":
-            self._stage = "counting"
-            return self._density_tasks(sites)
-        if self._stage == "counted" or self._stage == "done":
+            if self._needs_density():
+                self._stage = "counting"
+                return self._density_tasks(sites)
+            self._stage = "done"
+        if self._stage == "done":
             self._report()
-            self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output(),
-                                          self)
+            self.estimator._commit_layout(self.layout, self._fitted(), self._sparse_output)
+            commit_federation(self.estimator, self._ledger, self._fitted().values(), self._sites)
             self._stage = "committed"
         return {}
 
@@ -189,15 +178,10 @@ class ColumnTransformerServer(Server):
                                      f"{name}", elapsed), flush=True)
 
     def _needs_density(self):
-        if not self.estimator.sparse_threshold:
-            return False
-        return self._sparse_input or any(_may_be_sparse(f) for f in self._fitted().values())
-
-    def _sparse_output(self):
-        if self._density is None:
-            return False
-        nnz, total = self._density
-        return bool(total and nnz / total < self.estimator.sparse_threshold)
+        """Whether the input, or a part's output, may be sparse (and sparse_threshold is set)."""
+        return bool(self.estimator.sparse_threshold) and (self._sparse_input or any(
+            getattr(f, "sparse_output", False) is True or getattr(f, "sparse_output_", False)
+            is True for f in self._fitted().values()))
 
     def _wrap(self, sites):
         tasks = {}
@@ -223,9 +207,7 @@ class ColumnTransformerServer(Server):
         return {site: ({"step": "density", "parts": parts}, dict(arrays)) for site in sites}
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = functools.partial(reply_error, site)
         fields = frame.fields
         if self._stage == "schema":
             if fields != {"step": "schema"} or frame.arrays:
@@ -262,8 +244,9 @@ class ColumnTransformerServer(Server):
         if self._stage == "schema":
             return  # the replies' schema is now the server's (pinned by the round)
         if self._stage == "counting":
-            self._density = tuple(sum(reply[i] for reply in replies.values()) for i in (0, 1))
-            self._stage = "counted"
+            nnz, total = (sum(reply[i] for reply in replies.values()) for i in (0, 1))
+            self._sparse_output = bool(total and nnz / total < self.estimator.sparse_threshold)
+            self._stage = "done"
             return
         by_part = {index: {site: reply[0][index] for site, reply in replies.items()
                            if index in reply[0]} for index in self._active}
@@ -357,7 +340,7 @@ feature_names_in_
             parts[index] = (name, trans, scratch._transformer_to_input_indices[name])
         return _Layout(scratch, {i: p for i, p in enumerate(parts) if p is not None})
 
-    def _commit_layout(self, layout, fitted, sparse_output, server=None):
+    def _commit_layout(self, layout, fitted, sparse_output):
         """ColumnTransformer's bookkeeping for fitted parts, done on a copy, then committed."""
         scratch = layout.scratch
         empty = _no_rows(scratch.n_features_in_, getattr(scratch, "feature_names_in_", None))
@@ -384,28 +367,14 @@ feature_names_in_
         for key, value in vars(scratch).items():
             if key not in params:
                 setattr(self, key, value)
-        if server is not None:
-            commit_federation(self, server._ledger, fitted.values(), server._sites)
         return self
 
-    @_fit_context(prefer_skip_nested_validation=False)
-    @atomic
+    @fit_method(prefer_skip_nested_validation=False,
+                X=("array-like or DataFrame of shape (n_samples, n_features)", "The rows."),
+                y=("array-like of shape (n_samples,), default=None", "Targets, if any."),
+                params="Not supported (a federated transformer's parameters are in its task).")
     def fit(self, X, y=None, clients=None, **params):
-        """Fit every transformer on its columns of the sites' rows (in the same rounds).
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-        **params
-            Not supported (a federated transformer's parameters are in its task).
-
-        Returns
-        -------
-        self : FederatedColumnTransformer
-        """
+        """Fit every transformer on its columns of the sites' rows (in the same rounds)."""
         if params:
             raise TypeError(f"FederatedColumnTransformer.fit takes no {sorted(params)}.")
         return self._fit(X, y, None, clients)
@@ -413,21 +382,16 @@ feature_names_in_
     # ------------------------------------------------------------ broadcast
     def _broadcast_state(self):
         arrays, parts = {}, {}
-        for index, (name, template, _) in self._fitted_parts().items():
-            parts[str(index)] = prefixed(broadcast_state(template), f"p{index}.", arrays)
+        layout = self._layout(self.n_features_in_, getattr(self, "feature_names_in_", None))
+        fitted = {name: trans for name, trans, _ in self.transformers_}
+        for index, (name, template, _) in layout.parts.items():
+            if not isinstance(template, str):  # the federated parts
+                parts[str(index)] = prefixed(broadcast_state(fitted[name]), f"p{index}.", arrays)
         fields = {"n_features_in_": int(self.n_features_in_), "parts": parts,
                   "sparse_output": bool(self.sparse_output_),
                   "feature_names_in_": None if not hasattr(self, "feature_names_in_") else [
                       str(n) for n in self.feature_names_in_]}
         return fields, arrays
-
-    def _fitted_parts(self):
-        """``{part index: (name, fitted transformer, columns)}`` of the federated parts."""
-        layout = self._layout(self.n_features_in_, getattr(self, "feature_names_in_", None))
-        fitted = {name: trans for name, trans, _ in self.transformers_}
-        return {index: (name, fitted[name], columns)
-                for index, (name, template, columns) in layout.parts.items()
-                if not isinstance(template, str)}
 
     def _load_broadcast_state(self, fields, arrays):
         if not (isinstance(fields, dict) and set(fields) == {

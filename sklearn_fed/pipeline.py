@@ -11,6 +11,7 @@ steps takes ``k`` rounds (a classifier adds its rounds); a
 transformers in the same rounds.
 """
 
+import functools
 import math
 import time
 import types
@@ -22,10 +23,8 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.utils._available_if import available_if
 from sklearn.utils._set_output import _get_output_config
 from sklearn.utils._user_interface import _message_with_time
-from sklearn.utils.validation import _num_samples
 
 from ._clients import known_labels
-from ._compat import _check_sample_weight, _fit_context
 from ._composite import (
     FederatedCompositeMixin,
     answer_part,
@@ -37,12 +36,10 @@ from ._composite import (
     make_part_server,
     parse_parts,
     prefixed,
-    server_error,
     site_rows,
-    site_table,
-    site_targets,
     take_prefixed,
 )
+from .base import fit_method
 from .privacy._budget import (
     PrivacyBudget,
     PrivacySpentMixin,
@@ -51,16 +48,8 @@ from .privacy._budget import (
     spent_ledgers,
 )
 from .privacy._budget import as_budget as _as_budget
-from .protocol import (
-    Client,
-    InvalidClientMessage,
-    Server,
-    atomic,
-    match_columns,
-    nest,
-    unnest,
-)
-from .protocol._fields import task_field
+from .protocol import Client, Server, match_columns, nest, unnest
+from .protocol._fields import reply_error, server_error, task_field
 
 __all__ = ["FederatedPipeline", "make_federated_pipeline"]
 
@@ -93,15 +82,8 @@ class PipelineClient(Client):
     def check_rows(self, X, y, sample_weight, schema, site):
         X, names = match_columns(X, schema, site=site)
         try:
-            X, y = site_table(X), site_targets(y)
-            n_rows = _num_samples(X)
-            if y is not None and _num_samples(y) != n_rows:
-                raise ValueError(f"X has {n_rows} rows but y has {_num_samples(y)}.")
-            if sample_weight is not None:
-                sample_weight = _check_sample_weight(
-                    sample_weight, np.empty((n_rows, 0)), dtype=np.float64,
-                    ensure_non_negative=True,
-                )
+            X, y, sample_weight = self.estimator._validate_fit_data(X, y, sample_weight,
+                                                                    reset=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"site {site!r}: {exc}") from exc
         return X, y, sample_weight, names
@@ -131,15 +113,7 @@ class PipelineServer(Server):
 
     Steps are fitted on copies and committed to the pipeline together when
     the last one is done, so a failed round leaves the pipeline as it was.
-
-    Parameters
-    ----------
-    estimator : FederatedPipeline
-    weighted_steps : sequence of str, default=()
-        Names of the steps that fit with the sites' sample weights (as
-        scikit-learn routes ``sample_weight`` to the steps that ask for it).
-    **kwargs
-        See :class:`~sklearn_fed.protocol.Server`.
+    Parameters: see :meth:`FederatedPipeline.make_server`.
     """
 
     protocol = "pipeline"
@@ -216,9 +190,7 @@ class PipelineServer(Server):
         return fields, arrays
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = functools.partial(reply_error, site)
         fields = frame.fields
         if set(fields) != {"step", "reply"} or fields["step"] != self._index:
             fail(f"expected a reply for step {self._index} of the pipeline.")
@@ -349,7 +321,8 @@ class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
         Parameters
         ----------
         weighted_steps : sequence of str, default=()
-            Steps fitted with the sites' sample weights.
+            Names of the steps that fit with the sites' sample weights (as
+            scikit-learn routes ``sample_weight`` to the steps that ask for it).
         **kwargs
             See :meth:`sklearn_fed.protocol.FederatedMixin.make_server`.
 
@@ -389,28 +362,16 @@ class FederatedPipeline(FederatedCompositeMixin, PrivacySpentMixin, Pipeline):
             clients = value
         return weights, weighted, clients
 
-    @_fit_context(prefer_skip_nested_validation=False)
-    @atomic
+    @fit_method(
+        prefer_skip_nested_validation=False,
+        X=("array-like or DataFrame of shape (n_samples, n_features)", "The rows."),
+        y=("array-like of shape (n_samples,), default=None", "Targets, if any."),
+        clients="Site label of each row. ``None``: one site. Also accepted as a step's "
+                "parameter (``step__clients``, or routed with ``set_fit_request(clients=True)``).",
+        params="``step__sample_weight`` (routing off) or ``sample_weight`` routed to the steps "
+               "that request it: each site's weight column, used by those steps.")
     def fit(self, X, y=None, clients=None, **params):
-        """Fit every step, one protocol round (or more) per step, on rows split by ``clients``.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site. Also accepted as a
-            step's parameter (``step__clients``, or routed with
-            ``set_fit_request(clients=True)``).
-        **params
-            ``step__sample_weight`` (routing off) or ``sample_weight``
-            routed to the steps that request it: each site's weight column,
-            used by those steps.
-
-        Returns
-        -------
-        self : FederatedPipeline
-        """
+        """Fit every step, one protocol round (or more) per step, on rows split by ``clients``."""
         weights, weighted, clients = self._routed(params, clients)
         return self._fit(X, y, weights, clients, weighted_steps=weighted)
 

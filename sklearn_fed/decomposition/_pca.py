@@ -1,15 +1,13 @@
 """FederatedPCA: PCA (``svd_solver="covariance_eigh"``) from the merged centered Gram."""
 
-from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
+from sklearn.base import TransformerMixin
 from sklearn.decomposition import PCA
 from sklearn.utils.extmath import svd_flip
 
 from .._compat import (
-    Interval,
-    StrOptions,
     _check_feature_names_in,
     _infer_dimension,
     check_is_fitted,
@@ -90,24 +88,19 @@ class PCAServer(OneRoundServer):
         fold.add(stats)
         return fold
 
-    def apply(self, replies, ledger):
-        estimator = self.estimator
+    def _model(self, replies):
         aggregate = self._merged(replies)
         check_aggregate(aggregate, replies)
         dtype = self.round_dtype.type
         with np.errstate(over="ignore", invalid="ignore"):
-            fitted = estimator._fitted_from(aggregate, dtype)
+            fitted = self.estimator._fitted_from(aggregate, dtype)
         if any(np.isinf(value).any() for value in fitted.values()
                if np.asarray(value).dtype.kind == "f"):
             # statistics within every cap can still overflow the model, in float32 above all
             label = most_extreme_client(replies)
             self._fail(label, "its statistics overflow the model (they hold the most extreme "
                               f"values) in {np.dtype(dtype)}; nothing was applied.")
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        d = aggregate.n_features
-        estimator._commit_protocol(self, replies, ledger, (fitted["n_components_"] + 1) * d)
+        return fitted, (fitted["n_components_"] + 1) * aggregate.n_features
 
 
 class FederatedPCA(FederatedTransformerMixin, PCA):
@@ -160,15 +153,7 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
     """
 
     _parameter_constraints: ClassVar[dict] = {
-        "n_components": [
-            Interval(Integral, 0, None, closed="left"),
-            Interval(Real, 0, 1, closed="neither"),
-            StrOptions({"mle"}),
-            None,
-        ],
-        "copy": ["boolean"],
-        "whiten": ["boolean"],
-    }
+        name: PCA._parameter_constraints[name] for name in ("n_components", "copy", "whiten")}
     _server_role = PCAServer
     _client_role = PCAClient
     _broadcast_attributes = (
@@ -256,16 +241,5 @@ mean_, n_components_, n_samples_, noise_variance_, n_features_in_, feature_names
         _check_feature_names_in(self, input_features, generate_names=False)
         return np.asarray([f"pca{i}" for i in range(self._n_features_out)], dtype=object)
 
-    def fit_transform(self, X, y=None, clients=None):
-        """Fit (one message per site), then transform ``X`` (each site its own rows).
-
-        Parameters
-        ----------
-        X, y, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, `n_components_`)
-        """
-        return self.fit(X, y, clients=clients).transform(X)
+    # PCA's own runs PCA's private fit on the rows: fit the protocol, then transform
+    fit_transform = TransformerMixin.fit_transform

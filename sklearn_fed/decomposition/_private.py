@@ -71,7 +71,7 @@ class PrivatePCAServer(OneRoundServer):
             self._fail(site, f"a private PCA reply is one finite float64 vector of {size}.")
         return sums
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         d = self.schema.n_features
         total = sum(replies[site] for site in sorted_labels(replies))
@@ -86,13 +86,7 @@ class PrivatePCAServer(OneRoundServer):
         aggregate = types.SimpleNamespace(n_samples=round(n), n_features=d,
                                           gram=centered, x_mean=mean)
         fitted = estimator._fitted_from(aggregate, np.float64)
-        privacy, delta = estimator._privacy_after(self)
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        estimator._privacy, estimator.delta_ = privacy, delta
-        estimator.epsilon_ = float(estimator.epsilon)
-        estimator._commit_protocol(self, replies, ledger, d * fitted["n_components_"])
+        return {**fitted, **estimator._privacy_after(self)}, d * fitted["n_components_"]
 
 
 class PrivateFederatedPCA(PrivateReleaseMixin, FederatedPCA):

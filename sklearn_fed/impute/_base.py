@@ -13,13 +13,16 @@ from ..preprocessing._base import (
 from ..protocol import (
     CountedColumns,
     CountedValues,
-    InvalidClientMessage,
     decode_state,
-    decode_values,
     encode_values,
     sorted_labels,
 )
-from ..protocol._fields import reply_dtype, reply_within_dtype
+from ..protocol._fields import (
+    reply_dtype,
+    reply_value_counts,
+    reply_within_dtype,
+    server_error,
+)
 from ..statistics import ColumnMoments
 
 __all__ = ["FederatedSimpleImputer"]
@@ -89,8 +92,7 @@ class SimpleImputerServer(OneRoundServer):
             fail("its counts exceed its rows, or its weights are not its counts.")
         counts = None
         if mode:
-            counts = self._read_value_counts(fields["values"], frame.arrays, moments, d, fail,
-                                             dtype, estimator.missing_values)
+            counts = self._read_value_counts(fields["values"], frame, moments, site, dtype, fail)
         elif set(frame.arrays) != names:
             fail(f"unexpected arrays {sorted(set(frame.arrays) - names)}.")
         return n, dtype, sparse, moments, counts
@@ -110,13 +112,15 @@ class SimpleImputerServer(OneRoundServer):
             fail(f"dtype {text!r} is not one of {sorted(allowed)} (its rows are {rows}).")
         return np.dtype(text)
 
-    @staticmethod
-    def _read_value_counts(descriptors, arrays, moments, d, fail, dtype, missing_values):
+    def _read_value_counts(self, descriptors, frame, moments, site, dtype, fail):
+        d = moments.n_features
         if not (isinstance(descriptors, list) and len(descriptors) == d):
             fail(f"must give the value counts of {d} columns.")
         parsed = []
         for i, descriptor in enumerate(descriptors):
-            values = decode_values(descriptor, arrays, fail)
+            # counts below the present rows when the site's policy suppressed rare values
+            values, counts = reply_value_counts(frame, descriptor, f"k{i}", site, i,
+                                                at_most=moments.n_samples[i])
             # values of the declared dtype (text exactly when it is object), never a
             # missing value or an infinity (neither is counted at a site)
             if (values.dtype.kind == "O") != (dtype.kind == "O") or (
@@ -124,24 +128,12 @@ class SimpleImputerServer(OneRoundServer):
                 fail(f"column {i}: values of dtype {values.dtype}, the rows are {dtype}.")
             if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
                 fail(f"column {i}: values must be finite.")
-            if np.any(_get_mask(values, missing_values)):
+            if np.any(_get_mask(values, self.estimator.missing_values)):
                 fail(f"column {i}: a missing value is counted as a value.")
-            counts = arrays.get(f"k{i}")
-            if not (isinstance(counts, np.ndarray) and counts.dtype == np.int64
-                    and counts.shape == values.shape and np.all(counts > 0)):
-                fail(f"column {i}: counts must be positive int64, one per value.")
-            try:
-                distinct = _unique(values).size == values.size
-            except TypeError:
-                distinct = False
-            # below the present rows when the site's policy suppressed rare values
-            if not distinct or counts.sum() > moments.n_samples[i]:
-                fail(f"column {i}: values must be distinct and counted at most once per "
-                     "present row.")
             parsed.append((values, counts))
         return parsed
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         labels = sorted_labels(replies)
         parts = [replies[site] for site in labels]
@@ -153,10 +145,7 @@ class SimpleImputerServer(OneRoundServer):
         if estimator.strategy == "most_frequent":
             value_counts = [[part[4][i] for part in parts] for i in range(moments.n_features)]
         fitted = estimator._fitted_from(n_rows, moments, value_counts, dtype, sparse)
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        estimator._commit_protocol(self, replies, ledger, moments.n_features)
+        return fitted, moments.n_features
 
 
 class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
@@ -303,14 +292,10 @@ class FederatedSimpleImputer(FederatedTransformerMixin, SimpleImputer):
         super()._load_broadcast_state(fields, arrays)
         has_missing = np.zeros(self.n_features_in_, dtype=bool)
         if features is not None:
-
-            def fail(reason):
-                raise InvalidClientMessage(f"server: {reason}", "server")
-
-            index = decode_state({"f": features}, arrays, ["f"], fail)["f"]
+            index = decode_state({"f": features}, arrays, ["f"], server_error)["f"]
             if index.dtype.kind not in "iu" or np.any(index < 0) or np.any(
                     index >= self.n_features_in_):
-                fail("malformed indicator features.")
+                server_error("malformed indicator features.")
             has_missing[index] = True
         self.indicator_ = self._indicator(has_missing)
         return self

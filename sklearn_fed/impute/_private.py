@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.impute import SimpleImputer
 
-from .._compat import StrOptions, _unique
+from .._compat import StrOptions
 from ..preprocessing._base import OneRoundServer, TransformerClient
 from ..preprocessing._private import (
     _PRIVACY_CONSTRAINTS,
@@ -21,7 +21,8 @@ from ..privacy._releases import (
     noisy_column_moments,
     noisy_value_counts,
 )
-from ..protocol import InvalidClientMessage, decode_values, encode_values, sorted_labels
+from ..protocol import InvalidClientMessage, encode_values, sorted_labels
+from ..protocol._fields import reply_value_counts
 from ._base import FederatedSimpleImputer
 
 __all__ = ["PrivateFederatedSimpleImputer"]
@@ -97,24 +98,10 @@ class PrivateSimpleImputerServer(OneRoundServer):
         if set(fields) != {"dtype", "values"} or not (
                 isinstance(descriptors, list) and len(descriptors) == d):
             fail(f"a private most_frequent reply gives the values of {d} columns.")
-        parsed = []
-        for i, descriptor in enumerate(descriptors):
-            values = decode_values(descriptor, frame.arrays, fail)
-            counts = frame.arrays.get(f"k{i}")
-            if not (isinstance(counts, np.ndarray) and counts.dtype == np.int64
-                    and counts.shape == values.shape and np.all(counts >= 1)
-                    and np.all(counts < 2**40)):
-                fail(f"column {i}: one positive count per value expected.")
-            try:
-                distinct = _unique(values).size == values.size
-            except TypeError:
-                distinct = False
-            if not distinct:
-                fail(f"column {i}: its values are not distinct.")
-            parsed.append((values, counts))
-        return dtype, parsed
+        return dtype, [reply_value_counts(frame, descriptor, f"k{i}", site, i)
+                       for i, descriptor in enumerate(descriptors)]
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         labels = sorted_labels(replies)
         d = self.schema.n_features
@@ -133,13 +120,7 @@ class PrivateSimpleImputerServer(OneRoundServer):
             moments = types.SimpleNamespace(n_samples=present, n_features=d)
         fitted = estimator._fitted_from(int(present.max(initial=0)), moments, value_counts,
                                         dtype, False)
-        privacy, delta = estimator._privacy_after(self)
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        estimator._privacy, estimator.delta_ = privacy, delta
-        estimator.epsilon_ = float(estimator.epsilon)
-        estimator._commit_protocol(self, replies, ledger, d)
+        return {**fitted, **estimator._privacy_after(self)}, d
 
 
 class PrivateFederatedSimpleImputer(PrivateReleaseMixin, FederatedSimpleImputer):

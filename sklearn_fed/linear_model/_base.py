@@ -36,7 +36,6 @@ from ..statistics import (
 )
 from ..statistics._validation import parts_within_caps as _parts_within_caps
 from ._robust import RobustAggregation, check_rows_within_bounds
-from ._solver import solve_ridge  # noqa: F401 (_logistic imports it from here)
 
 __all__ = [
     "StatisticsClient",
@@ -61,6 +60,22 @@ def validate_regression(estimator, X, y, *, reset, ensure_all_finite=True):
         reset=reset,
         ensure_all_finite=ensure_all_finite,
     )
+
+
+def ridge_attributes(aggregate, coef, dtype, fit_intercept):
+    """``(coef_, intercept_)`` of the solution ``coef`` (one row per target), as sklearn's Ridge.
+
+    ``coef_`` is ``(n_features,)`` for one target (also when ``y`` had
+    shape ``(n, 1)``); ``intercept_``, from the means of ``aggregate``, is a
+    scalar for one-dimensional ``y``, an array ``(n_targets,)`` otherwise,
+    and the float ``0.0`` without an intercept; both in ``dtype``.
+    """
+    intercept = 0.0
+    if fit_intercept:
+        intercept = (aggregate.y_mean - coef @ aggregate.x_mean).astype(dtype)
+        intercept = intercept[0] if aggregate.single_target else intercept
+    coef = coef.astype(dtype, copy=False)
+    return coef[0] if coef.shape[0] == 1 else coef, intercept
 
 
 def rows_and_weights(X, sample_weight):
@@ -472,20 +487,8 @@ class BaseFederatedRidge(
 
     # ---------------------------------------------------------------- outputs
     def _set_coef(self, aggregate, coef, dtype):
-        """Set ``coef_`` and ``intercept_`` shaped and typed like sklearn's Ridge.
-
-        ``coef_`` is ``(n_features,)`` for one target (also when ``y`` had
-        shape ``(n, 1)``); ``intercept_`` is a scalar for one-dimensional
-        ``y``, an array ``(n_targets,)`` otherwise, and the float ``0.0``
-        without an intercept.
-        """
-        if self.fit_intercept:
-            intercept = (aggregate.y_mean - coef @ aggregate.x_mean).astype(dtype)
-            self.intercept_ = intercept[0] if aggregate.single_target else intercept
-        else:
-            self.intercept_ = 0.0
-        coef = coef.astype(dtype, copy=False)
-        self.coef_ = coef[0] if coef.shape[0] == 1 else coef
+        """Set ``coef_`` and ``intercept_`` (:func:`ridge_attributes`)."""
+        self.coef_, self.intercept_ = ridge_attributes(aggregate, coef, dtype, self.fit_intercept)
 
     def _commit_solution(self, server, aggregate, coef, solver, ledger, clients,
                          previous_clients=()):

@@ -1,15 +1,17 @@
 """The model of IncrementalFederatedRidge: exact statistics of all rows, solved on first use.
 
-Each round the server turns every site's validated
-:class:`~sklearn_fed.statistics.ClientStatistics` into a :class:`_Contribution`
-(its rows' Gram as rows ``R_x`` of its factor, or its Gram), merges them
-into the exact statistics of all rows so far (:func:`_merge_round`, the
-Chan update) and keeps the round's update to the Gram as stacked rows ``V``
-(``G_new = G + V^T V``) in a new :class:`_Model`. The ridge system is solved
-when the model is first used after a round, by a low-rank update of the
-previous solution when that is cheaper (the solver states of
-:mod:`~sklearn_fed.linear_model._incremental_updates`), else by a Cholesky
-factorization of the exact statistics.
+Each round the server merges every site's validated
+:class:`~sklearn_fed.statistics.ClientStatistics` (its rows' Gram as rows
+``R_x`` of its factor, or its Gram) into the exact statistics of all rows so
+far (:func:`_merge_round`, the Chan update) and keeps the round's update to
+the Gram as stacked rows ``V`` (``G_new = G + V^T V``) in a new
+:class:`_Model`. The ridge system ``P = G + alpha I`` is solved when the
+model is first used after a round, by a low-rank update of a solver state
+when that is cheaper (:func:`_choose`), else by a Cholesky factorization of
+the exact statistics (:func:`_refactor`). :class:`_FactorState` keeps a
+Cholesky factor of an earlier ``P`` and updates the solution by
+Sherman-Morrison-Woodbury on ``V``; :class:`_InverseState` keeps ``P^{-1}``
+and updates it by the paper's spectral route (FedDelta, Eq. 13-17).
 """
 
 import contextlib
@@ -17,11 +19,12 @@ import math
 import time
 
 import numpy as np
+from scipy import linalg
 
 from ..protocol import InvalidClientMessage
 from ..protocol._threads import blas_libraries
 from ..statistics._kernels import drop_direction as _drop_direction
-from ._incremental_updates import _backward_error, _choose, _refactor
+from ._base import ridge_attributes
 from ._solver import solve_ridge
 
 # The solve, and a round of at most d rows, run on one BLAS thread up to this
@@ -37,53 +40,17 @@ _ONE_THREAD_MAX_FEATURES = 4000
 # A merged Gram whose diagonal exceeds this could overflow in the solve (a
 # backstop: the per-message caps already keep any real stream far below it).
 _MAX_MAGNITUDE = np.finfo(np.float64).max / 64
-
-
-class _Contribution:
-    """One site's validated statistics of one round, as the merge reads them.
-
-    From a :class:`~sklearn_fed.statistics.ClientStatistics` that passed
-    :meth:`~sklearn_fed.statistics.ClientStatistics.validate`: in factor form
-    its ``factor`` ``R`` of the site's rows ``[x, y]`` (the merge reads the
-    moment, the target sums of squares and the Gram's diagonal from the
-    round's ``R`` stacked, and keeps their first ``d`` columns, ``R_x``, as
-    rows of the Gram's update); in Gram form its ``gram``, ``moment`` and
-    ``target_ss``.
-    """
-
-    __slots__ = ("factor", "gram", "moment", "n_samples", "single_target", "site",
-                 "target_ss", "weight_sum", "x_mean", "y_mean")
-
-    def __init__(self, site, stats):
-        self.site = site
-        self.n_samples = int(stats.n_samples)
-        self.weight_sum = float(stats.weight_sum)
-        self.single_target = stats.single_target
-        self.x_mean, self.y_mean = stats.x_mean, stats.y_mean
-        self.factor = stats.factor
-        if self.factor is None:
-            self.gram, self.moment, self.target_ss = stats.gram, stats.moment, stats.target_ss
-        else:
-            self.gram = self.moment = self.target_ss = None
-
-    @property
-    def n_targets(self):
-        return self.y_mean.shape[0]
-
-    @property
-    def gram_diagonal(self):
-        """The diagonal of the site's Gram."""
-        if self.factor is None:
-            return np.diag(self.gram)
-        rows = self.factor[:, : self.x_mean.shape[0]]
-        return np.einsum("ij,ij->j", rows, rows)
+# Woodbury is chosen when the pending update has at most d / _AUTO_RANK_RATIO
+# rows (measured crossover, see benchmarks/bench_incremental.py).
+_AUTO_RANK_RATIO = 8
 
 
 # ------------------------------------------------------------------------ merge
 def _merge_round(previous, contributions, centered):
     """Exact statistics after the round, and its update of the Gram as rows.
 
-    ``previous`` is the last :class:`_Model` (or None). Returns the merged
+    ``previous`` is the last :class:`_Model` (or None), ``contributions`` the
+    round's :class:`~sklearn_fed.statistics.ClientStatistics`. Returns the merged
     ``(n_samples, weight_sum, x_mean, y_mean, moment, target_ss)``, the
     update as a list of row ``blocks`` (the sites' rows ``R_x``, stacked, and
     the Chan mean-shift rows, reduced by one, see the User Guide; stacked
@@ -96,7 +63,7 @@ def _merge_round(previous, contributions, centered):
     weights = np.array([g.weight_sum for g in groups])
     total = float(weights.sum())
     factors = [c.factor for c in contributions if c.factor is not None]
-    grams = [c for c in contributions if c.factor is None]
+    grams = [c for c in contributions if c.factor is None]  # (a factor's gram is derived)
     blocks = []
     if factors:  # the round's factors stacked: a few products, whatever the number of sites
         stacked = factors[0] if len(factors) == 1 else np.concatenate(factors)
@@ -178,7 +145,9 @@ class _Model:
     @classmethod
     def after_round(cls, previous, contributions, *, alpha, options, centered, single_target,
                     dtype, record):
-        merged, blocks, dense, diagonal = _merge_round(previous, contributions, centered)
+        """The model after merging ``contributions``, the round's ``(site, statistics)``."""
+        merged, blocks, dense, diagonal = _merge_round(
+            previous, [stats for _, stats in contributions], centered)
         d = merged[2].shape[0]
         record["rank"] = d if dense is not None else sum(block.shape[0] for block in blocks)
         if previous is None:
@@ -208,7 +177,7 @@ class _Model:
         ):
             return
         with np.errstate(over="ignore"):  # ranking huge values: inf is a fine rank
-            site = max(contributions, key=_magnitude).site
+            site = max(contributions, key=lambda contribution: _magnitude(contribution[1]))[0]
         raise InvalidClientMessage(
             f"client {site!r}: merging its statistics overflows float64 (its rows hold values "
             "too large for ridge statistics). Nothing was applied.",
@@ -274,14 +243,9 @@ class _Model:
                 coef[targets] = solution.T
                 solvers[value] = solver
             routes.add(route)
-        if self.centered:
-            intercept = (self.y_mean - coef @ self.x_mean).astype(self.dtype)
-            intercept = intercept[0] if self.single_target else intercept
-        else:
-            intercept = 0.0
-        coef = coef.astype(self.dtype, copy=False)
+        coef, intercept = ridge_attributes(self, coef, self.dtype, self.centered)
         self._solution = {
-            "coef": coef[0] if coef.shape[0] == 1 else coef,  # as Ridge, also for y (n, 1)
+            "coef": coef,
             "intercept": intercept,
             "gram": gram,
             "solvers": solvers,
@@ -304,15 +268,138 @@ def _one_blas_thread(n_features):
     return contextlib.nullcontext()
 
 
-def _magnitude(contribution):
-    """How much a contribution adds to the Gram's diagonal, its own and through its mean."""
-    return np.max(contribution.gram_diagonal, initial=0.0) + contribution.weight_sum * np.max(
-        contribution.x_mean**2, initial=0.0
-    )
+def _magnitude(stats):
+    """How much a site's statistics add to the Gram's diagonal, their own and through
+    their mean."""
+    if stats.factor is None:
+        diagonal = np.diag(stats.gram)
+    else:
+        rows = stats.factor[:, : stats.n_features]
+        diagonal = np.einsum("ij,ij->j", rows, rows)
+    return np.max(diagonal, initial=0.0) + stats.weight_sum * np.max(stats.x_mean**2, initial=0.0)
 
 
 def _add(a, b):
     if a is None:
         return b
     return a if b is None else a + b
+
+
+# ---------------------------------------------------------------- solver states
+class _FactorState:
+    """``P = P_base + V^T V``: Cholesky of ``P_base`` and the update since then.
+
+    ``Z = P_base^{-1} V^T`` and the Cholesky of the capacitance
+    ``S = I + V Z`` give ``P^{-1} h = y - Z S^{-1} V y`` with
+    ``y = P_base^{-1} h`` (Sherman-Morrison-Woodbury), all in O(d^2 (m + t)).
+    """
+
+    kind = "factor"
+
+    def __init__(self, alpha, chol, d):
+        self.alpha = alpha
+        self.chol = chol
+        self.V = np.zeros((0, d))
+        self.Z = np.zeros((d, 0))
+        self.S = np.zeros((0, 0))
+        self.S_chol = None
+        self.rounds = 0
+
+    @property
+    def rank(self):
+        return self.V.shape[0]
+
+    def update(self, rows):
+        new = _FactorState.__new__(_FactorState)
+        new.alpha, new.chol = self.alpha, self.chol
+        Zn = linalg.cho_solve((self.chol, False), rows.T, check_finite=False)
+        cross = self.V @ Zn
+        corner = np.eye(rows.shape[0]) + rows @ Zn
+        new.S = np.block([[self.S, cross], [cross.T, (corner + corner.T) / 2]])
+        new.S_chol = linalg.cholesky(new.S, lower=False, check_finite=False)
+        new.V = np.vstack([self.V, rows])
+        new.Z = np.hstack([self.Z, Zn])
+        new.rounds = self.rounds + 1
+        return new
+
+    def solve(self, moment):
+        y = linalg.cho_solve((self.chol, False), moment, check_finite=False)
+        if self.rank:
+            y = y - self.Z @ linalg.cho_solve((self.S_chol, False), self.V @ y,
+                                              check_finite=False)
+        return y
+
+
+class _InverseState:
+    """Explicit ``P^{-1}`` updated by the paper's spectral route (Eq. 16-17)."""
+
+    kind = "inverse"
+
+    def __init__(self, alpha, inverse):
+        self.alpha = alpha
+        self.inverse = inverse
+        self.rounds = 0
+
+    def update(self, update_matrix, new_alpha):
+        """SMW with ``U = Q diag(sigma) Q^T`` (zero eigenvalues dropped)."""
+        sigma, Q = linalg.eigh(update_matrix, check_finite=False)
+        keep = np.abs(sigma) > np.finfo(float).eps * len(sigma) * max(np.abs(sigma).max(), 0)
+        sigma, Q = sigma[keep], Q[:, keep]
+        new = _InverseState(new_alpha, self.inverse)
+        new.rounds = self.rounds + 1
+        if sigma.size:
+            PQ = self.inverse @ Q
+            capacitance = np.diag(1.0 / sigma) + Q.T @ PQ
+            inverse = self.inverse - PQ @ linalg.solve(capacitance, PQ.T, assume_a="sym",
+                                                       check_finite=False)
+            new.inverse = (inverse + inverse.T) / 2
+        return new
+
+    def solve(self, moment):
+        return self.inverse @ moment
+
+
+def _refactor(gram, alpha, kind):
+    """Rebuild the solver state from the exact statistics; None if not SPD."""
+    d = gram.shape[0]
+    system = gram.copy()
+    system.flat[:: d + 1] += alpha
+    try:
+        chol = linalg.cholesky(system, lower=False, check_finite=False)
+    except linalg.LinAlgError:
+        return None
+    pivots = np.abs(np.diag(chol))
+    if pivots.min() <= np.sqrt(np.finfo(float).eps * d) * pivots.max():
+        return None  # ill-conditioned: let solve_ridge warn and use lstsq
+    if kind == "inverse":
+        inverse = linalg.cho_solve((chol, False), np.eye(d), check_finite=False)
+        return _InverseState(alpha, (inverse + inverse.T) / 2)
+    return _FactorState(alpha, chol, d)
+
+
+def _backward_error(gram, alpha, coef_t, moment):
+    """Normwise backward error of ``(G + alpha I) w = h`` (trace bounds ||G||)."""
+    residual = gram @ coef_t + alpha * coef_t - moment
+    scale = (np.trace(gram) + alpha * gram.shape[0]) * np.linalg.norm(coef_t) + np.linalg.norm(
+        moment
+    )
+    return np.linalg.norm(residual) / scale if scale > 0 else 0.0
+
+
+def _choose(mode, refactor_every, old, rows, dense, d, value):
+    """The route that updates ``old`` for one alpha value."""
+    if mode == "refactor" or old is None:
+        return "refactor"
+    if refactor_every is not None and old.rounds + 1 >= refactor_every:
+        return "refactor"
+    if mode == "spectral":
+        return "spectral" if old.kind == "inverse" else "refactor"
+    if old.kind != "factor" or old.alpha != value or dense is not None:
+        return "refactor"  # delta_lambda I or a dense Gram is full rank: refactor
+    m = rows.shape[0]
+    if mode == "woodbury":
+        return "woodbury" if old.rank + m <= d else "refactor"
+    # auto: SMW costs ~4 d^2 m against d^3 / 3 for Cholesky; keep the
+    # accumulated rank small so each solve stays O(d^2).
+    return "woodbury" if m <= d / _AUTO_RANK_RATIO and old.rank + m <= d / 2 else "refactor"
 

@@ -24,16 +24,14 @@ from .._compat import (
     Interval,
     StrOptions,
     _encode,
-    _fit_context,
     _unique,
     check_is_fitted,
 )
-from ..base import FederatedEstimatorMixin, set_federation_attributes
+from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
 from ..protocol import (
     InvalidClientMessage,
     Server,
     SymmetricMatrix,
-    atomic,
     decode_values,
     encode_values,
     sorted_labels,
@@ -45,7 +43,7 @@ from ..statistics import (
     merge_statistics,
 )
 from ..utils._warnings import warn
-from ._base import solve_ridge, task_field
+from ._base import task_field
 from ._classes import (
     ClassesClient,
     ClassesServerMixin,
@@ -61,6 +59,7 @@ from ._newton import (
     loss_bracket,
     non_psd_sites,
 )
+from ._solver import solve_ridge
 
 __all__ = ["FederatedLogisticRegression"]
 
@@ -761,24 +760,10 @@ class FederatedLogisticRegression(
         tags.input_tags.sparse = True
         return tags
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(y=("array-like of shape (n_samples,)", "Class labels."),
+                clients="Site label of each row. ``None``: one site.")
     def fit(self, X, y, sample_weight=None, clients=None):
-        """Fit by Newton rounds over rows split among sites by ``clients``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Class labels.
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedLogisticRegression
-        """
+        """Fit by Newton rounds over rows split among sites by ``clients``."""
         return self._fit(X, y, sample_weight, clients)
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):

@@ -25,15 +25,9 @@ Messages from sites are untrusted: :meth:`read` checks every field and array
 range, padding bits) and raises :class:`~sklearn_fed.InvalidClientMessage`
 naming the client before anything is decoded.
 
-The MPDD directions are never stored as one ``m x d`` float matrix:
-Rademacher signs are packed bits (one byte holds the signs of 8 directions at
-one coordinate) from a counter-based SplitMix64 stream keyed by the 8-byte
-seed, made one group of 8 directions at a time and applied through 256-entry
-histograms and lookup tables that stay in cache
-(:mod:`~sklearn_fed.neural_network._sign_kernels`). Direction ``j`` depends
-only on ``(seed, j, d)``, so the server regenerates exactly the client's
-directions from the seed alone, and many participants are encoded or decoded
-in one parallel call with the same bits as one at a time.
+The MPDD directions are never stored as one ``m x d`` float matrix: their
+Rademacher signs are made from the seed, and applied, by
+:mod:`~sklearn_fed.neural_network._sign_kernels` (its docstring has the layout).
 """
 
 import math
@@ -133,7 +127,8 @@ class _Codec(ABC):
 
     def settings(self):
         """The codec's configuration as JSON fields (what a task tells a site)."""
-        return {"uplink": self.name}
+        names = _SETTINGS[self.name]
+        return {"uplink": self.name, **{name: getattr(self, name) for name in names}}
 
     def encode(self, g, *, seed=None):
         """One gradient's message, as a standalone :class:`~sklearn_fed.protocol.Frame`.
@@ -228,11 +223,11 @@ class _Codec(ABC):
             self._add_one(frame.arrays, out)
 
 
-def _float_array(arrays, name, shape, fail):
-    """``arrays[name]``, a finite float32 array of ``shape``."""
+def _checked_array(arrays, name, shape, fail, dtype=np.float32):
+    """``arrays[name]``, a finite array of ``dtype`` and ``shape``."""
     value = arrays.get(name)
-    if not isinstance(value, np.ndarray) or value.dtype != np.float32:
-        fail(f"array {name!r} must be float32, got "
+    if not isinstance(value, np.ndarray) or value.dtype != dtype:
+        fail(f"array {name!r} must be {np.dtype(dtype)}, got "
              f"{getattr(value, 'dtype', type(value).__name__)}.")
     if value.shape != shape:
         fail(f"array {name!r} must have shape {shape}, got {value.shape}.")
@@ -288,10 +283,6 @@ class MPDDCodec(_Codec):
         self.n_directions = int(n_directions)
         self.direction = direction
 
-    def settings(self):
-        return {"uplink": self.name, "n_directions": self.n_directions,
-                "direction": self.direction}
-
     def block_rows(self, d):
         """Directions per generated block for a model of size ``d`` (a multiple of 64)."""
         groups = (BLOCK_ELEMENTS // 8) // max(int(d), 1) // 8 * 8
@@ -301,10 +292,8 @@ class MPDDCodec(_Codec):
         """Yield ``(start, U_block)`` with float32 ``U_block`` of shape ``(rows, d)``.
 
         Used by the Gaussian variant and to inspect directions; the Rademacher
-        encoder and decoder work on the packed bits directly. Each group of 8
-        Rademacher directions is generated on its own from the seed (see
-        :mod:`~sklearn_fed.neural_network._sign_kernels`), so direction ``j``
-        is the same whatever the block size.
+        encoder and decoder work on the packed bits directly (direction ``j``
+        is the same whatever the block size).
         """
         d = int(d)
         if self.direction == "rademacher":
@@ -329,8 +318,6 @@ class MPDDCodec(_Codec):
         """Payload bytes of one message: ``4 m`` (the seed travels as a JSON field)."""
         return _FLOAT32 * self.n_directions
 
-    # Rademacher: the loops of _sign_kernels generate and use one row of sign
-    # bytes at a time, so no float U (nor the whole packed U) is ever formed.
     def _payloads(self, G, seeds):
         m = self.n_directions
         if self.direction == "rademacher":
@@ -348,7 +335,7 @@ class MPDDCodec(_Codec):
         if not _is_seed(fields["seed"]):
             fail(f"seed must be an integer in [0, 2**63), got {fields['seed']!r}.")
         _only_arrays(arrays, ("s",), fail)
-        _float_array(arrays, "s", (self.n_directions,), fail)
+        _checked_array(arrays, "s", (self.n_directions,), fail)
 
     def _add(self, frames, out):
         seeds = [frame.fields["seed"] for frame in frames]
@@ -388,7 +375,7 @@ class FullCodec(_Codec):
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("g",), fail)
-        _float_array(arrays, "g", (d,), fail)
+        _checked_array(arrays, "g", (d,), fail)
 
     def _add_one(self, arrays, out):
         out += arrays["g"]
@@ -423,9 +410,6 @@ class QSGDCodec(_Codec):
             )
         self.levels = int(levels)
 
-    def settings(self):
-        return {"uplink": self.name, "levels": self.levels}
-
     def bits_per_coordinate(self):
         return 1 + math.ceil(math.log2(self.levels + 1))
 
@@ -450,7 +434,7 @@ class QSGDCodec(_Codec):
 
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("norm", "bits"), fail)
-        norm = _float_array(arrays, "norm", (1,), fail)
+        norm = _checked_array(arrays, "norm", (1,), fail)
         if norm[0] < 0:
             fail("norm must be non-negative.")
         bits = arrays["bits"]
@@ -495,9 +479,6 @@ class TopKCodec(_Codec):
             raise ValueError(f"top-k k must be an integer in [1, 2**31), got {k!r}")
         self.k = int(k)
 
-    def settings(self):
-        return {"uplink": self.name, "k": self.k}
-
     def nbytes(self, d):
         """Payload bytes of one message: ``8 min(k, d)``."""
         return (_FLOAT32 + _INT32) * min(self.k, int(d))
@@ -510,10 +491,8 @@ class TopKCodec(_Codec):
     def _check(self, fields, arrays, d, fail):
         _only_arrays(arrays, ("values", "indices"), fail)
         k = min(self.k, d)
-        _float_array(arrays, "values", (k,), fail)
-        idx = arrays["indices"]
-        if not isinstance(idx, np.ndarray) or idx.dtype != np.int32 or idx.shape != (k,):
-            fail(f"array 'indices' must be {k} int32 values.")
+        _checked_array(arrays, "values", (k,), fail)
+        idx = _checked_array(arrays, "indices", (k,), fail, np.int32)
         if k and (idx[0] < 0 or idx[-1] >= d or (np.diff(idx) <= 0).any()):
             fail(f"indices must be increasing and in [0, {d}).")
 
@@ -545,21 +524,19 @@ class LDPCodec(FullCodec):
             raise ValueError(f"noise scale must be finite and >= 0, got {scale!r}")
         self.name = noise
         self.noise = noise
-        self.scale = float(scale)
-
-    def settings(self):
-        return {"uplink": self.name, "noise_scale": self.scale}
+        self.noise_scale = float(scale)
 
     def _payload(self, g, seed):
         rng = np.random.default_rng(seed)
         if self.noise == "gaussian":
-            noise = rng.standard_normal(g.shape[0]) * self.scale
+            noise = rng.standard_normal(g.shape[0]) * self.noise_scale
         else:
-            noise = rng.laplace(0.0, self.scale, g.shape[0])
+            noise = rng.laplace(0.0, self.noise_scale, g.shape[0])
         return {}, {"g": (g + noise).astype(np.float32)}
 
 
-#: The settings (``make_codec``'s arguments) each uplink's codec is built from.
+#: The settings (``make_codec``'s arguments, the codec's attributes) each uplink's codec is
+#: built from, and that its ``settings()`` gives a task.
 _SETTINGS = {
     "mpdd": ("n_directions", "direction"),
     "full": (),

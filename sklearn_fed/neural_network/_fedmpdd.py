@@ -1,18 +1,10 @@
 """FedMPDDClassifier: a skorch network trained by the FedMPDD protocol.
 
-How skorch's loop maps onto the protocol
------------------------------------------
-``fit`` runs the protocol's roles (:mod:`._roles`) in process:
-``run_simulation`` asks the server for each round's tasks, every sampled site
-answers from its own rows, and the server's ``apply`` runs **one skorch
-epoch per round** whose single "batch" is the round's decoded replies:
-skorch's ``train_step`` zeroes the gradients, calls
-:meth:`FedMPDDClassifier.train_step_single` (which writes the decoded average
-into ``.grad``), notifies ``on_grad_computed`` (so ``GradientNormClipping``
-works) and steps the optimizer. ``max_epochs`` is the number of rounds,
-``history`` has one row per round, and the :class:`CommunicationLog`
-callback records each round's bytes in it. A hand-driven run of
-``make_server``/``make_client`` goes through exactly the same code.
+``fit`` runs the protocol's roles (:mod:`._roles`) in process, and the server's
+``apply`` runs **one skorch epoch per round** whose single "batch" is the round's
+decoded replies (:meth:`FedMPDDClassifier._train_round`, and the user guide's
+"Epochs, rounds and skorch"). A hand-driven run of ``make_server``/``make_client``
+goes through exactly the same code.
 """
 
 import copy
@@ -46,7 +38,7 @@ from ..simulation._partition import (
     partition_label_shards,
 )
 from ..utils._warnings import warn
-from ._codecs import UPLINKS, derive_seed, make_codec
+from ._codecs import UPLINKS, derive_seed
 from ._modules import MLP
 from ._roles import SERVER_STREAM, FedMPDDClient, FedMPDDServer, Round, seeded_torch
 
@@ -64,15 +56,12 @@ class CommunicationLog(Callback):
     def on_batch_end(self, net, batch=None, training=None, **kwargs):
         if not isinstance(batch, Round):
             return
-        ledger, previous = batch.ledger, batch.previous
-        up, down = ledger.uplink_bytes, ledger.downlink_bytes
-        history = net.history
-        history.record("round", batch.index)
-        history.record("participants", len(batch))
-        history.record("uplink_bytes", up - (previous.uplink_bytes if previous else 0))
-        history.record("uplink_bytes_total", up)
-        history.record("downlink_bytes", down - (previous.downlink_bytes if previous else 0))
-        history.record("downlink_bytes_total", down)
+        net.history.record("round", batch.index)
+        net.history.record("participants", len(batch))
+        for name in ("uplink_bytes", "downlink_bytes"):
+            total, before = getattr(batch.ledger, name), getattr(batch.previous, name, 0)
+            net.history.record(name, total - before)
+            net.history.record(f"{name}_total", total)
 
 
 class _PrintLog(PrintLog):
@@ -361,12 +350,6 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
                 "(score a held-out set after fit instead)."
             )
 
-    def _codec(self):
-        return make_codec(
-            self.uplink, n_directions=self.n_directions, direction=self.direction,
-            levels=self.quantization_levels, k=self.topk, noise_scale=self.noise_scale,
-        )
-
     def _new_seed(self):
         state = self.random_state
         if isinstance(state, numbers.Integral):
@@ -521,11 +504,8 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
         else:
             self.__dict__.pop("feature_names_in_", None)
         self.initialize()
-        self.n_rounds_ = 0
-        ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
-        self.communication_ = ledger
-        self.clients_ = label_array(sites)
-        self._client_keys = frozenset(label_key(s) for s in sites)
+        self.clients_, self._client_keys = label_array([]), frozenset()
+        self._commit_round(ledger, sites, 0)
 
     def _parameters(self):
         return [p for p in self.module_.parameters() if p.requires_grad]
@@ -533,19 +513,15 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
     def _n_trainable(self):
         return sum(p.numel() for p in self._parameters())
 
-    def _flat_parameters(self):
-        """Every parameter of the module, flat, as the float32 array a task carries."""
-        return torch.cat([p.detach().reshape(-1) for p in self.module_.parameters()]).cpu().numpy()
-
     # --------------------------------------------------------- one round
     def _train_round(self, batch):
         """Run one round as a skorch epoch; returns True when a callback stopped training.
 
-        A round that raises is undone (parameters, optimizer state, history).
+        A round that raises is undone: the parameters and optimizer state here, which
+        change in place; the server's savepoint puts back the rest (history included).
         """
         params = [p.detach().clone() for p in self.module_.parameters()]
         optimizer_state = copy.deepcopy(self.optimizer_.state_dict())
-        n_rows = len(self.history)
         stop = False
         try:
             if batch.first:
@@ -564,22 +540,19 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
                 for p, saved in zip(self.module_.parameters(), params):
                     p.copy_(saved)
             self.optimizer_.load_state_dict(optimizer_state)
-            del self.history[n_rows:]
             raise
         return stop
 
     def train_step_single(self, batch, **fit_params):
         """The server's half of a round: the decoded average gradient becomes ``.grad``.
 
-        skorch's ``train_step`` calls this between zeroing the gradients and
-        the optimizer's step.
+        skorch's ``train_step`` calls this after zeroing the gradients, then runs the
+        ``on_grad_computed`` callbacks (``GradientNormClipping``) and the optimizer's step.
         """
         self._set_training(True)
-        offset = 0
-        for p in self._parameters():
-            n = p.numel()
-            p.grad = batch.estimate[offset:offset + n].view_as(p).to(p.device, p.dtype).clone()
-            offset += n
+        params = self._parameters()
+        for p, g in zip(params, batch.estimate.split([p.numel() for p in params])):
+            p.grad = g.view_as(p).to(p.device, p.dtype).clone()
         return {"loss": torch.tensor(batch.loss), "y_pred": None}
 
     def _step_optimizer(self, step_fn):
@@ -590,11 +563,12 @@ class FedMPDDClassifier(FederatedEstimatorMixin, NeuralNetClassifier):
                 "lower lr or scale the features (e.g. StandardScaler)."
             )
 
-    def _commit_round(self, batch):
-        batch.ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
-        self.communication_ = batch.ledger
-        self.n_rounds_ = batch.index + 1
-        new = [s for s in batch.participants if label_key(s) not in self._client_keys]
+    def _commit_round(self, ledger, sites, n_rounds):
+        """A round is applied: its ledger, the rounds run, the sites seen for the first time."""
+        ledger.n_parameters = sum(p.numel() for p in self.module_.parameters())
+        self.communication_ = ledger
+        self.n_rounds_ = n_rounds
+        new = [s for s in sites if label_key(s) not in self._client_keys]
         if new:
             self.clients_ = label_array(list(self.clients_) + new)
             self._client_keys = self._client_keys | {label_key(s) for s in new}

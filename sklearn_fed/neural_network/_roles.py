@@ -49,6 +49,7 @@ from numbers import Integral
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import vector_to_parameters
 
 from ..protocol import (
     Client,
@@ -60,7 +61,7 @@ from ..protocol import (
     plain_label,
     sorted_labels,
 )
-from ._codecs import codec_from_settings, derive_seed
+from ._codecs import codec_from_settings, derive_seed, make_codec
 
 __all__ = ["FedMPDDClient", "FedMPDDServer"]
 
@@ -99,11 +100,6 @@ def _label_kind(label):
     if isinstance(label, str):
         return "str"
     return None
-
-
-def label_list(labels):
-    """Distinct labels as JSON values (what a site reports in the describe round)."""
-    return [plain_label(label) for label in np.unique(np.asarray(labels))]
 
 
 def classes_array(labels):
@@ -224,40 +220,33 @@ class FedMPDDClient(Client):
 
     # -------------------------------------------------------------- answers
     def compute(self, task, X, y, sample_weight, rows):
-        return self._answers({0: task}, X, y, sample_weight, {0: rows})[0]
+        step = task.fields.get("step")
+        if step == "train":
+            return self._train({0: TrainTask.read(task)}, X, y, sample_weight, {0: rows})[0]
+        if step != "describe":
+            _server_fail(f"unknown task step {step!r}.")
+        if set(task.fields) != {"step"} or task.arrays:
+            _server_fail("malformed describe task.")
+        try:
+            labels, counts = np.unique(np.asarray(y if rows is None else y[rows]),
+                                       return_counts=True)
+        except TypeError as exc:
+            raise ValueError(f"site {task.site!r}: its labels cannot be ordered "
+                             f"({exc}).") from exc
+        return {"classes": [plain_label(label) for label in labels]}, {"class_rows": counts}
 
     def reply_many(self, tasks, X, y, sample_weight, rows, names):
-        # The simulation's round: every site's gradient as it computes it
-        # alone, then all encoded in one call (the same bytes as one by one).
-        answers = self._answers(tasks, X, y, sample_weight, rows)
+        # The simulation's training round: every site's gradient as it computes
+        # it alone, then all encoded in one call (the same bytes as one by one).
+        if any(task.fields.get("step") != "train" for task in tasks.values()):
+            return super().reply_many(tasks, X, y, sample_weight, rows, names)
+        answers = self._train({site: TrainTask.read(task) for site, task in tasks.items()},
+                              X, y, sample_weight, rows)
         policy = self.policy_in_force()
         return {site: self.screen(policy, tasks[site],
                                   self.reply_frame(tasks[site], X, y, names, *answers[site]),
                                   X, rows[site])
                 for site in tasks}
-
-    def _answers(self, tasks, X, y, sample_weight, rows):
-        """``{site: (fields, arrays)}`` for the tasks of one round."""
-        answers, train = {}, {}
-        for site, task in tasks.items():
-            step = task.fields.get("step")
-            if step == "describe":
-                if set(task.fields) != {"step"} or task.arrays:
-                    _server_fail("malformed describe task.")
-                site_y = y if rows[site] is None else y[rows[site]]
-                try:
-                    answers[site] = {"classes": label_list(site_y)}, {
-                        "class_rows": np.unique(np.asarray(site_y), return_counts=True)[1]}
-                except TypeError as exc:
-                    raise ValueError(f"site {task.site!r}: its labels cannot be ordered "
-                                     f"({exc}).") from exc
-            elif step == "train":
-                train[site] = TrainTask.read(task)
-            else:
-                _server_fail(f"unknown task step {step!r}.")
-        if train:
-            answers.update(self._train(train, X, y, sample_weight, rows))
-        return answers
 
     def _train(self, tasks, X, y, sample_weight, rows):
         """Gradients of every site's minibatch, encoded in one call per codec."""
@@ -270,14 +259,14 @@ class FedMPDDClient(Client):
             weight = None if sample_weight is None else sample_weight[index]
             labels = self._class_index(y[index], task.classes, task.site)
             batches[site] = (X[index], labels, weight)
-        gradients, losses = self._gradients(tasks, batches)
+        results = self._gradients(tasks, batches)
         answers = {}
         for sites in _by_codec(tasks).values():
             codec = tasks[sites[0]].codec
             seeds = [self._codec_seed(tasks[site]) for site in sites]
-            messages = codec.encode_many(np.stack([gradients[s] for s in sites]), seeds)
+            messages = codec.encode_many(np.stack([results[s][0] for s in sites]), seeds)
             for site, (fields, arrays) in zip(sites, messages):
-                answers[site] = {**fields, "loss": losses[site]}, arrays
+                answers[site] = {**fields, "loss": results[site][1]}, arrays
         return answers
 
     def _codec_seed(self, task):
@@ -311,51 +300,38 @@ class FedMPDDClient(Client):
         key = (n_features, len(task.classes), task.params.shape[0])
         if self._network is None or self._network[0] != key:
             module, criterion = self.estimator._build_network(n_features, len(task.classes))
-            named = list(module.named_parameters())
-            n_params = sum(p.numel() for _, p in named)
+            n_params = sum(p.numel() for p in module.parameters())
             if n_params != task.params.shape[0]:
                 _server_fail(
                     f"the task's model has {task.params.shape[0]} parameters, but this site's "
                     f"module has {n_params}: site and server must use the same module settings."
                 )
             module.train(True)
-            self._network = (key, module, named, criterion, None)
-        _, module, named, criterion, loaded = self._network
+            self._network = (key, module, criterion, None)
+        _, module, criterion, loaded = self._network
         if loaded is not task.params:
-            flat = torch.from_numpy(np.array(task.params))
-            with torch.no_grad():
-                offset = 0
-                for _, p in named:
-                    p.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-            self._network = self._network[:4] + (task.params,)
-        return module, [p for _, p in named if p.requires_grad], criterion
+            vector_to_parameters(torch.from_numpy(np.array(task.params)), module.parameters())
+            self._network = self._network[:3] + (task.params,)
+        return module, [p for p in module.parameters() if p.requires_grad], criterion
 
     def _gradients(self, tasks, batches):
-        """``({site: float32 gradient}, {site: loss})``, each as its site computes it alone."""
-        gradients, losses = {}, {}
+        """``{site: (float32 gradient, loss)}``, each as its site computes it alone."""
         with one_torch_thread():
-            vectorized = self._vectorized(tasks, batches)
+            results = self._vectorized(tasks, batches)
             for site, task in tasks.items():
-                if site in vectorized:
-                    continue
-                x, y, w = batches[site]
-                module, params, criterion = self._net(task, x.shape[1])
-                with seeded_torch(task.minibatch_seed):  # dropout, if any
-                    g, loss = site_gradient(module, params, criterion, x, y, w)
-                gradients[site], losses[site] = self._checked(task, g, loss)
-        for site, (g, loss) in vectorized.items():
-            gradients[site], losses[site] = self._checked(tasks[site], g, loss)
-        return gradients, losses
-
-    @staticmethod
-    def _checked(task, g, loss):
-        if not (np.isfinite(g).all() and math.isfinite(loss)):
-            raise FloatingPointError(
-                f"site {task.site!r}: its gradient is not finite; scale the features (e.g. "
-                "StandardScaler) or lower lr."
-            )
-        return g, loss
+                if site not in results:
+                    x, y, w = batches[site]
+                    module, params, criterion = self._net(task, x.shape[1])
+                    with seeded_torch(task.minibatch_seed):  # dropout, if any
+                        results[site] = site_gradient(module, params, criterion, x, y, w)
+        for site, task in tasks.items():
+            g, loss = results[site]
+            if not (np.isfinite(g).all() and math.isfinite(loss)):
+                raise FloatingPointError(
+                    f"site {task.site!r}: its gradient is not finite; scale the features (e.g. "
+                    "StandardScaler) or lower lr."
+                )
+        return results
 
     def _vectorized(self, tasks, batches):
         """Opt-in (``vectorize``): participants with small minibatches in one vmap call.
@@ -455,10 +431,8 @@ def site_gradient(module, params, criterion, x, y, w):
     if w is not None:
         loss_rows = loss_rows * torch.from_numpy(np.asarray(w, dtype=np.float32))
     loss = loss_rows.sum() / x.shape[0]
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    flat = torch.cat([
-        (torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params)
-    ])
+    grads = torch.autograd.grad(loss, params, materialize_grads=True)  # unused ones: zeros
+    flat = torch.cat([g.reshape(-1) for g in grads])
     return flat.numpy(), float(loss.detach())
 
 
@@ -525,7 +499,11 @@ class FedMPDDServer(Server):
     def __init__(self, estimator, *, classes=None, **kwargs):
         super().__init__(estimator, **kwargs)
         estimator._check_fed_params()
-        self.codec = estimator._codec()
+        self.codec = make_codec(
+            estimator.uplink, n_directions=estimator.n_directions, direction=estimator.direction,
+            levels=estimator.quantization_levels, k=estimator.topk,
+            noise_scale=estimator.noise_scale,
+        )
         self.extra_classes = None if classes is None else list(classes)
         if self.warm_start and estimator._is_trained():
             self.seed = estimator.seed_
@@ -557,7 +535,9 @@ class FedMPDDServer(Server):
         rng = np.random.default_rng(derive_seed(self.seed, round_index, SERVER_STREAM))
         n_part = max(1, math.ceil(estimator.client_fraction * len(ordered) - 1e-12))
         chosen = np.sort(rng.choice(len(ordered), n_part, replace=False))
-        params = estimator._flat_parameters()
+        # every parameter of the module (trainable or not), flat: what a task carries
+        params = torch.cat([p.detach().reshape(-1) for p in estimator.module_.parameters()])
+        params = params.cpu().numpy()
         common = {
             "step": "train",
             "classes": [plain_label(c) for c in estimator.classes_],
@@ -641,7 +621,7 @@ class FedMPDDServer(Server):
                       self.first_round + self.trained, self.trained == 0, last, ledger,
                       self._ledger)
         stop = estimator._train_round(batch)
-        estimator._commit_round(batch)
+        estimator._commit_round(batch.ledger, batch.participants, batch.index + 1)
         self.trained += 1
         self.losses.append(batch.loss)
         self.stopped = stop

@@ -23,8 +23,6 @@ The two operations, for many participants at once (each with its own seed):
   as a serial loop would: the result is the same bits whatever the number of
   threads.
 
-The compiled loops release the GIL and run on plain threads, one per core.
-
 Tables stay in L1 cache. With numba installed (part of the ``nn`` extra) the
 generation is fused into compiled loops; otherwise numpy does the same
 arithmetic on blocks of rows (about 5x slower, one core). Both paths give the
@@ -38,7 +36,6 @@ import numpy as np
 __all__ = [
     "HAVE_NUMBA",
     "SIGNS",
-    "decode_groups",
     "decode_many",
     "encode_many",
     "sign_rows",
@@ -58,10 +55,6 @@ _NUMPY_BLOCK_BYTES = 1 << 17
 _TABLE_BYTES = 1 << 24
 
 
-def _words_per_row(d):
-    return (int(d) + 7) // 8
-
-
 def sign_rows(seed, d, first, stop):
     """Sign bytes of groups ``first .. stop - 1``: uint8 array of shape ``(stop - first, d)``.
 
@@ -73,7 +66,7 @@ def sign_rows(seed, d, first, stop):
     >>> bool((sign_rows(7, 10, 1, 3) == rows[1:]).all())   # any row on its own
     True
     """
-    width = _words_per_row(d)
+    width = (int(d) + 7) // 8
     counter = np.arange(first * width, stop * width, dtype=np.uint64)
     with np.errstate(over="ignore"):  # arithmetic modulo 2**64 is the point
         z = np.uint64(seed) + (counter + _ONE) * _GOLDEN
@@ -297,16 +290,3 @@ def decode_many(seeds, S, out):
     """
     _decode(_seed_array(seeds), S, out)
 
-
-def decode_groups(seed, s, out):
-    """``out += U s`` for the ``len(s) // 8`` groups of ``seed``; float64 arrays.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> out = np.zeros(5)
-    >>> decode_groups(3, np.eye(8)[0], out)   # out += direction 0
-    >>> bool((out == SIGNS[sign_rows(3, 5, 0, 1)[0], 0]).all())
-    True
-    """
-    decode_many([seed], np.ascontiguousarray(s, dtype=np.float64)[None], out)

@@ -13,19 +13,18 @@ the next step (:meth:`FederatedTransformerMixin._broadcast_state`).
 import numpy as np
 from sklearn.base import clone
 
-from .._compat import _check_sample_weight, _fit_context
-from ..base import FederatedEstimatorMixin, set_federation_attributes
+from .._compat import _check_sample_weight
+from ..base import FederatedEstimatorMixin, fit_method, set_federation_attributes
 from ..protocol import (
     Client,
     FoldedReplies,
-    InvalidClientMessage,
     Server,
-    atomic,
     decode_state,
     encode_state,
     match_columns,
     sorted_labels,
 )
+from ..protocol._fields import reply_error, server_error
 from ..statistics import merge_statistics
 
 __all__ = ["FederatedTransformerMixin", "OneRoundServer", "TransformerClient"]
@@ -71,10 +70,12 @@ class TransformerClient(Client):
 
 
 class OneRoundServer(Server):
-    """One round in which every site sends one message; subclasses merge and commit.
+    """One round in which every site sends one message; subclasses compute the model.
 
     Replies are merged in the order of their site labels, so any arrival
-    order gives the same model, bit for bit.
+    order gives the same model, bit for bit. :meth:`apply` commits what the
+    subclass's ``_model(replies)`` computes without touching the estimator:
+    ``(fitted attributes, n_parameters)``.
     """
 
     def plan(self, sites):
@@ -87,10 +88,6 @@ class OneRoundServer(Server):
         """Fields of the one task (what the site must compute); none by default."""
         return {}
 
-    def _previous(self):
-        """The merged messages of earlier calls (``partial_fit``), or None."""
-        return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
-
     @staticmethod
     def _merged(replies):
         """The merge of the round's replies, in label order (folded already by a server
@@ -99,9 +96,17 @@ class OneRoundServer(Server):
             return replies.fold.result()
         return merge_statistics(replies[site] for site in sorted_labels(replies))
 
-    @staticmethod
-    def _fail(site, reason):
-        raise InvalidClientMessage(f"client {site!r}: {reason}", site)
+    _fail = staticmethod(reply_error)
+
+    def apply(self, replies, ledger):
+        estimator = self.estimator
+        attributes, n_parameters = self._model(replies)
+        # commit: nothing above touched the estimator
+        for name, value in attributes.items():
+            setattr(estimator, name, value)
+        ledger.n_parameters = int(n_parameters)
+        set_federation_attributes(estimator, self.schema, ledger, replies, previous_clients=(
+            getattr(estimator, "clients_", []) if self.warm_start else []))
 
 
 class FederatedTransformerMixin(FederatedEstimatorMixin):
@@ -113,28 +118,11 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
     """
 
     _exact_federation = True
-    #: Fitted attributes a pipeline's server broadcasts to the sites.
     _broadcast_attributes = ()
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(X="The rows, as the scikit-learn counterpart's ``fit`` takes them.")
     def fit(self, X, y=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            The rows, as the scikit-learn counterpart's ``fit`` takes them.
-        y : None
-            Ignored.
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : object
-            The fitted transformer.
-        """
+        """Fit on rows split among sites by ``clients``: one message per site."""
         return self._fit(X, None, None, clients)
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
@@ -142,12 +130,6 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
         return X, None, sample_weight
-
-    def _commit_protocol(self, server, replies, ledger, n_parameters):
-        """Attributes every federated transformer has after a round: ledger, clients, schema."""
-        ledger.n_parameters = int(n_parameters)
-        set_federation_attributes(self, server.schema, ledger, replies, previous_clients=(
-            getattr(self, "clients_", []) if server.warm_start else []))
 
     # ------------------------------------------------------------ broadcast
     def _broadcast_state(self):
@@ -157,18 +139,10 @@ class FederatedTransformerMixin(FederatedEstimatorMixin):
 
     def _load_broadcast_state(self, fields, arrays):
         """Set the fitted state broadcast by a server (untrusted: types are checked)."""
-
-        def fail(reason):
-            raise InvalidClientMessage(f"server: {reason}", "server")
-
         names = ("n_features_in_", "feature_names_in_") + tuple(self._broadcast_attributes)
-        state = decode_state(fields, arrays, names, fail)
+        state = decode_state(fields, arrays, names, server_error)
         if not isinstance(state.get("n_features_in_"), int) or state["n_features_in_"] < 1:
-            fail("the broadcast model has no valid n_features_in_.")
+            server_error("the broadcast model has no valid n_features_in_.")
         for name, value in state.items():
             setattr(self, name, value)
-        self._check_broadcast_state(fail)
         return self
-
-    def _check_broadcast_state(self, fail):
-        """Subclasses: check shapes of the broadcast model against ``n_features_in_``."""

@@ -8,30 +8,17 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from .._compat import (
     FLOAT_DTYPES,
-    _fit_context,
     _handle_zeros_in_scale,
     _is_constant_feature,
     validate_data,
 )
-from ..protocol import (
-    ColumnExtremes,
-    CountedColumns,
-    InvalidClientMessage,
-    atomic,
-    sorted_labels,
-)
+from ..base import fit_method
+from ..protocol import ColumnExtremes, CountedColumns, sorted_labels
 from ..protocol._fields import reply_values, reply_within_dtype
 from ..statistics import ColumnMoments
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
 __all__ = ["FederatedMinMaxScaler", "FederatedStandardScaler"]
-
-
-def _bool_field(frame, name, site):
-    value = frame.fields.get(name)
-    if type(value) is not bool:
-        raise InvalidClientMessage(f"client {site!r}: field {name!r} must be a boolean.", site)
-    return value
 
 
 # ----------------------------------------------------------------- standard
@@ -63,10 +50,11 @@ class StandardScalerServer(OneRoundServer):
     protocol = "preprocessing.standard_scaler"
 
     def read_reply(self, site, frame):
-        sparse = _bool_field(frame, "sparse", site)
-        weighted = _bool_field(frame, "weighted", site)
-        if set(frame.fields) != {"order", "sparse", "weighted"}:
-            self._fail(site, f"unexpected fields {sorted(frame.fields)}.")
+        sparse, weighted = frame.fields.get("sparse"), frame.fields.get("weighted")
+        if set(frame.fields) != {"order", "sparse", "weighted"} or not (
+                type(sparse) is bool and type(weighted) is bool):
+            self._fail(site, f"fields {sorted(frame.fields)}: expected order and the booleans "
+                             "sparse and weighted.")
         moments = ColumnMoments.from_payload(
             {"order": frame.fields["order"]}, frame.arrays, client=site,
             n_features=frame.schema["n_features"], order=self.estimator._moments_order(),
@@ -75,9 +63,10 @@ class StandardScalerServer(OneRoundServer):
             reply_within_dtype(frame, "mean", moments.mean, site)
         return moments, sparse, weighted
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
-        previous = self._previous()
+        # the merged moments of earlier calls (partial_fit), or None
+        previous = getattr(estimator, "_aggregate", None) if self.warm_start else None
         labels = sorted_labels(replies)
         batch = self._merged({site: replies[site][0] for site in labels})
         moments = batch if previous is None else previous.merge(batch)
@@ -86,12 +75,7 @@ class StandardScalerServer(OneRoundServer):
         if previous is not None:
             weighted = weighted or estimator._weighted
         attributes = estimator._attributes_from(moments, sparse, weighted, self.round_dtype.type)
-        # commit: nothing above touched the estimator
-        estimator._aggregate = moments
-        estimator._weighted = weighted
-        for name, value in attributes.items():
-            setattr(estimator, name, value)
-        estimator._commit_protocol(self, replies, ledger, 2 * moments.n_features)
+        return dict(attributes, _aggregate=moments, _weighted=weighted), 2 * moments.n_features
 
 
 class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
@@ -111,9 +95,7 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
 
     Parameters
     ----------
-    copy : bool, default=True
-    with_mean : bool, default=True
-    with_std : bool, default=True
+    copy, with_mean, with_std : bool, default=True
         As in :class:`~sklearn.preprocessing.StandardScaler`.
 
     Attributes
@@ -184,40 +166,14 @@ class FederatedStandardScaler(FederatedTransformerMixin, StandardScaler):
             seen = seen[0]
         return {"n_samples_seen_": seen, "mean_": mean, "var_": var, "scale_": scale}
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method
     def fit(self, X, y=None, sample_weight=None, clients=None):
-        """Fit on rows split among sites by ``clients``: one message per site.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : None
-            Ignored.
-        sample_weight : array-like of shape (n_samples,), default=None
-        clients : array-like of shape (n_samples,), default=None
-            Site label of each row. ``None``: one site.
-
-        Returns
-        -------
-        self : FederatedStandardScaler
-        """
+        """Fit on rows split among sites by ``clients``: one message per site."""
         return self._fit(X, None, sample_weight, clients)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y=None, sample_weight=None, clients=None):
-        """Add rows (from any sites): the result equals StandardScaler on all rows so far.
-
-        Parameters
-        ----------
-        X, y, sample_weight, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FederatedStandardScaler
-        """
+        """Add rows (from any sites): the result equals StandardScaler on all rows so far."""
         return self._fit(X, None, sample_weight, clients, partial=True)
 
     def _fitted_state(self):
@@ -263,7 +219,7 @@ class MinMaxScalerServer(OneRoundServer):
             self._fail(site, "data_min exceeds data_max, or only one of them is NaN.")
         return n, low, high
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         labels = sorted_labels(replies)
         with warnings.catch_warnings():
@@ -278,12 +234,7 @@ class MinMaxScalerServer(OneRoundServer):
             low = np.minimum(estimator.data_min_, low)
             high = np.maximum(estimator.data_max_, high)
             n += estimator.n_samples_seen_
-        attributes = estimator._attributes_from(low, high)
-        # commit
-        estimator.n_samples_seen_ = n
-        for name, value in attributes.items():
-            setattr(estimator, name, value)
-        estimator._commit_protocol(self, replies, ledger, 2 * low.shape[0])
+        return dict(estimator._attributes_from(low, high), n_samples_seen_=n), 2 * low.shape[0]
 
 
 class FederatedMinMaxScaler(FederatedTransformerMixin, MinMaxScaler):
@@ -362,20 +313,9 @@ feature_names_in_
     def _check_before_rows(self, *, partial):
         self._attributes_from(np.zeros(1), np.zeros(1))  # checks feature_range before any round
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @atomic
+    @fit_method(partial=True)
     def partial_fit(self, X, y=None, clients=None):
-        """Add rows (from any sites), as MinMaxScaler.partial_fit does.
-
-        Parameters
-        ----------
-        X, y, clients
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        self : FederatedMinMaxScaler
-        """
+        """Add rows (from any sites), as MinMaxScaler.partial_fit does."""
         return self._fit(X, None, None, clients, partial=True)
 
     def _fitted_state(self):

@@ -12,8 +12,8 @@ from .._compat import (
     is_scalar_nan,
     validate_data,
 )
-from ..protocol import CountedValues, decode_values, encode_values, sorted_labels
-from ..protocol._fields import reply_dtype
+from ..protocol import CountedValues, encode_values, sorted_labels
+from ..protocol._fields import reply_dtype, reply_value_counts
 from ._base import FederatedTransformerMixin, OneRoundServer, TransformerClient
 
 __all__ = ["FederatedOneHotEncoder"]
@@ -93,43 +93,28 @@ class OneHotEncoderServer(OneRoundServer):
         parsed = []
         rows = reply_dtype(frame)
         for i, descriptor in enumerate(columns):
-            categories = decode_values(descriptor, frame.arrays, fail)
+            # counts below n_samples when the site's policy suppressed rare categories
+            categories, frequency = reply_value_counts(
+                frame, descriptor, f"n{i}" if counts else None, site, i, at_most=n)
             # float categories are values of the site's rows, never infinite; float32 rows
             # have float32 categories (a table's float32 column may come with float64 rows)
             if categories.dtype.kind == "f" and (np.isinf(categories).any() or (
                     rows == np.float32 and categories.dtype != rows)):
                 fail(f"column {i}: float categories must be finite (or NaN), of the rows' "
                      "dtype.")
-            frequency = frame.arrays.get(f"n{i}")  # present exactly when counts are sent
-            # below n_samples when the site's policy suppressed rare categories
-            if counts and (frequency.dtype != np.int64 or frequency.shape != categories.shape
-                           or np.any(frequency < 1) or frequency.sum() > n):
-                fail(f"column {i}: counts must be positive and add up to n_samples at most.")
-            if categories.size > n:
-                fail(f"column {i}: at most n_samples categories expected.")
-            try:
-                if _unique(categories).size != categories.size:
-                    fail(f"column {i}: its categories are not distinct.")
-            except TypeError:
-                fail(f"column {i}: categories mix strings and numbers.")
             parsed.append((categories, frequency))
         return n, parsed
 
-    def apply(self, replies, ledger):
-        estimator = self.estimator
+    def _model(self, replies):
         labels = sorted_labels(replies)
         n_samples = sum(replies[site][0] for site in labels)
         for i in range(self.schema.n_features):
             _same_kind(i, {site: replies[site][1][i][0] for site in labels})
-        fitted = estimator._fitted_from(
+        fitted = self.estimator._fitted_from(
             n_samples, [[replies[site][1][i] for site in labels]
                         for i in range(self.schema.n_features)]
         )
-        # commit
-        for name, value in fitted.items():
-            setattr(estimator, name, value)
-        n_out = int(sum(estimator._n_features_outs))
-        estimator._commit_protocol(self, replies, ledger, n_out)
+        return fitted, sum(fitted["_n_features_outs"])
 
 
 class FederatedOneHotEncoder(FederatedTransformerMixin, OneHotEncoder):

@@ -26,8 +26,8 @@ from ..privacy._releases import (
     noisy_column_moments,
     noisy_value_counts,
 )
-from ..protocol import InvalidClientMessage, decode_values, encode_values, sorted_labels
-from ..protocol._fields import task_field
+from ..protocol import InvalidClientMessage, encode_values, sorted_labels
+from ..protocol._fields import reply_value_counts, task_field
 from ._base import OneRoundServer, TransformerClient
 from ._data import FederatedStandardScaler
 from ._encoders import FederatedOneHotEncoder, OneHotEncoderServer
@@ -91,7 +91,8 @@ class PrivateReleaseMixin:
                                   calibration=self.calibration), 0.0
 
     def _privacy_after(self, server):
-        """The ledger after this release (recorded on a copy), and the delta it reports."""
+        """The privacy attributes after this release: the ledger (recorded on a copy),
+        the delta it reports and the epsilon of one release."""
         noise_multiplier, extra_delta = self._planned_release()
         previous = self.__dict__.get("_privacy") if server.warm_start else None
         ledger = PrivacyLedger() if previous is None else previous.copy()
@@ -99,7 +100,8 @@ class PrivateReleaseMixin:
         # The Gaussian releases compose exactly (GDP) at any delta; the selections'
         # deltas add up: one release is (epsilon, delta), k of them report
         # delta + (k - 1) extra deltas.
-        return ledger, float(self.delta) + ledger.extra_delta - extra_delta
+        return {"_privacy": ledger, "epsilon_": float(self.epsilon),
+                "delta_": float(self.delta) + ledger.extra_delta - extra_delta}
 
 
 # ---------------------------------------------------------------- scaler
@@ -145,7 +147,7 @@ class PrivateStandardScalerServer(OneRoundServer):
             self._fail(site, f"a private scaler reply is one finite (3, {d}) float64 array.")
         return sums
 
-    def apply(self, replies, ledger):
+    def _model(self, replies):
         estimator = self.estimator
         d = self.schema.n_features
         low, high = check_bounds(estimator.bounds, d)
@@ -161,16 +163,14 @@ class PrivateStandardScalerServer(OneRoundServer):
         if estimator.with_std:
             scale = np.sqrt(variance)
             scale[scale == 0] = 1.0
-        privacy, delta = estimator._privacy_after(self)
-        # commit
-        estimator._noisy_sums = total
-        estimator.n_samples_seen_ = seen[0] if np.all(seen == seen[0]) else seen
-        estimator.mean_ = mean if estimator.with_mean or estimator.with_std else None
-        estimator.var_ = variance if estimator.with_std else None
-        estimator.scale_ = scale
-        estimator._privacy, estimator.delta_, estimator.epsilon_ = privacy, delta, float(
-            estimator.epsilon)
-        estimator._commit_protocol(self, replies, ledger, 2 * d)
+        return {
+            "_noisy_sums": total,
+            "n_samples_seen_": seen[0] if np.all(seen == seen[0]) else seen,
+            "mean_": mean if estimator.with_mean or estimator.with_std else None,
+            "var_": variance if estimator.with_std else None,
+            "scale_": scale,
+            **estimator._privacy_after(self),
+        }, 2 * d
 
 
 class PrivateFederatedStandardScaler(PrivateReleaseMixin, FederatedStandardScaler):
@@ -290,29 +290,15 @@ class PrivateOneHotEncoderServer(OneHotEncoderServer):
         expected = {f"c{i}" for i, c in enumerate(columns) if isinstance(c, dict) and "array" in c}
         if set(frame.arrays) != expected | {f"n{i}" for i in range(d)}:
             fail("its arrays do not match its columns.")
-        parsed = []
-        for i, descriptor in enumerate(columns):
-            categories = decode_values(descriptor, frame.arrays, fail)
-            counts = frame.arrays[f"n{i}"]
-            if not (counts.dtype == np.int64 and counts.shape == categories.shape
-                    and np.all(counts >= 1) and np.all(counts < 2**40)):
-                fail(f"column {i}: one positive count per category expected.")
-            try:
-                if _unique(categories).size != categories.size:
-                    fail(f"column {i}: its categories are not distinct.")
-            except TypeError:
-                fail(f"column {i}: categories mix strings and numbers.")
-            parsed.append((categories, counts))
+        parsed = [reply_value_counts(frame, descriptor, f"n{i}", site, i)
+                  for i, descriptor in enumerate(columns)]
         # the site's noisy row count (post-processing): its first column's released counts
         n = max(1, int(parsed[0][1].sum())) if parsed else 1
         return n, parsed
 
-    def apply(self, replies, ledger):
-        estimator = self.estimator
-        privacy, delta = estimator._privacy_after(self)
-        super().apply(replies, ledger)  # computes first, then commits the encoder
-        estimator._privacy, estimator.delta_ = privacy, delta
-        estimator.epsilon_ = float(estimator.epsilon)
+    def _model(self, replies):
+        fitted, n_parameters = super()._model(replies)
+        return {**fitted, **self.estimator._privacy_after(self)}, n_parameters
 
 
 class PrivateFederatedOneHotEncoder(PrivateReleaseMixin, FederatedOneHotEncoder):

@@ -21,6 +21,7 @@ bounded whatever the multipliers.
 
 import math
 from collections import Counter
+from copy import deepcopy
 
 import numpy as np
 
@@ -203,11 +204,7 @@ class PrivacyLedger:
 
     def copy(self):
         """An independent copy (a release is recorded on a copy, then committed)."""
-        other = PrivacyLedger()
-        other._count, other._inverse_squares = self._count, self._inverse_squares
-        other._noiseless, other._sampled = self._noiseless, Counter(self._sampled)
-        other.extra_delta = self.extra_delta
-        return other
+        return deepcopy(self)
 
     def compose(self, other):
         """A new ledger of this ledger's releases and ``other``'s (on the same rows).
@@ -220,6 +217,7 @@ class PrivacyLedger:
         (1.414214, 2)
         """
         total = self.copy()
+        total._epsilons = {}
         total._count += other._count
         total._inverse_squares += other._inverse_squares
         total._noiseless = total._noiseless or other._noiseless

@@ -78,12 +78,8 @@ def analytic_gaussian_std(epsilon, delta, sensitivity=1.0):
 
     Parameters
     ----------
-    epsilon : float
-        Privacy budget, > 0 (any value).
-    delta : float
-        In (0, 1).
-    sensitivity : float, default=1.0
-        L2 sensitivity of the released vector.
+    epsilon, delta, sensitivity
+        As in :func:`classic_gaussian_std` (any ``epsilon > 0``).
 
     Returns
     -------
@@ -112,7 +108,7 @@ def gaussian_noise_std(epsilon, delta, sensitivity=1.0, *, calibration="analytic
     Parameters
     ----------
     epsilon, delta, sensitivity
-        As in :func:`analytic_gaussian_std`.
+        As in :func:`classic_gaussian_std`.
     calibration : {"analytic", "classic"}, default="analytic"
 
     Returns

@@ -32,10 +32,8 @@ from ._disclosure import (
 )
 from ._errors import InvalidClientMessage, TaskRefused
 from ._ledger import CommunicationLedger, fedavg_bytes
-from ._nested import nest, unnest
 from ._policy import SitePolicy, simulated_policy
-from ._replies import FoldedReplies
-from ._roles import BlockwiseClient, Client, FederatedMixin, Server
+from ._roles import BlockwiseClient, Client, FederatedMixin, FoldedReplies, Server
 from ._runtime import BytesTransport, RowsElsewhere, Transport, run_rounds
 from ._schema import FeatureSchema, check_site_data, match_columns
 from ._simulate import atomic, run_simulation, simulate_through_bytes
@@ -46,8 +44,10 @@ from ._wire import (
     decode,
     encode,
     label_key,
+    nest,
     plain_label,
     sorted_labels,
+    unnest,
 )
 
 __all__ = [

@@ -102,7 +102,15 @@ class Client(ABC):
             frame = decode(task, key=self.key, client="server")
         except InvalidClientMessage as exc:
             raise InvalidClientMessage(self._unreadable_task(exc), "server") from exc
-        return encode(self._answer(frame, X, y, sample_weight), key=self.key)
+        # A deployed site applies its policy, the DataSHIELD-like defaults when given none.
+        policy = SitePolicy() if self.policy is None else self.policy
+        self._in_force = policy  # what a composite's parts apply (see policy_in_force)
+        try:
+            return encode(self.checked_reply(frame, X, y, sample_weight, policy,
+                                             columns_in_order=policy.columns_in_order),
+                          key=self.key)
+        finally:
+            del self._in_force
 
     def _unreadable_task(self, exc):
         """Why this site cannot read a task, said from the site's side: what to check."""
@@ -121,19 +129,8 @@ class Client(ABC):
             advice = (f"the task is not signed, but {site} has a key: the server has no key "
                       f"for {site} (on Flower: add it to the run config's keys-file).")
         else:
-            return f"{site} cannot read the server's task: {reason}"
+            advice = reason
         return f"{site} cannot read the server's task: {advice}"
-
-    def _answer(self, task, X, y, sample_weight):
-        """The reply frame to a decoded task, after checking the task and the rows."""
-        # A deployed site applies its policy, the DataSHIELD-like defaults when given none.
-        policy = SitePolicy() if self.policy is None else self.policy
-        self._in_force = policy  # what a composite's parts apply (see policy_in_force)
-        try:
-            return self.checked_reply(task, X, y, sample_weight, policy,
-                                      columns_in_order=policy.columns_in_order)
-        finally:
-            del self._in_force
 
     def checked_reply(self, task, X, y, sample_weight, policy, *, columns_in_order=True):
         """The reply frame to a decoded task, once the task, the rows and ``policy`` (None:

@@ -1,6 +1,6 @@
 """The errors of the protocol: one for a bad message, one for a task a site refuses."""
 
-__all__ = ["InvalidClientMessage", "TaskRefused", "who"]
+__all__ = ["InvalidClientMessage", "TaskRefused", "failing", "who"]
 
 
 class InvalidClientMessage(ValueError):
@@ -37,3 +37,12 @@ class TaskRefused(ValueError):
 def who(client):
     """How error messages name a client."""
     return "client statistics" if client is None else f"client {client!r}"
+
+
+def failing(client):
+    """``fail(reason)`` for a reader of ``client``'s message: raises
+    :class:`InvalidClientMessage` naming ``client`` (as :func:`who` does)."""
+    def fail(reason):
+        raise InvalidClientMessage(f"{who(client)}: {reason}", client)
+
+    return fail

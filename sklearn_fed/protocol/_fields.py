@@ -4,12 +4,19 @@ import math
 
 import numpy as np
 
+from .._compat import _unique
 from ._errors import InvalidClientMessage
+from ._values import decode_values
 
 __all__ = [
-    "reply_array", "reply_dtype", "reply_keys", "reply_number", "reply_values",
-    "reply_within_dtype", "task_field",
+    "reply_array", "reply_dtype", "reply_error", "reply_keys", "reply_number",
+    "reply_value_counts", "reply_values", "reply_within_dtype", "server_error", "task_field",
 ]
+
+
+def reply_error(site, reason):
+    """Refuse a site's reply: the site is named."""
+    raise InvalidClientMessage(f"client {site!r}: {reason}", site)
 
 
 def reply_number(frame, name, site, *, low=0.0, high=math.inf, integer=False):
@@ -25,10 +32,7 @@ def reply_number(frame, name, site, *, low=0.0, high=math.inf, integer=False):
     ok = type(value) is int if integer else type(value) in (int, float)
     if not (ok and math.isfinite(value) and low <= value <= high):
         kind = "an integer" if integer else "a finite number"
-        raise InvalidClientMessage(
-            f"client {site!r}: field {name!r} must be {kind} in [{low}, {high}], got {value!r}.",
-            site,
-        )
+        reply_error(site, f"field {name!r} must be {kind} in [{low}, {high}], got {value!r}.")
     return int(value) if integer else float(value)
 
 
@@ -77,14 +81,11 @@ def reply_values(frame, name, shape, site, *, allow_nan=False):
 def _checked_array(frame, name, shape, site, dtype, dtype_text, *, allow_nan=False):
     value = frame.arrays.get(name)
     if not isinstance(value, np.ndarray) or value.dtype != dtype:
-        raise InvalidClientMessage(f"client {site!r}: array {name!r} must be {dtype_text}.", site)
+        reply_error(site, f"array {name!r} must be {dtype_text}.")
     if value.shape != tuple(shape):
-        raise InvalidClientMessage(
-            f"client {site!r}: array {name!r} has shape {value.shape}, expected {tuple(shape)}.",
-            site,
-        )
+        reply_error(site, f"array {name!r} has shape {value.shape}, expected {tuple(shape)}.")
     if not (~np.isinf(value) if allow_nan else np.isfinite(value)).all():
-        raise InvalidClientMessage(f"client {site!r}: array {name!r} is not finite.", site)
+        reply_error(site, f"array {name!r} is not finite.")
     return value
 
 
@@ -93,20 +94,44 @@ def reply_within_dtype(frame, name, value, site):
     site beyond float32's range would become infinite in the server's float32 model)."""
     limit = np.finfo(reply_dtype(frame)).max
     if np.max(np.abs(value), initial=0.0) > limit:
-        raise InvalidClientMessage(
-            f"client {site!r}: array {name!r} overflows its rows' dtype "
-            f"{reply_dtype(frame)} (beyond {limit:g}).", site)
+        reply_error(site, f"array {name!r} overflows its rows' dtype {reply_dtype(frame)} "
+                          f"(beyond {limit:g}).")
     return value
+
+
+def reply_value_counts(frame, descriptor, counts, site, column, *, at_most=None):
+    """A column's distinct values and the array ``counts`` of their counts (None: not sent):
+    positive int64, one per value, adding up to ``at_most`` rows at most (else each < 2^40)."""
+
+    def fail(reason):
+        reply_error(site, f"column {column}: {reason}")
+
+    values = decode_values(descriptor, frame.arrays, fail)
+    if counts is not None:
+        counts = frame.arrays.get(counts)
+        if not (isinstance(counts, np.ndarray) and counts.dtype == np.int64
+                and counts.shape == values.shape and np.all(counts >= 1) and (
+                    np.all(counts < 2**40) if at_most is None else counts.sum() <= at_most)):
+            fail("counts must be positive int64, one per value, at most one per row.")
+    try:
+        distinct = _unique(values).size == values.size
+    except TypeError:  # strings and numbers mixed
+        distinct = False
+    if not distinct or (at_most is not None and values.size > at_most):
+        fail("its values are not distinct (or mix strings and numbers), or outnumber its rows.")
+    return values, counts
 
 
 def reply_keys(frame, site, fields=(), arrays=()):
     """Check that a reply carries exactly these fields and arrays."""
     if set(frame.fields) != set(fields) or set(frame.arrays) != set(arrays):
-        raise InvalidClientMessage(
-            f"client {site!r}: expected fields {sorted(fields)} and arrays {sorted(arrays)}, "
-            f"got {sorted(frame.fields)} and {sorted(frame.arrays)}.",
-            site,
-        )
+        reply_error(site, f"expected fields {sorted(fields)} and arrays {sorted(arrays)}, "
+                          f"got {sorted(frame.fields)} and {sorted(frame.arrays)}.")
+
+
+def server_error(reason):
+    """Refuse a malformed task or broadcast model: the site names the server."""
+    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def task_field(task, name, kind):

@@ -1,6 +1,6 @@
 """Communication ledger: what a protocol sent, counted from real message sizes."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -113,12 +113,8 @@ class CommunicationLedger:
 
     def copy(self):
         """An independent copy (a round is recorded on a copy, then committed)."""
-        return CommunicationLedger(
-            dict(self.uplink_bytes_per_client),
-            dict(self.downlink_bytes_per_client),
-            self.rounds,
-            self.n_parameters,
-        )
+        return replace(self, uplink_bytes_per_client=dict(self.uplink_bytes_per_client),
+                       downlink_bytes_per_client=dict(self.downlink_bytes_per_client))
 
     def fedavg_equivalent(self, n_rounds):
         """What ``n_rounds`` of FedAvg over the same clients would have moved.

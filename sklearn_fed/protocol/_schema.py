@@ -107,10 +107,7 @@ def reply_schema(X, names, y=None, *, send_names=False):
     The names themselves are sent only when the task did not name the
     features (``send_names``), so the server can learn them.
     """
-    if y is None:
-        n_targets = None
-    else:
-        n_targets = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
+    n_targets = None if y is None else 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
     schema = {
         "n_features": int(X.shape[1]),
         "names": _names_digest(names),
@@ -160,14 +157,9 @@ def match_columns(X, schema=None, *, site=None):
         missing = [n for n in expected if n not in names]
         extra = [n for n in names if n not in set(expected)]
         if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing columns {missing}")
-            if extra:
-                parts.append(f"unexpected columns {extra}")
-            message = (
-                f"the table does not match the federation's features: {' and '.join(parts)}."
-            )
+            parts = [f"{what} columns {columns}" for what, columns in
+                     (("missing", missing), ("unexpected", extra)) if columns]
+            message = f"the table does not match the federation's features: {' and '.join(parts)}."
             raise ValueError(message if site is None else f"site {site!r}: {message}")
         if names != expected:
             X = X[[X.columns[names.index(n)] for n in expected]]

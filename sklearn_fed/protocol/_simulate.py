@@ -34,7 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._errors import InvalidClientMessage
-from ._replies import FoldedReplies, FramesOnDemand
+from ._roles import FoldedReplies, FramesOnDemand
 from ._runtime import RowsElsewhere, Transport, run_rounds
 from ._threads import (
     MIN_ROWS_PER_THREAD,
@@ -75,6 +75,30 @@ def collection_paused():
         yield
     finally:
         gc.enable()
+
+
+class MadeWhenRead:
+    """A container (a mixin of ``Mapping`` or ``Sequence``) of ``length`` items that
+    ``make()`` makes on first read, with the collector paused (one object per site)."""
+
+    def __init__(self, length, make):
+        self._length, self._make, self._made = length, make, None
+
+    def _all(self):
+        if self._made is None:
+            with collection_paused():
+                self._made = self._make()
+            self._make = None
+        return self._made
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return self._length
 
 
 def run_simulation(server, clients, X, y, sample_weight, labels, rows, names=None):
@@ -145,30 +169,25 @@ class InProcessTransport(Transport):
                  for site, task in tasks.items()}
         site_rows = {site: self.rows[self._position[label_key(site)]] for site in tasks}
         sizes = {}
+
+        def reply_of(site):
+            reply = role(site).reply(tasks[site], X, y, sample_weight, site_rows[site], names)
+            return deliver_reply(server, role(site), site, reply, sizes)
+
         if server.reply_fold() is not None:
             # The server folds each reply as soon as it reads it: compute it
             # then, so a round holds one site's reply at a time, not all.
-            def reply_of(site):
-                reply = role(site).reply(tasks[site], X, y, sample_weight, site_rows[site], names)
-                return deliver_reply(server, role(site), site, reply, sizes)
-
             workers = 1 if self.per_site else self.clients.site_workers(tasks, X, site_rows)
             if workers > 1:  # or a few at once, each on one BLAS thread (see reply_many)
                 replies = self._ahead.enter_context(_sites_ahead(tasks, reply_of, workers))
             else:
                 replies = FramesOnDemand(tasks, reply_of)
-            return replies, sizes, {}, ()
-        if self.per_site:
-            replies = {
-                site: self.clients[site].reply(task, X, y, sample_weight, site_rows[site], names)
-                for site, task in tasks.items()
-            }
+        elif self.per_site:
+            replies = {site: reply_of(site) for site in tasks}
         else:  # one role for every site: it may compute them together
             replies = self.clients.reply_many(tasks, X, y, sample_weight, site_rows, names)
-        replies = {
-            site: deliver_reply(server, role(site), site, reply, sizes)
-            for site, reply in replies.items()
-        }
+            replies = {site: deliver_reply(server, self.clients, site, reply, sizes)
+                       for site, reply in replies.items()}
         return replies, sizes, {}, ()
 
     def close_round(self):
@@ -197,29 +216,12 @@ class PoolingDeclined(Exception):
     """A pooled round needs a single site's reply (e.g. to name a culprit): run per site."""
 
 
-class _OpenSites(Mapping):
+class _OpenSites(MadeWhenRead, Mapping):
     """A pooled round's open sites, ``{label key: site}``, made only if read.
 
     No pooled server reads them (a single reply's header is never checked),
     and at K = 100,000 making the dict was an eighth of a fit.
     """
-
-    def __init__(self, keys, sites):
-        self._keys, self._sites, self._made = keys, sites, None
-
-    def _all(self):
-        if self._made is None:
-            self._made = dict(zip(self._keys, self._sites))
-        return self._made
-
-    def __getitem__(self, key):
-        return self._all()[key]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __len__(self):
-        return len(self._sites)
 
 
 def _no_single_frame(site):
@@ -283,8 +285,8 @@ def pool_round(server, client, X, y, sample_weight, labels, rows, names):
     if uplink.max() > server.max_message_bytes:
         return False
     restore = server.savepoint()
-    server.open_planned_round(
-        _OpenSites(keys, labels), dict(zip(labels, frame_sizes(task, lengths).tolist())))
+    server.open_planned_round(_OpenSites(len(labels), lambda: dict(zip(keys, labels))),
+                              dict(zip(labels, frame_sizes(task, lengths).tolist())))
     folded = FoldedReplies(server, FramesOnDemand(labels, _no_single_frame), dict.fromkeys(labels, reply.schema),
                            dict(zip(labels, uplink.tolist())), fold)
     try:

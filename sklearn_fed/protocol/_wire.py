@@ -40,7 +40,7 @@ from json.encoder import c_make_encoder
 
 import numpy as np
 
-from ._errors import InvalidClientMessage, who
+from ._errors import failing
 
 __all__ = [
     "Frame",
@@ -48,8 +48,10 @@ __all__ = [
     "decode",
     "encode",
     "label_key",
+    "nest",
     "plain_label",
     "sorted_labels",
+    "unnest",
 ]
 
 MAGIC = b"SKFEDMSG"
@@ -65,6 +67,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 31
 WIRE_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u8", "|u1", "|i1"}
 _MAX_NDIM = 4
 _META_KEYS = {"kind", "federation", "round", "site", "schema", "fields", "arrays"}
+_NESTED_KEYS = {"kind", "federation", "round", "schema", "fields"}
 _JSON = json.JSONEncoder(separators=(",", ":"))
 # The C encoder JSONEncoder.encode uses, built once: building it is half of a frame's encode
 # (json.encoder's c_make_encoder is None without CPython's C accelerator).
@@ -132,11 +135,12 @@ class Frame:
         table = []
         for name, value in self.arrays.items():
             if isinstance(value, SymmetricMatrix):
-                d = value.matrix.shape[0]
-                table.append([name, "<f8", [d, d], "sym"])
+                table.append([name, "<f8", list(value.matrix.shape), "sym"])
+            elif (code := _dtype_code(value.dtype)) in WIRE_DTYPES:
+                table.append([name, code, list(value.shape), ""])
             else:
-                dtype = _wire_dtype(value.dtype, name)
-                table.append([name, dtype, list(value.shape), ""])
+                raise TypeError(
+                    f"array {name!r} has dtype {value.dtype}, which the wire format cannot carry.")
         meta = {
             "kind": self.kind,
             "federation": self.federation,
@@ -198,13 +202,6 @@ def frame_sizes(frame, label_lengths, fields_lengths=None):
 def json_length(value):
     """Length of the JSON of ``value`` as a frame's header encodes it."""
     return len(_json(value))
-
-
-def _wire_dtype(dtype, name):
-    code = _dtype_code(dtype)
-    if code not in WIRE_DTYPES:
-        raise TypeError(f"array {name!r} has dtype {dtype}, which the wire format cannot carry.")
-    return code
 
 
 @functools.lru_cache(maxsize=64)
@@ -376,11 +373,7 @@ def decode(data, *, key=None, client=None, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
     InvalidClientMessage
         Naming ``client`` and what is wrong.
     """
-    name = who(client)
-
-    def fail(reason):
-        raise InvalidClientMessage(f"{name}: {reason}", client)
-
+    fail = failing(client)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         fail(f"expected bytes, got {type(data).__name__}.")
     data = bytes(data)
@@ -417,26 +410,84 @@ def decode(data, *, key=None, client=None, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
         fail(f"metadata is not valid JSON ({exc}).")
     if not isinstance(meta, dict) or set(meta) != _META_KEYS:
         fail("metadata does not have the keys of a sklearn-fed message.")
+    frame = _header_frame(meta, meta["site"], fail)
+    frame.arrays = _read_arrays(meta["arrays"], body, _HEADER.size + meta_length, fail)
+    return frame
+
+
+def _header_frame(meta, site, fail, nested=""):
+    """The frame of ``meta`` (a message's or a :func:`nest`-ed one's), its arrays not yet
+    read, once the types of its header are checked; ``fail(reason)`` raises."""
     kind, federation, round_id = meta["kind"], meta["federation"], meta["round"]
     if not (isinstance(kind, str) and 0 < len(kind) <= 64):
-        fail("message kind is missing or too long.")
+        fail(f"{nested}message kind is missing or too long.")
     if not (isinstance(federation, str) and len(federation) == 32
             and all(c in "0123456789abcdef" for c in federation)):
-        fail("federation id must be 32 hex digits.")
+        fail(f"{nested}federation id must be 32 hex digits.")
     if not (type(round_id) is int and 0 <= round_id < 2**63):
-        fail(f"round id must be a non-negative integer, got {round_id!r}.")
+        fail(f"{nested}round id must be a non-negative integer, got {round_id!r}.")
     if not isinstance(meta["fields"], dict):
-        fail("fields must be a JSON object.")
-    arrays = _read_arrays(meta["arrays"], body, _HEADER.size + meta_length, fail)
-    return Frame(
-        kind=kind,
-        federation=federation,
-        round=round_id,
-        site=meta["site"],
-        schema=meta["schema"],
-        fields=meta["fields"],
-        arrays=arrays,
-    )
+        fail(f"{nested}fields must be a JSON object.")
+    return Frame(kind, federation, round_id, site, meta["schema"], meta["fields"])
+
+
+def nest(frame, prefix, arrays):
+    """The header and fields of ``frame``, its arrays added to ``arrays`` under ``prefix``.
+
+    How a composite protocol (a pipeline) carries its steps' messages: the
+    outer frame's fields hold the inner frame's header and fields, its arrays
+    the inner frame's arrays under a prefix. The outer frame is what is
+    authenticated and counted; :func:`unnest` rebuilds the inner one, which
+    the step's own roles check, so a step validates its messages the same
+    way inside a pipeline as alone.
+
+    Parameters
+    ----------
+    frame : Frame
+    prefix : str
+        Distinct per nested frame of one message, e.g. ``"t."``.
+    arrays : dict
+        The outer frame's arrays.
+
+    Returns
+    -------
+    meta : dict
+        JSON value for the outer frame's fields.
+
+    Examples
+    --------
+    >>> arrays = {}
+    >>> meta = nest(Frame(kind="a/task", arrays={"x": np.zeros(2)}), "t.", arrays)
+    >>> sorted(meta), list(arrays)
+    (['federation', 'fields', 'kind', 'round', 'schema'], ['t.x'])
+    >>> unnest(meta, arrays, "t.", site=3, fail=print).arrays["x"]
+    array([0., 0.])
+    """
+    for name, value in frame.arrays.items():
+        arrays[prefix + name] = value
+    return {
+        "kind": frame.kind,
+        "federation": frame.federation,
+        "round": int(frame.round),
+        "schema": frame.schema,
+        "fields": frame.fields,
+    }
+
+
+def unnest(meta, arrays, prefix, *, site, fail):
+    """Rebuild a frame nested by :func:`nest`; ``fail(reason)`` raises on a malformed one.
+
+    Only the types are checked here; the inner protocol's own role checks
+    the rest (kind, federation, round, schema, fields and arrays).
+    """
+    if not (isinstance(meta, dict) and set(meta) == _NESTED_KEYS):
+        fail("the nested message is malformed.")
+    if not (meta["schema"] is None or isinstance(meta["schema"], dict)):
+        fail("the nested schema is malformed.")
+    frame = _header_frame(meta, site, fail, nested="the nested ")
+    frame.arrays = {name[len(prefix):]: value for name, value in arrays.items()
+                    if name.startswith(prefix)}
+    return frame
 
 
 def _pack_upper(matrix):

@@ -134,10 +134,8 @@ def _model_state(estimator):
     if hasattr(estimator, "module_"):  # a torch network: its parameters
         return [p.detach().numpy().copy() for p in estimator.module_.parameters()]
     skip = _FEDERATION_ATTRIBUTES + tuple(getattr(estimator, "_simulation_only_attributes", ()))
-    state = {}
-    for name, value in sorted(vars(estimator).items()):
-        if name.endswith("_") and not name.startswith("_") and name not in skip:
-            state[name] = _plain_state(value)
+    state = {name: _plain_state(value) for name, value in sorted(vars(estimator).items())
+             if name.endswith("_") and not name.startswith("_") and name not in skip}
     if hasattr(estimator, "steps") and hasattr(estimator, "_final_estimator"):
         state["steps"] = _plain_state([step for _, step in estimator.steps])
     return state
@@ -310,19 +308,13 @@ def _hostile_variants(frame):
     yield "an extra field", {**fields, "extra": 1}, arrays
 
 
-def _finite_model(estimator):
-    return all(np.all(np.isfinite(v)) for v in _float_values(_model_state(estimator)))
-
-
-def _float_values(state):
-    """The floating-point arrays of a model state, nested parts included."""
+def _finite_state(state):
+    """Whether every floating-point array of a model state, nested parts included, is finite."""
     if isinstance(state, dict):
         state = list(state.values())
     if isinstance(state, list):
-        for item in state:
-            yield from _float_values(item)
-    elif np.asarray(state).dtype.kind == "f":
-        yield np.asarray(state)
+        return all(map(_finite_state, state))
+    return np.asarray(state).dtype.kind != "f" or bool(np.isfinite(state).all())
 
 
 def check_hostile_replies_are_refused(estimator, max_rounds_attacked=2):
@@ -368,7 +360,8 @@ def check_hostile_replies_are_refused(estimator, max_rounds_attacked=2):
                 else:
                     model = attempt.estimator
                     if hasattr(model, "coef_") or hasattr(model, "module_"):
-                        assert _finite_model(model), f"reply with {what} gave a non-finite model"
+                        assert _finite_state(_model_state(model)), (
+                            f"reply with {what} gave a non-finite model")
         server.receive(replies)
         tasks = server.next_tasks(labels)
 

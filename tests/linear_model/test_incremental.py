@@ -719,13 +719,13 @@ def test_gossip_leader_is_uniform_and_cheap_for_many_nodes():
 def test_merge_backstop_names_the_site_when_statistics_overflow():
     """Past the per-message caps (e.g. 2**40 capped messages), the merge itself refuses."""
     from sklearn_fed import InvalidClientMessage
-    from sklearn_fed.linear_model._incremental_model import _Contribution, _Model
+    from sklearn_fed.linear_model._incremental_model import _Model
     from sklearn_fed.statistics import ClientStatistics
 
     def reply(site, scale):  # (not validated: the backstop is what is tested)
         stats = ClientStatistics(2, 2.0, np.full(3, scale), np.zeros(1),
                                  factor=np.full((1, 4), 1e154))
-        return _Contribution(site, stats)
+        return site, stats
 
     with pytest.raises(InvalidClientMessage, match="client 'big'.*overflows"), np.errstate(
         over="ignore"
@@ -776,7 +776,7 @@ def test_each_failing_site_is_named_among_many():
 
 def test_round_draws_are_philox_of_the_seed_and_round():
     # The generator of each round is reused, but its stream is a fresh Philox's.
-    from sklearn_fed.linear_model._incremental_election import _philox
+    from sklearn_fed.linear_model._incremental import _philox
 
     for key, counter in [(0, 0), (12345, 7), (2**64 - 1, 2**40), (2**70, 3)]:
         fresh = np.random.Generator(np.random.Philox(key=key, counter=counter))
@@ -789,13 +789,13 @@ def test_round_draws_are_philox_of_the_seed_and_round():
 def test_solve_runs_on_one_blas_thread_and_restores_the_count():
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from sklearn_fed.linear_model import _incremental_model, _incremental_roles
+    from sklearn_fed.linear_model import _incremental, _incremental_model
 
     def blas_threads():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
     seen = {"_refactor": [], "_site_statistics": []}
-    modules = {"_refactor": _incremental_model, "_site_statistics": _incremental_roles}
+    modules = {"_refactor": _incremental_model, "_site_statistics": _incremental}
 
     def spy(name):
         function = getattr(modules[name], name)
