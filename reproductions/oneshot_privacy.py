@@ -33,7 +33,7 @@ from sklearn.metrics import mean_squared_error
 
 from sklearn_fed.datasets import make_heterogeneous_regression
 from sklearn_fed.linear_model import PrivateFederatedRidge
-from sklearn_fed.linear_model._base import solve_ridge
+from sklearn_fed.linear_model._solver import solve_ridge
 from sklearn_fed.linear_model._private import project_psd
 from sklearn_fed.linear_model._private_release import joint_sensitivity
 from ._report import (

@@ -153,7 +153,10 @@ class ColumnTransformerServer(Server):
             self._active = {index: f for index, f in frames.items() if f}
             if self._active:
                 return self._wrap(sites)
-            if self._needs_density():
+            # a counting round when the input, or a part's output, may be sparse
+            if self.estimator.sparse_threshold and (self._sparse_input or any(
+                    getattr(f, "sparse_output", False) is True or getattr(
+                        f, "sparse_output_", False) is True for f in self._fitted().values())):
                 self._stage = "counting"
                 return self._density_tasks(sites)
             self._stage = "done"
@@ -176,12 +179,6 @@ class ColumnTransformerServer(Server):
         for i, name in enumerate(names, start=1):
             print(_message_with_time("ColumnTransformer", f"({i} of {len(names)}) Processing "
                                      f"{name}", elapsed), flush=True)
-
-    def _needs_density(self):
-        """Whether the input, or a part's output, may be sparse (and sparse_threshold is set)."""
-        return bool(self.estimator.sparse_threshold) and (self._sparse_input or any(
-            getattr(f, "sparse_output", False) is True or getattr(f, "sparse_output_", False)
-            is True for f in self._fitted().values()))
 
     def _wrap(self, sites):
         tasks = {}

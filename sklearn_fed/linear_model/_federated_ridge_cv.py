@@ -196,17 +196,15 @@ class FederatedRidgeCV(BaseFederatedRidge):
         """``alphas`` as a float64 array, checked as RidgeCV checks them (same messages)."""
         lower = "neither" if self.cv is None else "left"
         alphas = self.alphas
-        if isinstance(alphas, (np.ndarray, list, tuple)) and np.ndim(alphas) > 0:
-            values = list(alphas) if len(alphas) != 1 else [alphas[0]]
-            names = [f"alphas[{i}]" for i in range(len(values))] if len(values) != 1 else ["alphas"]
-        else:
-            values, names = [alphas], ["alphas"]
+        sequence = isinstance(alphas, (np.ndarray, list, tuple)) and np.ndim(alphas) > 0
+        values = list(alphas) if sequence else [alphas]
+        names = [f"alphas[{i}]" for i in range(len(values))] if len(values) != 1 else ["alphas"]
         for value, name in zip(values, names):
             check_scalar(value, name, target_type=numbers.Real, min_val=0.0,
                          include_boundaries=lower)
         return np.asarray(values, dtype=np.float64).reshape(-1)
 
-    def _check_options(self):
+    def _check_before_rows(self, *, partial):
         splitter = self.cv is not None and not isinstance(self.cv, str)
         if splitter and self.store_cv_results:
             raise ValueError("cv!=None and store_cv_results=True are incompatible")
@@ -216,6 +214,7 @@ class FederatedRidgeCV(BaseFederatedRidge):
             raise ValueError(
                 "criterion='pooled_squared_error' is the squared error itself; scoring must "
                 f"be None, got {self.scoring!r}.")
+        self._checked_alphas()
 
     def _scorer(self):
         return check_scoring(self, scoring=self.scoring, allow_none=True) if self.scoring else None
@@ -225,10 +224,6 @@ class FederatedRidgeCV(BaseFederatedRidge):
     def fit(self, X, y, sample_weight=None, clients=None):
         """Choose alpha by cross-validation, then fit on all rows."""
         return self._fit(X, y, sample_weight, clients)
-
-    def _check_before_rows(self, *, partial):
-        self._check_options()
-        self._checked_alphas()
 
     _dask_rows = "partitions"
 
@@ -247,12 +242,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
 
         Parameters
         ----------
-        key : bytes or str, default=None
-            The site's shared key (HMAC-SHA256), also given to the server.
-        policy : SitePolicy, default=None
-            Tasks the site refuses.
-        site : hashable, default=None
-            The site's label; tasks addressed to another label are refused.
+        key, policy, site
+            As in :meth:`FederatedMixin.make_client
+            <sklearn_fed.protocol.FederatedMixin.make_client>`.
         folds : array-like of shape (n_rows,) or (n_rows, n_folds), default=None
             With ``cv`` a splitter: the fold membership of the rows the site
             answers from, in their order. Per row, the fold in which it is
@@ -268,15 +260,9 @@ class FederatedRidgeCV(BaseFederatedRidge):
         return self._client_role(self, key=key, policy=policy, site=site, folds=folds)
 
     def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
-        """``fit``'s run of the protocol on the sites' rows of ``X``.
-
-        Only this driver knows the pooled rows: for a splitter it draws the
-        folds from them and hands each site its rows' membership as data of
-        the site (the client role's fold column, read through each site's
-        rows as ``X`` is), and tells the server only their number; it puts
-        the per-row ``cv_results_``, which the server has site by site, in
-        ``X``'s order.
-        """
+        """``fit``'s run: only it knows the pooled rows, so it draws a splitter's folds
+        (the sites read their rows' entries of the client role's fold column, the
+        server gets their number) and puts the per-row ``cv_results_`` in ``X``'s order."""
         names = self._fitted_feature_names()
         server = self.make_server(feature_names=names)
         folds = None
@@ -290,11 +276,8 @@ class FederatedRidgeCV(BaseFederatedRidge):
         return server, client
 
     def _fold_membership(self, X, y, clients, rows):
-        """Codes (n_samples, n_splits) of the splitter's folds of the pooled rows.
-
-        As in scikit-learn: stratified for a classifier, and the clients (as
-        checked and aligned) are the splitter's groups.
-        """
+        """Codes (n_samples, n_splits) of the splitter's folds of the pooled rows, as in
+        scikit-learn: stratified for a classifier, the clients the splitter's groups."""
         groups = None
         if clients is not None:
             groups = np.empty(X.shape[0], dtype=np.intp)

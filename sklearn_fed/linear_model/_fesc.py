@@ -1,14 +1,7 @@
 """FESCRidge: one-shot averaging of local ridge models, weighted by sample size (FESC).
 
-The protocol ``ridge.fesc`` (what a site sends is what the FESC paper's
-clients send, nothing more):
-
-* with ``alpha="auto"`` (``1 / sqrt(N)``) the server first needs ``N``: a
-  *count* round in which every site sends its size ``n_i`` (row count, or
-  total sample weight);
-* a *model* round: the task carries ``alpha``; every site fits ridge on its
-  own rows and replies ``(n_i, theta_i, b_i)``; the server combines the local
-  models with the weights of ``n`` (Eq. 9-10) and keeps only those messages.
+The protocol ``ridge.fesc``: what a site sends is what the FESC paper's clients
+send, nothing more (its rounds are in the roles' docstrings).
 """
 
 import collections
@@ -204,12 +197,11 @@ class FESCServer(Server):
 
     def read_reply(self, site, frame):
         centered = bool(self.estimator.fit_intercept)
-        if self.alpha is None:  # the count round
-            reply_keys(frame, site, fields=["size"])
-            return reply_number(frame, "size", site, high=2.0**63)
-        reply_keys(frame, site, fields=["size"],
-                   arrays=["coef", "intercept"] if centered else ["coef"])
+        arrays = () if self.alpha is None else ("coef", "intercept") if centered else ("coef",)
+        reply_keys(frame, site, fields=["size"], arrays=arrays)  # a count round has no arrays
         size = reply_number(frame, "size", site, high=2.0**63)
+        if self.alpha is None:
+            return size
         counted = None if self._counted is None else self._counted.get(label_key(site))
         if counted is not None and size != counted:
             raise InvalidClientMessage(

@@ -13,11 +13,9 @@ import numpy as np
 from scipy import linalg
 
 from .._compat import Interval, Options, StrOptions
-from ..privacy._bounds import CLIPPED_SHARE_WARNING, ClippingWarning
-from ..utils._warnings import warn
 from ._base import BaseFederatedRidge, fit_method
 from ._private_release import _unpack
-from ._private_roles import PrivateClient, PrivateServer, _clipping_message
+from ._private_roles import PrivateClient, PrivateServer, _warn_if_clipped
 from ._solver import _solve_gram, numerical_range
 
 __all__ = ["PrivateFederatedRidge"]
@@ -48,7 +46,6 @@ def _psd_projection(gram):
         part = vectors[:, ~negative] * np.sqrt(values[~negative])
         projected = part @ part.T
     return projected, (np.maximum(values, 0.0), vectors)
-
 
 
 class PrivateFederatedRidge(BaseFederatedRidge):
@@ -279,11 +276,9 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     def _run_sites(self, X, y, sample_weight, labels, rows, *, warm_start=False, clients=None):
         server, client = super()._run_sites(X, y, sample_weight, labels, rows,
                                             warm_start=warm_start)
-        n_clipped = sum(count for _, count, _ in client.clipped_.values())
-        n_rows = sum(total for _, _, total in client.clipped_.values())
-        self.clipped_share_ = n_clipped / n_rows if n_rows else 0.0
-        if self.clipped_share_ > CLIPPED_SHARE_WARNING:
-            warn(_clipping_message(self.clipped_share_, "the sites"), ClippingWarning)
+        counts = list(client.clipped_.values())
+        self.clipped_share_ = _warn_if_clipped(
+            sum(count for _, count, _ in counts), sum(total for *_, total in counts), "the sites")
         return server, client
 
     def _solve(self, total, d, t, alpha, single_target, plan):
@@ -307,7 +302,5 @@ class PrivateFederatedRidge(BaseFederatedRidge):
             if eigenpairs is not None:  # the eigen path needs no second decomposition
                 spectrum = numerical_range(gram, eigenpairs=eigenpairs)
         coef = _solve_gram(gram, moment, alpha, spectrum=spectrum)[0]
-        summary = types.SimpleNamespace(
-            x_mean=x_mean, y_mean=y_mean, n_targets=t, single_target=single_target
-        )
-        return coef, summary
+        summary = types.SimpleNamespace(x_mean=x_mean, y_mean=y_mean, single_target=single_target)
+        return coef, summary  # what _set_coef reads of an aggregate

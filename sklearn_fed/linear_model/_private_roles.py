@@ -1,15 +1,12 @@
 """The site and server roles of :class:`~sklearn_fed.PrivateFederatedRidge`'s protocol.
 
-The protocol (``"ridge.private"``): with ``noise="local"`` one round, in which
-each site sends its sums on a grid plus integer noise
-(:mod:`sklearn_fed.privacy._noise`); with ``noise="distributed"`` a first
-round collects each site's X25519 public key and a second one has every site
-send its sums masked for secure aggregation
-(:mod:`sklearn_fed.privacy._secure_aggregation`). A site derives its noise
-from the task's epsilon, delta and bounds itself, so a server cannot ask for
-less noise than the epsilon it announces.
+A site derives its noise (:mod:`sklearn_fed.privacy._noise`) from the task's
+epsilon, delta and bounds itself, so a server cannot ask for less noise than
+the epsilon it announces; distributed noise is masked for secure aggregation
+(:mod:`sklearn_fed.privacy._secure_aggregation`).
 """
 
+import collections
 import math
 
 import numpy as np
@@ -87,8 +84,7 @@ class PrivateClient(BlockwiseClient):
         self.clipped_.clear()
         reply = super().respond(task, X, y, sample_weight)
         for site, n_clipped, n_rows in self.clipped_.values():
-            if n_rows and n_clipped / n_rows > CLIPPED_SHARE_WARNING:
-                warn(_clipping_message(n_clipped / n_rows, f"site {site!r}"), ClippingWarning)
+            _warn_if_clipped(n_clipped, n_rows, f"site {site!r}")
         return reply
 
     def replies_are_independent(self, tasks):
@@ -112,8 +108,9 @@ class PrivateClient(BlockwiseClient):
         )
         return ClippedSums(sums, n_clipped, count_rows(X.shape[0], rows), y.ndim == 1)
 
-    def merge(self, first, second):
-        return None if first is None else first.merge(second)
+    def merge(self, first, second):  # (a key round's summary is None)
+        return None if first is None else ClippedSums(
+            *(a + b for a, b in zip(first[:3], second[:3])), first.single_target)
 
     def finish(self, task, summary):
         if task_step(task, _STEPS) == "keys":
@@ -141,7 +138,12 @@ class PrivateClient(BlockwiseClient):
                                     calibration, repr((plan.site_std, plan.exponent)),
                                     encoded)
         noise = rounded_gaussian(generator, math.ldexp(plan.site_std, -plan.exponent), p)
-        encoded = _bounded(encoded + noise, fields["n_sites"], task.site)
+        encoded = encoded + noise
+        limit = max_abs_encoded(fields["n_sites"])
+        if np.any(np.abs(encoded) > limit):
+            raise OverflowError(
+                f"site {task.site!r}: its noisy sums exceed the {limit} grid steps that "
+                f"{fields['n_sites']} sites can add without overflow in 64-bit fixed point.")
         reply_fields = {"single_target": summary.single_target}
         if public_keys is None:
             return reply_fields, {"sums": encoded}
@@ -159,30 +161,9 @@ class PrivateClient(BlockwiseClient):
         return reply_fields, {"masked": masked}
 
 
-class ClippedSums:
-    """A block of a site's rows for a release: its clipped sums, before grid and noise."""
-
-    __slots__ = ("n_clipped", "n_rows", "single_target", "sums")
-
-    def __init__(self, sums, n_clipped, n_rows, single_target):
-        self.sums = sums
-        self.n_clipped = n_clipped
-        self.n_rows = n_rows
-        self.single_target = bool(single_target)
-
-    def merge(self, other):
-        return ClippedSums(self.sums + other.sums, self.n_clipped + other.n_clipped,
-                           self.n_rows + other.n_rows, self.single_target)
-
-
-def _bounded(encoded, n_sites, site):
-    limit = max_abs_encoded(n_sites)
-    if np.any(np.abs(encoded) > limit):
-        raise OverflowError(
-            f"site {site!r}: its noisy sums exceed the {limit} grid steps that {n_sites} "
-            "sites can add without overflow in 64-bit fixed point."
-        )
-    return encoded
+#: A block of a site's rows for a release: its clipped sums (before grid and noise), the
+#: rows clipping changed, its rows, and whether ``y`` is one-dimensional.
+ClippedSums = collections.namedtuple("ClippedSums", "sums n_clipped n_rows single_target")
 
 
 def _read_privacy_fields(task):
@@ -202,14 +183,16 @@ def _read_privacy_fields(task):
     return fields
 
 
-def _clipping_message(share, where):
-    return (
-        f"Clipping to feature_bound/target_bound changed {share:.0%} of the rows of "
-        f"{where}: the model is fitted to clipped values. State bounds that contain the "
-        "data, e.g. scale features from known ranges with "
-        "sklearn_fed.privacy.RangeScaler (then feature_bound=1) and set target_bound "
-        "to the known range of y."
-    )
+def _warn_if_clipped(n_clipped, n_rows, where):
+    """The share of ``n_rows`` rows that clipping changed; a ClippingWarning above 10%."""
+    share = n_clipped / n_rows if n_rows else 0.0
+    if share > CLIPPED_SHARE_WARNING:
+        warn(f"Clipping to feature_bound/target_bound changed {share:.0%} of the rows of "
+             f"{where}: the model is fitted to clipped values. State bounds that contain the "
+             "data, e.g. scale features from known ranges with "
+             "sklearn_fed.privacy.RangeScaler (then feature_bound=1) and set target_bound "
+             "to the known range of y.", ClippingWarning)
+    return share
 
 
 class PrivateServer(Server):

@@ -1,14 +1,8 @@
-"""FederatedRidgeCV's algebra: held-out sums and scores, ridge paths, leave-one-out.
+"""FederatedRidgeCV's algebra, free of the protocol: held-out sums and scores, ridge paths.
 
-What the server and the sites of :class:`~sklearn_fed.FederatedRidgeCV`
-compute, free of the protocol: the decomposable scores and the sums they
-follow from (:class:`_Sums`, :func:`_held_out_sums`), ridge for many alphas
-from one decomposition (:func:`_spectrum`, :func:`_coef_path`), the
-leave-one-client-out complements (:func:`_complements`), a site's
-closed-form leave-one-out predictions (:func:`_leave_one_out`), and
-RidgeCV's choice rule (:func:`_first_best`). Robust aggregation's outlier
-test uses the held-out sums and complements too, and the servers' base class
-uses robust aggregation, so this module imports neither (only ``_solver``).
+Robust aggregation's outlier test uses the held-out sums and complements too,
+and the servers' base class uses robust aggregation, so this module imports
+neither (only ``_solver``).
 """
 
 import numpy as np
@@ -19,10 +13,8 @@ from sklearn.metrics import (
     r2_score,
     root_mean_squared_error,
 )
-from sklearn.utils.extmath import safe_sparse_dot
 
 from .._compat import scorer_parts
-from ..protocol._fields import task_field
 from ..statistics import merge_statistics
 from ._solver import factor_range, numerical_range
 
@@ -89,6 +81,8 @@ class _Sums:
         W = self.weight
         if kind == "mse":
             values = self.e2 / W
+        elif kind == "row_mse":  # the mean over rows of w e^2 (RidgeCV's leave-one-out)
+            values = self.e2 / self.count
         elif kind == "rmse":
             values = np.sqrt(self.e2 / W)
         else:
@@ -133,12 +127,6 @@ def _held_out_sums(held, coef, intercept):
     return _Sums(held.n_samples, W, W * mean_residual, np.maximum(e2, 0.0), np.maximum(sst, 0.0))
 
 
-def _held_out_sse(held, rest, alphas):
-    """Weighted squared error (n_targets, n_alphas) on ``held``'s rows of ridge fitted on ``rest``."""
-    coef = _coef_path(_spectrum(rest), alphas)
-    return _held_out_sums(held, coef, _intercepts(rest, coef)).e2
-
-
 # ------------------------------------------------------------------ algebra
 def _spectrum(stats):
     """``(eigenvalues, basis, projected)`` of ridge on ``stats``, for any number of alphas.
@@ -154,19 +142,17 @@ def _spectrum(stats):
     return eigenvalues, Q, Q.T @ stats.moment
 
 
-def _coef_path(spectrum, alphas):
-    """Coefficients (n_features, n_targets, n_alphas) and their intercept rule."""
-    eigenvalues, basis, projected = spectrum
+def _ridge_path(stats, alphas):
+    """Ridge on ``stats`` for every alpha, from one :func:`_spectrum`: ``(coef, intercept)``
+    of shapes (n_features, n_targets, n_alphas) and (n_targets, n_alphas)."""
+    eigenvalues, basis, projected = _spectrum(stats)
     scaled = projected[:, :, None] / (eigenvalues[:, None, None] + alphas)
     # explicit sizes: the spectrum is empty when every column is constant (k = 0)
     k, t, n_alphas = scaled.shape
-    return (basis @ scaled.reshape(k, t * n_alphas)).reshape(basis.shape[0], t, n_alphas)
-
-
-def _intercepts(stats, coef):
+    coef = (basis @ scaled.reshape(k, t * n_alphas)).reshape(basis.shape[0], t, n_alphas)
     if not stats.centered:
-        return np.zeros(coef.shape[1:])
-    return stats.y_mean[:, None] - (stats.x_mean @ coef.reshape(coef.shape[0], -1)).reshape(
+        return coef, np.zeros(coef.shape[1:])
+    return coef, stats.y_mean[:, None] - (stats.x_mean @ coef.reshape(coef.shape[0], -1)).reshape(
         coef.shape[1:])
 
 
@@ -189,48 +175,6 @@ def _complements(statistics):
         yield from recurse(mid, hi, left if outside is None else outside.merge(left))
 
     yield from recurse(0, len(statistics), None)
-
-
-def _leave_one_out(task, X, y, sample_weight):
-    """A site's leave-one-out predictions (n_rows, n_targets, n_alphas), in closed form.
-
-    With ``z = Q^T (x - x_mean)``: the full-data prediction is ``y_mean +
-    z . (Q^T h / (l + alpha))``, the leverage ``h = w sum z^2 / (l + alpha)
-    (+ w / W with an intercept)``, and the leave-one-out residual is the
-    residual divided by ``1 - h`` (exact for ridge, no refit).
-
-    When the pooled rows are linearly independent (``interpolating``: as
-    many nonzero eigenvalues as rows, less one with an intercept, e.g. wide
-    data), every row has leverage 1 at ``alpha = 0`` and fits exactly, so
-    residual and ``1 - h`` are both ``O(alpha)``: computed as differences
-    they would lose ``log10(l / alpha)`` digits. Their exact expansions
-    ``alpha sum z p / (l (l + alpha))`` and ``alpha w sum z^2 / (l (l +
-    alpha))`` are used instead, and ``alpha`` cancels in the ratio.
-    """
-    arrays = task.arrays
-    alphas = np.asarray(arrays["alphas"])
-    centered = task_field(task, "centered", bool)
-    eigenvalues, basis, projected = arrays["eigenvalues"], arrays["basis"], arrays["projected"]
-    Z = safe_sparse_dot(X, basis, dense_output=True)
-    if centered:
-        Z = Z - arrays["x_mean"] @ basis
-    w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
-    inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
-    fitted = _through_spectrum(Z, projected, inverse)
-    if centered:
-        fitted += arrays["y_mean"][None, :, None]
-    leverage = w[:, None] * ((Z * Z) @ inverse)
-    if centered:
-        leverage += (w / task_field(task, "weight_sum", float))[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):  # leverage 1: as RidgeCV, inf/NaN
-        residual = (y[:, :, None] - fitted) / (1.0 - leverage[:, None, :])
-    small = alphas <= (eigenvalues.min() if eigenvalues.size else 0.0)
-    if task.fields.get("interpolating") is True and np.any(small):
-        # For alpha below the spectrum the differences lose the most digits.
-        inverse = 1.0 / (eigenvalues[:, None] * (eigenvalues[:, None] + alphas[small]))
-        residual[:, :, small] = _through_spectrum(Z, projected, inverse) / (
-            w[:, None, None] * ((Z * Z) @ inverse)[:, None, :])
-    return y[:, :, None] - residual
 
 
 def _through_spectrum(Z, projected, inverse):

@@ -1,10 +1,4 @@
-"""FederatedRidgeCV's site: its messages and :class:`CVClient`.
-
-A site answers from its own rows and, with ``cv`` a splitter, from its own
-rows' fold membership: data it holds next to its rows (the client role's
-``folds``), or codes the server assigned it and sent in its task. The
-server never learns where a site's rows stand among everyone's.
-"""
+"""FederatedRidgeCV's site: its messages and :class:`CVClient`."""
 
 import copy
 
@@ -12,9 +6,10 @@ import numpy as np
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ..protocol import BlockwiseClient, InvalidClientMessage
+from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
-from ._base import requested_form, task_field
-from ._ridge_cv_algebra import _leave_one_out
+from ._base import requested_form, task_field, task_step
+from ._ridge_cv_algebra import _through_spectrum
 
 
 # ------------------------------------------------------------- messages
@@ -61,7 +56,7 @@ def fold_codes(folds, n_folds):
            [1, 1]], dtype=int8)
     """
     folds = np.asarray(folds)
-    if folds.dtype.kind not in "iu":
+    if folds.dtype.kind not in "iu" or n_folds < 1:
         return None
     if folds.ndim == 1 and np.all((-1 <= folds) & (folds < n_folds)):
         return np.where(folds[:, None] == np.arange(n_folds), 2, 1).astype(np.int8)
@@ -70,15 +65,20 @@ def fold_codes(folds, n_folds):
     return None
 
 
-class _Block:
-    """A :class:`CVClient` answer over one block of a site's rows, before packing.
+def fold_parts(codes):
+    """``(name, rows)`` of each non-empty part of each fold of ``codes`` (see
+    :func:`fold_codes`): ``"train{j}"`` its training rows, ``"test{j}"`` its held-out rows."""
+    for j in range(codes.shape[1]):
+        for code, part in ((1, "train"), (2, "test")):
+            rows = np.flatnonzero(codes[:, j] == code)
+            if rows.size:
+                yield f"{part}{j}", rows
 
-    ``named`` holds the statistics of a statistics step; otherwise
-    ``fields`` (row count and weight, which add) and ``arrays``: those in
-    ``_SUMMED`` add over blocks, the others hold one entry per row and
-    follow in row order. ``whole``: the answer used the site's fold
-    membership, which indexes its rows, so the block must be all of them.
-    """
+
+class _Block:
+    """A :class:`CVClient` answer over one block of a site's rows, before packing: the
+    ``named`` statistics of a statistics step, or its ``fields`` and ``arrays`` (those in
+    ``_SUMMED`` add, the others follow in row order); ``whole``: it used the fold membership."""
 
     def __init__(self, fields=None, arrays=None, *, named=None, whole=False):
         self.fields, self.arrays, self.named, self.whole = fields, arrays, named, whole
@@ -146,12 +146,9 @@ class CVClient(BlockwiseClient):
         return type(self) is CVClient
 
     def for_rows(self, task, n_rows, rows):
-        """This role for the rows ``rows`` of an ``X`` of ``n_rows`` rows.
-
-        A copy whose fold column holds only those rows' entries (``self``
-        when there is nothing to select), for a role that selects the rows
-        before it computes (a classifier's site encodes its labels first).
-        """
+        """This role for the rows ``rows`` of an ``X`` of ``n_rows`` rows, for a role that
+        selects the rows before it computes (a classifier's site encodes its labels first):
+        a copy whose fold column holds only those rows' entries, or ``self``."""
         if self.folds is None or rows is None:
             return self
         role = copy.copy(self)
@@ -167,11 +164,8 @@ class CVClient(BlockwiseClient):
         return self.folds if rows is None else self.folds[rows]
 
     def membership(self, task, X, rows):
-        """The codes (n_site_rows, n_folds) of the site's rows ``X[rows]``; None without folds.
-
-        From the task's ``folds`` when the server assigned them, else from
-        the site's own.
-        """
+        """The codes (n_site_rows, n_folds) of the site's rows ``X[rows]``, None without folds:
+        the task's ``folds`` when the server assigned them, else the site's own."""
         if "n_folds" not in task.fields:
             return None
         n_folds = task_field(task, "n_folds", int)
@@ -181,9 +175,8 @@ class CVClient(BlockwiseClient):
                 raise ValueError(
                     f"site {task.site!r}: the task assigns this site's folds, but it holds its "
                     "own (make_client(folds=...)); give only one of them.")
-            codes = None if n_folds < 1 else fold_codes(given, n_folds)
-            n_site = X.shape[0] if rows is None else X[rows].shape[0]
-            if codes is None or codes.ndim != 2 or codes.shape[0] != n_site:
+            codes = fold_codes(given, n_folds)
+            if codes is None or codes.shape[0] != count_rows(X.shape[0], rows):
                 raise InvalidClientMessage("server: malformed fold membership.", "server")
             return codes
         if self.folds is None:
@@ -191,8 +184,7 @@ class CVClient(BlockwiseClient):
                 f"site {task.site!r}: cv is a splitter, but this site holds no fold "
                 "membership of its rows; give it to its client role "
                 "(make_client(folds=...)).")
-        codes = None if n_folds < 1 else fold_codes(self._own_folds(task, X.shape[0], rows),
-                                                      n_folds)
+        codes = fold_codes(self._own_folds(task, X.shape[0], rows), n_folds)
         if codes is None:
             raise ValueError(
                 f"site {task.site!r}: its fold membership must be, for {n_folds} folds, each "
@@ -201,7 +193,7 @@ class CVClient(BlockwiseClient):
         return codes
 
     def summarize(self, task, X, y, sample_weight, rows):
-        step = task_field(task, "step", str)
+        step = task_step(task, ("statistics", "leave_one_out", "predict"))
         folds = self.membership(task, X, rows)
         if rows is not None:
             X, y = X[rows], y[rows]
@@ -213,10 +205,8 @@ class CVClient(BlockwiseClient):
             return _Block(named=named, whole=folds is not None)
         if step == "leave_one_out":
             return _Block(*self._leave_one_out(task, X, y2, sample_weight))
-        if step == "predict":
-            fields, arrays = self._predict(task, X, y2, sample_weight, folds)
-            return _Block(fields, arrays, whole=folds is not None)
-        raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+        arrays = self._predict(task, X, y2, sample_weight, folds)
+        return _Block({}, arrays, whole=folds is not None)
 
     def merge(self, first, second):
         return first.merge(second)
@@ -238,31 +228,61 @@ class CVClient(BlockwiseClient):
 
         named = {"all": stats()}
         if folds is not None:
-            for j in range(folds.shape[1]):
-                for code, part in ((1, "train"), (2, "test")):
-                    index = np.flatnonzero(folds[:, j] == code)
-                    if index.size:
-                        named[f"{part}{j}"] = stats(index)
+            named.update((name, stats(index)) for name, index in fold_parts(folds))
         return named
 
     def _leave_one_out(self, task, X, y, sample_weight):
+        """Sums of the site's leave-one-out residuals (every row's value on request).
+
+        The leave-one-out predictions (n_rows, n_targets, n_alphas) are in
+        closed form. With ``z = Q^T (x - x_mean)``: the full-data prediction is
+        ``y_mean + z . (Q^T h / (l + alpha))``, the leverage ``h = w sum z^2 /
+        (l + alpha) (+ w / W with an intercept)``, and the leave-one-out
+        residual is the residual divided by ``1 - h`` (exact for ridge, no refit).
+
+        When the pooled rows are linearly independent (``interpolating``: as
+        many nonzero eigenvalues as rows, less one with an intercept, e.g. wide
+        data), every row has leverage 1 at ``alpha = 0`` and fits exactly, so
+        residual and ``1 - h`` are both ``O(alpha)``: computed as differences
+        they would lose ``log10(l / alpha)`` digits. Their exact expansions
+        ``alpha sum z p / (l (l + alpha))`` and ``alpha w sum z^2 / (l (l +
+        alpha))`` are used instead, and ``alpha`` cancels in the ratio.
+        """
         arrays = task.arrays
         d, t = X.shape[1], y.shape[1]
-        alphas = arrays.get("alphas")
-        basis = arrays.get("basis")
+        alphas, basis = arrays.get("alphas"), arrays.get("basis")
+        projected = arrays.get("projected")
         if not (isinstance(basis, np.ndarray) and basis.ndim == 2 and basis.shape[0] == d
                 and isinstance(alphas, np.ndarray) and alphas.ndim == 1
-                and arrays.get("projected") is not None
-                and arrays["projected"].shape == (basis.shape[1], t)):
+                and projected is not None and projected.shape == (basis.shape[1], t)):
             raise InvalidClientMessage("server: malformed leave-one-out task.", "server")
-        predictions = _leave_one_out(task, X, y, sample_weight)
+        centered = task_field(task, "centered", bool)
+        eigenvalues = arrays["eigenvalues"]
+        Z = safe_sparse_dot(X, basis, dense_output=True)
+        if centered:
+            Z = Z - arrays["x_mean"] @ basis
         w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
+        inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
+        fitted = _through_spectrum(Z, projected, inverse)
+        if centered:
+            fitted += arrays["y_mean"][None, :, None]
+        leverage = w[:, None] * ((Z * Z) @ inverse)
+        if centered:
+            leverage += (w / task_field(task, "weight_sum", float))[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):  # leverage 1: as RidgeCV, inf/NaN
+            held_out = (y[:, :, None] - fitted) / (1.0 - leverage[:, None, :])
+        small = alphas <= (eigenvalues.min() if eigenvalues.size else 0.0)
+        if task.fields.get("interpolating") is True and np.any(small):
+            # For alpha below the spectrum the differences lose the most digits.
+            inverse = 1.0 / (eigenvalues[:, None] * (eigenvalues[:, None] + alphas[small]))
+            held_out[:, :, small] = _through_spectrum(Z, projected, inverse) / (
+                w[:, None, None] * ((Z * Z) @ inverse)[:, None, :])
+        predictions = y[:, :, None] - held_out
         residual = y[:, :, None] - predictions
-        y_mean = arrays["y_mean"]
         sums = {
             "e1": np.tensordot(w, residual, axes=1),
             "e2": np.tensordot(w, residual**2, axes=1),
-            "sst": w @ (y - y_mean) ** 2,
+            "sst": w @ (y - arrays["y_mean"]) ** 2,
         }
         fields = {"count": int(X.shape[0]), "weight": float(w.sum())}
         kept = task.fields.get("keep_rows")
@@ -277,7 +297,7 @@ class CVClient(BlockwiseClient):
 
     def _predict(self, task, X, y, sample_weight, folds):
         d = X.shape[1]
-        fields, arrays = {}, {}
+        arrays = {}
         for name, coef in task.arrays.items():
             if not name.startswith("coef"):
                 continue
@@ -299,4 +319,5 @@ class CVClient(BlockwiseClient):
             arrays[f"weights{key}"] = (
                 np.ones(index.size) if sample_weight is None else sample_weight[index]
             )
-        return fields, arrays
+        return arrays
+

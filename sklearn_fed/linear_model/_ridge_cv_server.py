@@ -1,10 +1,4 @@
-"""FederatedRidgeCV's server: :class:`FederatedRidgeCVServer`.
-
-It merges the sites' statistics and sums and chooses alpha; it holds no
-row of any site, nor where a site's rows stand among everyone's: with
-``cv`` a splitter it knows how many folds there are, and the sites know
-which of their rows are in which (see :class:`~._ridge_cv_client.CVClient`).
-"""
+"""FederatedRidgeCV's server: :class:`FederatedRidgeCVServer`."""
 
 import numpy as np
 from sklearn.base import is_classifier
@@ -12,40 +6,33 @@ from sklearn.model_selection import check_cv
 
 from .._compat import scorer_parts
 from ..protocol import InvalidClientMessage, label_key, sorted_labels
-from ..protocol._fields import reply_array
+from ..protocol._fields import reply_array, reply_number
 from ..statistics import merge_statistics
 from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
 from ._base import StatisticsServer
 from ._ridge_cv_algebra import (
     POOLED,
-    _coef_path,
     _complements,
     _first_best,
     _held_out_sums,
     _IdentityRegressor,
-    _intercepts,
+    _ridge_path,
     _scorer_kind,
     _spectrum,
     _Sums,
 )
-from ._ridge_cv_client import _unpack
+from ._ridge_cv_client import _unpack, fold_codes, fold_parts
 from ._solver import _solve_gram, solve_statistics
 
 
 class FederatedRidgeCVServer(StatisticsServer):
     """Server of :class:`FederatedRidgeCV` (its rounds are in the estimator's docstring).
 
-    Round 1 collects statistics (again as factors if ``solver="auto"`` finds
-    the pooled Gram too ill-conditioned for the smallest alpha); then
-    ``cv=None`` takes a leave-one-out round, and a scorer that is not a sum
-    over rows takes a prediction round. The model is committed only after
-    the last round.
-
-    Per-row values (held-out predictions for a scorer that is not a sum
-    over rows, ``cv_results_`` with ``cv=None``) come site by site in
-    ``clients_`` order, each site's rows in its own order: the server does
-    not know where they stand among everyone's rows (``fit`` puts
-    ``cv_results_`` in ``X``'s order itself, from the rows it simulated).
+    It merges the sites' statistics and sums and chooses alpha. It never
+    learns where a site's rows stand among everyone's: per-row values come
+    site by site in ``clients_`` order (``fit`` puts ``cv_results_`` in
+    ``X``'s order itself), and with ``cv`` a splitter it knows only how many
+    folds there are (the sites know which of their rows are in which).
 
     Attributes
     ----------
@@ -74,15 +61,13 @@ class FederatedRidgeCVServer(StatisticsServer):
         self.folds = None
         self._n_folds = self._assigned = None
         self._site_arrays = None
-        self._sent = {}
 
     # ---------------------------------------------------------------- plan
     def _request(self, step, fields=None, site_arrays=None):
         """Ask for one more round of ``step``; ``site_arrays(site)`` gives each task's arrays."""
         self.step = step
-        self._sent = dict(fields or {})
         self._site_arrays = site_arrays
-        self.request_round(step=step, form=self.form, **self._sent)
+        self.request_round(step=step, form=self.form, **(fields or {}))
 
     def plan(self, sites):
         if self._next_round != self.round:
@@ -101,17 +86,12 @@ class FederatedRidgeCVServer(StatisticsServer):
             if self.step != "statistics" and label_key(site) not in self._statistics:
                 continue  # only sites whose statistics were merged take part later
             arrays = {} if self._site_arrays is None else self._site_arrays(site)
-            if arrays is not None:
-                plan[site] = (dict(fields), arrays)
+            plan[site] = (dict(fields), arrays)
         return plan
 
     # ---------------------------------------------------------------- read
     def read_reply(self, site, frame):
-        if self.step == "statistics":
-            return self._read_statistics(site, frame)
-        if self.step == "leave_one_out":
-            return self._read_sums(site, frame)
-        return self._read_predictions(site, frame)
+        return getattr(self, f"_read_{self.step}")(site, frame)  # the step's reader
 
     def _read_statistics(self, site, frame):
         named = _unpack(frame.fields, frame.arrays, site)
@@ -123,47 +103,37 @@ class FederatedRidgeCVServer(StatisticsServer):
                 raise InvalidClientMessage(
                     f"client {site!r}: statistics have {stats.n_targets} targets, its schema "
                     "says otherwise.", site)
-        if self._n_folds is not None:
-            self._check_fold_statistics(site, named)
-        elif set(named) != {"all"}:
-            raise InvalidClientMessage(f"client {site!r}: unexpected fold statistics.", site)
+        self._check_fold_statistics(site, named)
         return named
 
     def _check_fold_statistics(self, site, named):
         """A site's fold statistics: within its rows, or exactly its assigned folds' rows."""
-        assigned = None if self._assigned is None else self._assigned[label_key(site)]
-        expected = {"all"}
-        for j in range(self._n_folds):
-            counts = {}
-            for code, part in ((1, "train"), (2, "test")):
-                stats = named.get(f"{part}{j}")
-                counts[part] = 0 if stats is None else stats.n_samples
-                if assigned is not None and counts[part] != int(np.sum(assigned[:, j] == code)):
+        rows = {name: stats.n_samples for name, stats in named.items() if name != "all"}
+        if self._assigned is not None:
+            assigned = {name: len(index) for name, index in fold_parts(
+                self._assigned[label_key(site)])}
+            for name in sorted(rows.keys() | assigned.keys()):
+                if rows.get(name) != assigned.get(name):
                     raise InvalidClientMessage(
-                        f"client {site!r}: its {part} statistics of fold {j} do not cover "
-                        f"the {int(np.sum(assigned[:, j] == code))} {part} rows assigned "
-                        "to it.", site)
-                if stats is not None:
-                    expected.add(f"{part}{j}")
-            if counts["train"] + counts["test"] > named["all"].n_samples:
+                        f"client {site!r}: its statistics {name!r} do not cover the "
+                        f"{assigned.get(name, 0)} rows assigned to it for them.", site)
+        for j in range(self._n_folds or 0):
+            if rows.pop(f"train{j}", 0) + rows.pop(f"test{j}", 0) > named["all"].n_samples:
                 raise InvalidClientMessage(
                     f"client {site!r}: its training and held-out rows of fold {j} are more "
                     f"than its {named['all'].n_samples} rows.", site)
-        if set(named) != expected:
+        if rows:
             raise InvalidClientMessage(
-                f"client {site!r}: unexpected statistics {sorted(set(named) - expected)}.", site)
+                f"client {site!r}: unexpected statistics {sorted(rows)}.", site)
 
     def _expected_targets(self, frame):
         """Number of targets the statistics of a reply must have: its schema's."""
         return frame.schema.get("n_targets")
 
-    def _read_sums(self, site, frame):
+    def _read_leave_one_out(self, site, frame):
         t, A = self._aggregate.n_targets, len(self._alphas)
-        count, weight = frame.fields.get("count"), frame.fields.get("weight")
-        if type(weight) is int:
-            weight = float(weight) if abs(weight) <= _MAX_WEIGHT else float("inf")
-        if not (type(count) is int and type(weight) is float and 0 <= weight <= _MAX_WEIGHT):
-            raise InvalidClientMessage(f"client {site!r}: malformed row count or weight.", site)
+        count = reply_number(frame, "count", site, integer=True)
+        weight = reply_number(frame, "weight", site, high=_MAX_WEIGHT)
         rows_of_site = self._statistics[label_key(site)]["all"].n_samples
         if count != rows_of_site:
             raise InvalidClientMessage(
@@ -174,7 +144,7 @@ class FederatedRidgeCVServer(StatisticsServer):
                      reply_array(frame, "sst", (t,), site))
         if np.any(sums.e2 < 0) or np.any(sums.sst < 0):
             raise InvalidClientMessage(f"client {site!r}: negative sums of squares.", site)
-        kept = self._sent.get("keep_rows")
+        kept = self._next.get("keep_rows")
         rows = targets = weights = None
         if kept is not None:
             rows = reply_array(frame, "rows", (count, t, A), site)
@@ -183,10 +153,10 @@ class FederatedRidgeCVServer(StatisticsServer):
             weights = reply_array(frame, "weights", (count,), site)
         return sums, rows, targets, weights
 
-    def _read_predictions(self, site, frame):
+    def _read_predict(self, site, frame):
         t, A = self._aggregate.n_targets, len(self._alphas)
         parsed = {}
-        for key, count in self._expected_predictions[label_key(site)].items():
+        for key, (count, _) in self._held_out[label_key(site)].items():
             parsed[key] = tuple(
                 reply_array(frame, f"{name}{key}", shape, site)
                 for name, shape in (("predictions", (count, t, A)), ("targets", (count, t)),
@@ -202,14 +172,9 @@ class FederatedRidgeCVServer(StatisticsServer):
 
     # --------------------------------------------------------------- apply
     def apply(self, replies, ledger):
-        if self.step == "statistics":
-            self._after_statistics(replies, ledger)
-        elif self.step == "leave_one_out":
-            self._after_leave_one_out(replies, ledger)
-        else:
-            self._after_predictions(replies, ledger)
+        getattr(self, f"_apply_{self.step}")(replies, ledger)  # the step's round
 
-    def _after_statistics(self, replies, ledger):
+    def _apply_statistics(self, replies, ledger):
         estimator = self.estimator
         labels = sorted_labels(replies)
         statistics = {label_key(site): replies[site] for site in labels}
@@ -229,10 +194,8 @@ class FederatedRidgeCVServer(StatisticsServer):
         self._kind = _scorer_kind(self._scorer)
         if estimator.cv is None:
             self._start_leave_one_out()
-        elif isinstance(estimator.cv, str):
-            self._leave_one_client_out(ledger)
         else:
-            self._split_folds(ledger)
+            self._cross_validate(ledger)
 
     def _plan_folds(self, sites):
         """The number of folds (checked against the assigned folds, if any)."""
@@ -241,8 +204,7 @@ class FederatedRidgeCVServer(StatisticsServer):
             self._assigned = {}
             for site, codes in self.folds.items():
                 codes = np.asarray(codes)
-                if not (codes.ndim == 2 and codes.dtype.kind in "iu"
-                        and np.isin(codes, (0, 1, 2)).all()):
+                if codes.ndim != 2 or fold_codes(codes, codes.shape[1]) is None:
                     raise ValueError(
                         f"server.folds[{site!r}] must be codes of shape (n_rows, n_folds) "
                         "in {0, 1, 2}.")
@@ -299,26 +261,19 @@ class FederatedRidgeCVServer(StatisticsServer):
             fields["keep_rows"] = "squared_errors" if self._kind == "default" else "predictions"
         self._request("leave_one_out", fields, lambda site: arrays)
 
-    def _after_leave_one_out(self, replies, ledger):
-        estimator = self.estimator
-        per_target = estimator.alpha_per_target
+    def _apply_leave_one_out(self, replies, ledger):
         labels = sorted_labels(replies)
         total = sum((replies[site][0] for site in labels[1:]), replies[labels[0]][0])
         aggregate = self._aggregate  # the targets' sum of squares around their pooled mean:
         total.sst = aggregate.target_ss if aggregate.centered else np.maximum(
             aggregate.target_ss - aggregate.weight_sum * aggregate.y_mean**2, 0)
-        kind = self._kind
-        if estimator.criterion == POOLED or kind == "default":
-            # the pooled squared error over the weight; RidgeCV's: -mean of w e^2 over rows
-            scores = -total.e2 / (total.weight if estimator.criterion == POOLED else total.count)
-            scores = scores if per_target else scores.mean(axis=0)
-        elif kind is not None:
-            scores = total.scores(kind, scorer_parts(self._scorer)[1], per_target)
-        else:
-            predictions, targets, weights = (self._stacked(replies, i) for i in (1, 2, 3))
-            scores = self._score_rows(predictions, targets, weights, per_target)
-        results = self._stacked(replies, 1) if estimator.store_cv_results else None
-        self.finish(scores, results, ledger)
+        rows = self._stacked(replies, 1) if self.estimator.store_cv_results else None
+        if self._kind is not None:
+            self._finish_folds([total], ledger, rows)  # one fold: every row held out once
+            return
+        predictions, targets, weights = (self._stacked(replies, i) for i in (1, 2, 3))
+        scores = self._score_rows(predictions, targets, weights, self.estimator.alpha_per_target)
+        self._finish_scores(scores[None], ledger, rows)
 
     def _stacked(self, replies, index):
         """Per-row arrays of all sites, site by site in label order (``clients_``'s)."""
@@ -344,91 +299,89 @@ class FederatedRidgeCVServer(StatisticsServer):
         return scores.T if per_target else scores
 
     # held-out folds -------------------------------------------------------
-    def _fold_model(self, train):
-        coef = _coef_path(_spectrum(train), self._alphas)
-        return coef, _intercepts(train, coef)
-
-    def _leave_one_client_out(self, ledger):
+    def _folds(self):
+        """``(train, held_out, holders)`` of each fold: the merged statistics of its training
+        and held-out rows, and ``(site, key, rows)`` of each site holding some of the latter
+        (``key`` names them in a predict task). ``cv="clients"``: fold j holds out client j."""
         labels = self._labels
-        if len(labels) < 2:
-            raise ValueError(
-                "leave-one-client-out cross-validation (cv='clients') needs at least 2 "
-                f"clients; got {len(labels)}.")
-        statistics = [self._statistics[label_key(s)]["all"] for s in labels]
-        models = [self._fold_model(rest) for rest in _complements(statistics)]
-        if self._kind is None:
-            self._expected_predictions = {
-                label_key(s): {"": st.n_samples} for s, st in zip(labels, statistics)}
-            by_site = {label_key(s): m for s, m in zip(labels, models)}
-            self._request("predict", site_arrays=lambda site: dict(
-                zip(("coef", "intercept"), by_site[label_key(site)])))
+        parts = [self._statistics[label_key(s)] for s in labels]
+        if isinstance(self.estimator.cv, str):
+            held = [p["all"] for p in parts]
+            for site, test, rest in zip(labels, held, _complements(held)):
+                yield rest, test, [(site, "", test.n_samples)]
             return
-        sums = [_held_out_sums(held, *model) for held, model in zip(statistics, models)]
-        self._finish_folds(sums, ledger)
-
-    def _split_folds(self, ledger):
-        labels = self._labels
-        n_folds = self._n_folds
-        models, sums = [], []
-        self._expected_predictions = {label_key(s): {} for s in labels}
-        for j in range(n_folds):
-            parts = [self._statistics[label_key(s)] for s in labels]
+        for j in range(self._n_folds):
             train = [p[f"train{j}"] for p in parts if f"train{j}" in p]
-            test = [p[f"test{j}"] for p in parts if f"test{j}" in p]
+            test = [(s, p[f"test{j}"]) for s, p in zip(labels, parts) if f"test{j}" in p]
             if not train or not test:
                 raise ValueError(f"fold {j} of cv has no training or no test rows.")
-            models.append(self._fold_model(merge_statistics(train)))
-            sums.append(_held_out_sums(merge_statistics(test), *models[-1]))
-            for site, p in zip(labels, parts):
-                if f"test{j}" in p:
-                    self._expected_predictions[label_key(site)][str(j)] = p[f"test{j}"].n_samples
-        if self._kind is None:
+            yield (merge_statistics(train), merge_statistics([t for _, t in test]),
+                   [(s, str(j), t.n_samples) for s, t in test])
 
-            def fold_models(site):  # each site predicts its own held-out rows of fold j
-                arrays = self._assigned_folds(site)
-                for key in self._expected_predictions[label_key(site)]:
-                    arrays[f"coef{key}"], arrays[f"intercept{key}"] = models[int(key)]
-                return arrays
-
-            self._request("predict", {"n_folds": n_folds}, site_arrays=fold_models)
+    def _cross_validate(self, ledger):
+        """Ridge on each fold's training rows, scored on its held-out rows: from their
+        sums, or from the predictions a further round asks the sites for."""
+        if isinstance(self.estimator.cv, str) and len(self._labels) < 2:
+            raise ValueError(
+                "leave-one-client-out cross-validation (cv='clients') needs at least 2 "
+                f"clients; got {len(self._labels)}.")
+        sums, self._holders = [], []
+        self._held_out = {label_key(s): {} for s in self._labels}  # key -> (rows, model)
+        for train, test, holders in self._folds():
+            model = _ridge_path(train, self._alphas)
+            if self._kind is not None:
+                sums.append(_held_out_sums(test, *model))
+            for site, key, rows in holders:
+                self._held_out[label_key(site)][key] = rows, model
+            self._holders.append([(label_key(site), key) for site, key, _ in holders])
+        if self._kind is not None:
+            self._finish_folds(sums, ledger)
             return
-        self._finish_folds(sums, ledger)
 
-    def _after_predictions(self, replies, ledger):
-        estimator = self.estimator
-        labels = sorted_labels(replies)
+        def fold_models(site):  # each site predicts its own held-out rows of each fold
+            arrays = self._assigned_folds(site)
+            for key, (_, (coef, intercept)) in self._held_out[label_key(site)].items():
+                arrays[f"coef{key}"], arrays[f"intercept{key}"] = coef, intercept
+            return arrays
+
+        fields = {} if isinstance(self.estimator.cv, str) else {"n_folds": self._n_folds}
+        self._request("predict", fields, site_arrays=fold_models)
+
+    def _apply_predict(self, replies, ledger):
+        replies = {label_key(site): reply for site, reply in replies.items()}
         folds = []
-        if isinstance(estimator.cv, str):  # one fold per client, in label order
-            folds = [replies[site][""] for site in labels]
-        else:
-            for j in range(self._n_folds):  # held-out rows site by site, in label order
-                parts = [replies[site][str(j)] for site in labels if str(j) in replies[site]]
+        for holders in self._holders:  # held-out rows site by site, in label order
+            parts = [replies[site][key] for site, key in holders if site in replies]
+            if parts:  # (a fold whose sites all dropped out is left out)
                 folds.append([np.concatenate([p[i] for p in parts]) for i in range(3)])
-        scores = np.asarray([self._score_rows(P, Y, W, estimator.alpha_per_target)
+        scores = np.asarray([self._score_rows(P, Y, W, self.estimator.alpha_per_target)
                              for P, Y, W in folds])
         self._finish_scores(scores, ledger)
 
-    def _finish_folds(self, sums, ledger):
-        """Choose alpha from per-fold sums: mean of fold scores, or the pooled error."""
-        estimator = self.estimator
-        per_target = estimator.alpha_per_target
-        if estimator.criterion == POOLED:
-            total = sum(sums[1:], sums[0])
-            pooled = -total.e2 / total.weight
-            results = np.stack([part.e2 for part in sums])  # held-out weighted SSE
-            self.finish(pooled if per_target else pooled.mean(axis=0), results, ledger)
-            return
-        kind, sign = self._kind, 1.0
-        if kind == "default":
-            kind = "r2"  # GridSearchCV scores with the estimator's score: R^2
-        else:
-            sign = scorer_parts(self._scorer)[1]
-        scores = np.asarray([part.scores(kind, sign, per_target) for part in sums])
-        self._finish_scores(scores, ledger)
+    def _finish_folds(self, sums, ledger, rows=None):
+        """Choose alpha from per-fold sums: mean of fold scores, or the pooled error.
 
-    def _finish_scores(self, fold_scores, ledger):
-        """Mean of the per-fold scores, as GridSearchCV; per-client results for cv='clients'."""
-        results = fold_scores if self.estimator.store_cv_results else None
+        Leave-one-out is one fold, whose results are its per-row values ``rows``.
+        """
+        estimator = self.estimator
+        per_target, loo = estimator.alpha_per_target, estimator.cv is None
+        if estimator.criterion == POOLED:  # the weighted squared error over the weight
+            total = sum(sums[1:], sums[0])
+            results = rows if loo else np.stack([part.e2 for part in sums])  # held-out SSE
+            self.finish(total.scores("mse", -1.0, per_target), results, ledger)
+            return
+        if self._kind != "default":
+            kind, sign = self._kind, scorer_parts(self._scorer)[1]
+        else:  # RidgeCV's: -mean of w e^2 over rows; GridSearchCV's (per fold): R^2
+            kind, sign = ("row_mse", -1.0) if loo else ("r2", 1.0)
+        scores = np.asarray([part.scores(kind, sign, per_target) for part in sums])
+        self._finish_scores(scores, ledger, rows)
+
+    def _finish_scores(self, fold_scores, ledger, rows=None):
+        """Mean of the per-fold scores, as GridSearchCV; the results: leave-one-out's
+        per-row values, or with cv='clients' the per-client scores."""
+        store = self.estimator.store_cv_results
+        results = rows if self.estimator.cv is None else fold_scores if store else None
         self.finish(fold_scores.mean(axis=0), results, ledger)
 
     def finish(self, scores, results, ledger):

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..protocol import InvalidClientMessage, sorted_labels
-from ._ridge_cv_algebra import _complements, _held_out_sse
+from ._ridge_cv_algebra import _complements, _held_out_sums, _ridge_path
 
 __all__ = ["RobustAggregation"]
 
@@ -95,12 +95,8 @@ class RobustAggregation:
 
     def task_fields(self):
         """Bounds the task declares to every site (the site checks its rows)."""
-        fields = {}
-        if self.feature_bound is not None:
-            fields["feature_bound"] = float(self.feature_bound)
-        if self.target_bound is not None:
-            fields["target_bound"] = float(self.target_bound)
-        return fields
+        return {name: float(getattr(self, name)) for name in ("feature_bound", "target_bound")
+                if getattr(self, name) is not None}
 
     def check(self, site, stats):
         """Per-site limits on one validated message."""
@@ -115,21 +111,21 @@ class RobustAggregation:
                 f"claims a weight sum of {stats.weight_sum:g}, more than "
                 f"max_weight={self.max_weight:g}."
             )
-        slack = 1 + 1e-9
-        if self.feature_bound is not None:
-            squared = _sum_of_squares(np.trace(stats.gram), stats.x_mean, stats)
-            if squared > stats.weight_sum * self.feature_bound**2 * slack:
-                fail(
-                    f"its rows cannot all have ||x|| <= feature_bound={self.feature_bound:g} "
-                    f"(mean ||x||^2 is {squared / max(stats.weight_sum, 1e-300):.4g})."
-                )
-        if self.target_bound is not None:
-            squared = _sum_of_squares(np.sum(stats.target_ss), stats.y_mean, stats)
-            if squared > stats.weight_sum * self.target_bound**2 * slack:
-                fail(
-                    f"its targets cannot all have ||y|| <= target_bound="
-                    f"{self.target_bound:g}."
-                )
+        # the sums of squares are read only for a bound (factor-form statistics form them)
+        for name, bound, norm, second_moments, mean in (
+            ("feature_bound", self.feature_bound, "||x||", lambda: np.trace(stats.gram),
+             stats.x_mean),
+            ("target_bound", self.target_bound, "||y||", lambda: np.sum(stats.target_ss),
+             stats.y_mean),
+        ):
+            if bound is None:
+                continue
+            squared = float(second_moments())  # sum w ||v||^2 (the centered sum plus W ||mean||^2)
+            if stats.centered:
+                squared += stats.weight_sum * float(np.dot(mean, mean))
+            if squared > stats.weight_sum * bound**2 * (1 + 1e-9):
+                fail(f"its rows cannot all have {norm} <= {name}={bound:g} (mean {norm}^2 is "
+                     f"{squared / max(stats.weight_sum, 1e-300):.4g}).")
 
     def cross_check(self, replies):
         """Limits that compare the sites of one round: duplicates and outliers."""
@@ -173,7 +169,7 @@ class RobustAggregation:
         alphas = np.array([float(self.outlier_alpha)])
         errors = []
         for held, rest in zip(statistics, _complements(equal)):
-            sse = _held_out_sse(held, rest, alphas)
+            sse = _held_out_sums(held, *_ridge_path(rest, alphas)).e2
             errors.append(float(sse.sum()) / (held.weight_sum * held.n_targets))
         log_error = np.log(np.maximum(errors, 1e-300))
         center = float(np.median(log_error))
@@ -189,14 +185,6 @@ class RobustAggregation:
                     label,
                 )
         return failures
-
-
-def _sum_of_squares(second_moment_sum, mean, stats):
-    """``sum w ||v||^2`` from the summed (centered or raw) second moments and the mean."""
-    total = float(second_moment_sum)
-    if stats.centered:
-        total += stats.weight_sum * float(np.dot(mean, mean))
-    return total
 
 
 def _fingerprint(stats):

@@ -98,8 +98,7 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False, in_place=False, spe
         if solved is _ASYMMETRIC:
             system = np.array(gram, dtype=np.float64)  # gram + value I, without a d x d eye
             system[np.diag_indices(d)] += value
-            trusted = _trusted_cholesky(system)  # consumes system (scaled in place)
-            solved = None if trusted is None else _scaled_solve(*trusted, moment[:, targets])
+            solved = _trusted_cholesky(system, moment[:, targets])  # consumes system
         if solved is not None:
             coef[targets] = solved
             continue
@@ -114,16 +113,10 @@ def _solve_gram(gram, moment, alpha, *, cholesky_only=False, in_place=False, spe
     return coef, path
 
 
-def _trusted_cholesky(system):
-    """``(factor, scale)`` with ``system`` scaled to a unit diagonal and factored, or None.
-
-    ``scale = 1 / sqrt(diag(system))`` and ``factor`` is the lower Cholesky
-    factor of ``scale system scale`` (made in ``system``'s memory), returned
-    when LAPACK's ``pocon``
-    estimate of that matrix's 1-norm condition number (``O(d^2)`` next to the
-    ``O(d^3)`` factorization) is at most :data:`GRAM_MAX_CONDITION`.
-    ``system`` is scaled and factored in place (no d x d temporary).
-    """
+def _trusted_cholesky(system, moment):
+    """:func:`_scaled_solve` of ``system``, scaled to a unit diagonal (``scale = 1 /
+    sqrt(diag(system))``) and factored in place (no d x d temporary), or None when
+    :func:`_well_conditioned_factor` does not trust the factor."""
     diag = np.diag(system)
     d = len(diag)
     if not np.all(diag > 0):
@@ -140,7 +133,7 @@ def _trusted_cholesky(system):
     # The transpose of the symmetric system is Fortran-ordered: LAPACK
     # factors it in place (lower L = U^T), no d x d copy.
     factor = _well_conditioned_factor(scaled.T, norm)
-    return None if factor is None else (factor, scale)
+    return None if factor is None else _scaled_solve(factor, scale, moment)
 
 
 #: What :func:`_cholesky_in_place` returns for a Gram that cannot lend its triangle.
@@ -148,7 +141,7 @@ _ASYMMETRIC = object()
 
 
 def _cholesky_in_place(gram, moment, value):
-    """:func:`_trusted_cholesky` and :func:`_scaled_solve` of ``gram + value I`` in the
+    """:func:`_trusted_cholesky` of ``gram + value I`` in the
     upper triangle of ``gram`` (restored after): ``coef`` rows, None when not trusted,
     or ``_ASYMMETRIC`` (``gram`` not symmetric bit for bit, untouched)."""
     diag = np.diag(gram) + value

@@ -33,7 +33,8 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..protocol._disclosure import screen_reply
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ._ship import load_model_state, model_state
 from ._stats import (
     METRICS,
@@ -46,10 +47,6 @@ from ._stats import (
 )
 
 __all__ = ["FederatedEvaluator", "federated_score"]
-
-
-def _server_error(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def default_metric(estimator):
@@ -65,14 +62,14 @@ def _n_outputs(model):
     return int(n_outputs) if isinstance(n_outputs, numbers.Integral) else 1
 
 
-def evaluation_spec(model, metrics, pos_label, score_decimals):
-    """``(spec, arrays)``: what a site needs to know to compute the metrics' sums.
+def evaluation_task(model, metrics, pos_label, score_decimals):
+    """``(fields, arrays, spec)`` of an evaluation task for ``model``, ``spec`` as a site reads it.
 
     The model's classes travel only when a metric reads labels.
     """
-    kinds = metric_kinds(metrics)
-    spec = {"kinds": kinds, "score_decimals": score_decimals, "n_outputs": _n_outputs(model)}
-    arrays = {}
+    spec = {"kinds": metric_kinds(metrics), "score_decimals": score_decimals,
+            "n_outputs": _n_outputs(model)}
+    spec_arrays = {}
     if any(METRICS[parse_metric(m)[0]][1] for m in metrics):
         classes = getattr(model, "classes_", None)
         if classes is None:
@@ -85,8 +82,12 @@ def evaluation_spec(model, metrics, pos_label, score_decimals):
             if len(found) != 1:
                 raise ValueError(f"pos_label={pos_label!r} is not one of {classes.tolist()}.")
             pos_index = int(found[0])
-        spec.update(classes=encode_values(classes, "classes", arrays), pos_index=pos_index)
-    return spec, arrays
+        spec.update(classes=encode_values(classes, "classes", spec_arrays), pos_index=pos_index)
+    fields, state_arrays = model_state(model)
+    arrays = {f"c.{k}": v for k, v in spec_arrays.items()}
+    arrays.update({f"m.{k}": v for k, v in state_arrays.items()})
+    return ({"model_class": type(model).__name__, "model": fields, "spec": spec}, arrays,
+            read_spec(spec, spec_arrays, server_error))
 
 
 def read_spec(spec, arrays, fail):
@@ -139,10 +140,10 @@ def answer_evaluation(template, fields, arrays, X, y, sample_weight, site):
     """``(fields, arrays)`` of a site's sums for an evaluation task (also nested in a search)."""
     if type(fields.get("model_class")) is not str or fields["model_class"] != type(
             template).__name__:
-        _server_error(f"the task evaluates a {fields.get('model_class')!r}; this site runs "
+        server_error(f"the task evaluates a {fields.get('model_class')!r}; this site runs "
                       f"{type(template).__name__}.")
     spec_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("c.")}
-    spec = read_spec(fields.get("spec"), spec_arrays, _server_error)
+    spec = read_spec(fields.get("spec"), spec_arrays, server_error)
     model_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("m.")}
     try:
         model = load_model_state(template, fields.get("model"), model_arrays)
@@ -158,23 +159,12 @@ def answer_evaluation(template, fields, arrays, X, y, sample_weight, site):
 def screened_evaluation(template, fields, arrays, X, y, sample_weight, site, policy):
     """:func:`answer_evaluation` with ``policy``'s disclosure rules applied, as an evaluator's
     own reply would be (a search's scoring parts: the same sums, the same rules)."""
-    out_fields, out_arrays = answer_evaluation(template, fields, arrays, X, y, sample_weight,
-                                               site)
-    if policy is None:
-        return out_fields, out_arrays
-    frame = types.SimpleNamespace(fields=out_fields, arrays=out_arrays)
-    screen_reply(EvaluatorClient(None), policy, types.SimpleNamespace(site=site, fields={}),
-                 frame, X, None, _num_samples(X))
-    return frame.fields, frame.arrays
-
-
-def evaluation_task(model, metrics, pos_label, score_decimals):
-    """``(fields, arrays)`` of an evaluation task for ``model``."""
-    spec, spec_arrays = evaluation_spec(model, metrics, pos_label, score_decimals)
-    fields, state_arrays = model_state(model)
-    arrays = {f"c.{k}": v for k, v in spec_arrays.items()}
-    arrays.update({f"m.{k}": v for k, v in state_arrays.items()})
-    return {"model_class": type(model).__name__, "model": fields, "spec": spec}, arrays
+    reply = types.SimpleNamespace()
+    reply.fields, reply.arrays = answer_evaluation(template, fields, arrays, X, y,
+                                                   sample_weight, site)
+    EvaluatorClient(None).screen(policy, types.SimpleNamespace(site=site, fields={}), reply, X,
+                                 None)
+    return reply.fields, reply.arrays
 
 
 #: What an evaluation's reply is made of, for the site's disclosure rules (see
@@ -226,24 +216,17 @@ class EvaluatorServer(Server):
             kwargs["n_features"] = int(model.n_features_in_)
         super().__init__(estimator, **kwargs)
         self.metrics = estimator._metric_names()
-        for name in self.metrics:
-            parse_metric(name)  # an unknown name is refused before any site computes
-        self._task = evaluation_task(model, self.metrics, estimator.pos_label,
-                                     estimator.score_decimals)
-        self.spec = read_spec(self._task[0]["spec"], {
-            k[2:]: v for k, v in self._task[1].items() if k.startswith("c.")}, _server_error)
+        # an unknown metric name is refused here, before any site computes
+        self._fields, self._arrays, self.spec = evaluation_task(
+            model, self.metrics, estimator.pos_label, estimator.score_decimals)
 
     def plan(self, sites):
         if self.round > 0:
             return {}
-        fields, arrays = self._task
-        return {site: (dict(fields), dict(arrays)) for site in sites}
+        return {site: (dict(self._fields), dict(self._arrays)) for site in sites}
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
-        return SiteStats.read(frame.fields, frame.arrays, self.spec, fail)
+        return SiteStats.read(frame.fields, frame.arrays, self.spec, failing(site))
 
     def apply(self, replies, ledger):
         estimator = self.estimator
@@ -433,23 +416,17 @@ class FederatedEvaluator(InProcessFitMixin, FederatedMixin, BaseEstimator):
                 "zero_division": self.zero_division, "beta": self.beta}
 
 
+def run_in_process(estimator, X, y, sample_weight, clients):
+    """The in-process run of a meta-protocol's roles (evaluation, search), one site per label.
 
-def _table(X):
-    return X if hasattr(X, "iloc") else np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
-
-
-def sites_of_rows(estimator, X, y, sample_weight, clients):
-    """The rows of an in-process run of a meta-protocol (evaluation, search), grouped by site.
-
-    Checks ``clients``, ``y``'s length and the weights; each site validates its
-    own rows as the wrapped estimator does. Returns ``(X, y, sample_weight,
-    labels, rows, names)``, ``names`` the string column names of a DataFrame
-    (else None).
+    Checks ``clients``, ``y``'s length and the weights here; each site
+    validates its own rows as the wrapped estimator does.
     """
     n_samples = _num_samples(X)
     clients = np.zeros(n_samples, dtype=int) if clients is None else take_clients(
         estimator, X, clients)
-    X, y = _table(X), np.asarray(y)
+    X = X if hasattr(X, "iloc") else np.asarray(X) if not hasattr(X, "tocsr") else X.tocsr()
+    y = np.asarray(y)
     if y.shape[0] != n_samples:
         raise ValueError(f"X has {n_samples} rows but y has {y.shape[0]}.")
     if sample_weight is not None:
@@ -457,16 +434,9 @@ def sites_of_rows(estimator, X, y, sample_weight, clients):
                                              dtype=np.float64, ensure_non_negative=True)
     labels, rows = group_rows_by_client(clients, n_samples)
     columns = getattr(X, "columns", None)
-    names = None
+    names = None  # the string column names of a DataFrame
     if columns is not None and all(isinstance(c, str) for c in columns):
         names = [str(c) for c in columns]
-    return X, y, sample_weight, labels, rows, names
-
-
-def run_in_process(estimator, X, y, sample_weight, clients):
-    """The in-process run of a meta-protocol's roles (evaluation, search), one site per label."""
-    X, y, sample_weight, labels, rows, names = sites_of_rows(
-        estimator, X, y, sample_weight, clients)
     server = estimator.make_server(**estimator._in_process_server_kwargs(names))
     if names is not None:
         match_columns(X, server.schema)  # the model's features, by name, or a clear error

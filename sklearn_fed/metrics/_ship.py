@@ -18,16 +18,13 @@ import keyword
 
 from sklearn.base import clone
 
-from ..protocol import InvalidClientMessage, decode_state, encode_state
+from ..protocol import decode_state, encode_state
+from ..protocol._fields import server_error
 
 __all__ = ["load_model_state", "model_state"]
 
 # attributes of the federation, not of the model: never needed to predict
 _BOOKKEEPING = frozenset({"communication_", "clients_", "n_clients_", "dropped_"})
-
-
-def _server_error(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def _prefixed(state, prefix, arrays):
@@ -82,14 +79,14 @@ def model_state(estimator):
 def load_model_state(template, fields, arrays, depth=0):
     """A copy of the unfitted ``template`` with the fitted state a server sent (untrusted)."""
     if not isinstance(fields, dict) or len(fields) != 1 or depth > 4:
-        _server_error("malformed fitted model in the task.")
+        server_error("malformed fitted model in the task.")
     (kind, value), = fields.items()
     model = clone(template)
     if kind == "steps":
         steps = getattr(model, "steps", None)
         if not (isinstance(steps, list) and isinstance(value, list)
                 and len(value) == len(steps)):
-            _server_error("the fitted pipeline's steps do not match this site's pipeline.")
+            server_error("the fitted pipeline's steps do not match this site's pipeline.")
         model.steps = [
             (name, step if step is None or isinstance(step, str) else load_model_state(
                 step, value[j], {k[len(f"s{j}."):]: v for k, v in arrays.items()
@@ -99,11 +96,11 @@ def load_model_state(template, fields, arrays, depth=0):
     if kind == "broadcast" and hasattr(model, "_load_broadcast_state"):
         return model._load_broadcast_state(value, arrays)
     if kind != "attributes" or not isinstance(value, dict):
-        _server_error("malformed fitted model in the task.")
+        server_error("malformed fitted model in the task.")
     names = [name for name in value if isinstance(name, str) and name.isidentifier()
              and not keyword.iskeyword(name) and name.endswith("_")
              and not name.startswith("_") and name not in _BOOKKEEPING]
-    state = decode_state(value, arrays, names, _server_error)
+    state = decode_state(value, arrays, names, server_error)
     for name, item in state.items():
         setattr(model, name, item)
     return model

@@ -5,9 +5,12 @@ fitted by the base estimator's own protocol and scored by
 :mod:`sklearn_fed.metrics`. See :doc:`/user_guide/evaluation`.
 """
 
-from ._search import FederatedGridSearchCV, FederatedRandomizedSearchCV
+from ._search import (
+    FederatedGridSearchCV,
+    FederatedRandomizedSearchCV,
+    federated_cross_validate,
+)
 from ._split import LeaveSitesOut, SiteKFold
-from ._validate import federated_cross_validate
 
 __all__ = [
     "FederatedGridSearchCV",

@@ -9,7 +9,8 @@ the base estimator's own client role on its training rows of that fold. When
 every pair is fitted, one round scores them all: the fitted models go to the
 sites, which send the sums of the federated metrics on their test rows
 (:mod:`sklearn_fed.metrics`). Then, with ``refit``, the best candidate is
-fitted on every row, in the same run.
+fitted on every row, in the same run. Cross-validation is such a search, of
+one candidate.
 """
 
 import numbers
@@ -25,13 +26,14 @@ from sklearn.utils._available_if import available_if
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _num_samples
 
+from ..base import set_federation_attributes
 from ..metrics._evaluate import (
+    EvaluatorClient,
+    FederatedEvaluator,
     InProcessFitMixin,
     default_metric,
     evaluation_task,
-    read_spec,
     screened_evaluation,
-    site_rows,
 )
 from ..metrics._stats import SiteStats, merge_stats, parse_metric, scores_from
 from ..privacy import PrivacyBudget, PrivacyLedger
@@ -44,7 +46,6 @@ from ..privacy._budget import (
     spent_ledgers,
 )
 from ..protocol import (
-    Client,
     FeatureSchema,
     FederatedMixin,
     InvalidClientMessage,
@@ -54,22 +55,19 @@ from ..protocol import (
     sorted_labels,
     unnest,
 )
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ._split import LeaveSitesOut, SiteKFold, check_site_cv
 
-__all__ = ["FederatedGridSearchCV", "FederatedRandomizedSearchCV"]
+__all__ = ["FederatedGridSearchCV", "FederatedRandomizedSearchCV", "federated_cross_validate"]
 
-_METRIC_PARAMS = {"average": "binary", "multioutput": "uniform_average",
-                  "zero_division": "warn", "beta": 1.0}
-
-
-def _server_error(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
+_METRIC_PARAMS = FederatedEvaluator()._metric_params()  # the metrics' own defaults
 
 
 def _int_field(fields, name, upper):
     value = fields.get(name)
     if not (type(value) is int and 0 <= value < upper):
-        _server_error(f"malformed search task ({name}).")
+        server_error(f"malformed search task ({name}).")
     return value
 
 
@@ -81,10 +79,18 @@ def _split_parts(arrays, n_parts):
         j = head[1:]
         if not (dot and head[:1] == "p" and j.isdigit() and int(j) < n_parts
                 and str(int(j)) == j):
-            _server_error(f"array {name!r} belongs to no part of the message.")
+            server_error(f"array {name!r} belongs to no part of the message.")
         by_part[int(j)][rest] = value
     return by_part
 
+
+
+def _composed(releases):
+    """``(ledger, delta)`` of ``(ledger, delta)`` releases on the same rows, composed."""
+    ledger, delta = PrivacyLedger(), 0.0
+    for part, part_delta in releases:
+        ledger, delta = ledger.compose(part), delta + part_delta
+    return ledger, min(delta, 0.5)
 
 
 def _best_has(method):
@@ -100,28 +106,22 @@ def _best_has(method):
 
     return check
 
-class SearchClient(Client):
-    """A site of a search: answers each ``(candidate, fold)`` part from that fold's rows."""
+class SearchClient(EvaluatorClient):
+    """A site of a search: answers each ``(candidate, fold)`` part from that fold's rows (read
+    as an evaluator's site reads them; each part's own role applies the disclosure rules)."""
 
     protocol = "model_selection.search"
-    y_numeric = False
+    disclosure = ()
 
     def __init__(self, estimator, **kwargs):
         super().__init__(estimator, **kwargs)
-        self._estimators = {}  # candidate -> its unfitted estimator
-        self._clients = {}  # candidate -> its client role (roles keep no state)
+        # candidate -> the client role of its unfitted estimator (roles keep no state)
+        self._clients = {}
         self._checked = {}  # (site, fold, rows, role class, schema) -> (rows, validated)
-
-    def check_rows(self, X, y, sample_weight, schema, site):
-        return site_rows(X, y, sample_weight, schema, site)
-
-    def released_parameters(self, task, frame):
-        return None  # each part's own role applies the rule to the model it fits
 
     def compute(self, task, X, y, sample_weight, rows):
         search = self.estimator
-        # every part is screened by the policy this site's reply is: each fit part by its own
-        # role's declarations, each scoring part as an evaluator's reply
+        # every part is screened by the policy this site's reply is
         policy = self.policy_in_force()
         if rows is not None:
             X, y = _safe_indexing(X, rows), y[rows]
@@ -129,45 +129,40 @@ class SearchClient(Client):
         candidates, cv = search._candidates(), check_site_cv(search.cv)
         parts = task.fields.get("parts")
         if not (isinstance(parts, list) and 0 < len(parts) <= 2**16):
-            _server_error("malformed search task (parts).")
+            server_error("malformed search task (parts).")
         folds = None if isinstance(cv, LeaveSitesOut) else cv.site_folds(_num_samples(X))
         by_part = _split_parts(task.arrays, len(parts))
         fold_rows = {}  # (fold, which) -> that fold's rows, taken once for every candidate
         out, arrays = [], {}
         for j, part in enumerate(parts):
             if not isinstance(part, dict):
-                _server_error("malformed search task (a part).")
+                server_error("malformed search task (a part).")
             i = _int_field(part, "candidate", len(candidates) + 1)  # len: the refit
             k = _int_field(part, "fold", 2**31)
             which = part.get("rows")
             refit = i == len(candidates)
             if which not in ("train", "test", "all") or (
                     (folds is None or refit) != (which == "all")):
-                _server_error("the task's rows do not follow this site's folds.")
+                server_error("the task's rows do not follow this site's folds.")
             if (k, which) not in fold_rows:
-                keep = slice(None) if which == "all" else (
-                    folds != k if which == "train" else folds == k)
+                keep = folds != k if which == "train" else folds == k
                 fold_rows[(k, which)] = (X, y, sample_weight) if which == "all" else (
                     _safe_indexing(X, keep), y[keep],
                     None if sample_weight is None else sample_weight[keep])
             Xk, yk, wk = fold_rows[(k, which)]
             # the refit's candidate is named by its index in this site's own list
             index = _int_field(part, "best", len(candidates)) if refit else i
-            estimator = self._estimators.get(index)
-            if estimator is None:
-                estimator = clone(search._base_estimator()).set_params(**candidates[index])
-                self._estimators[index] = estimator
-            if part.get("evaluate") is True:
-                fields, part_arrays = screened_evaluation(
-                    estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site, policy)
-                for name, value in part_arrays.items():
-                    arrays[f"p{j}.{name}"] = value
-                out.append({"candidate": i, "fold": k, "reply": fields})
-                continue
-            inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=_server_error)
             client = self._clients.get(index)
             if client is None:
+                estimator = clone(search._base_estimator()).set_params(**candidates[index])
                 client = self._clients[index] = estimator.make_client()
+            if part.get("evaluate") is True:
+                fields, part_arrays = screened_evaluation(
+                    client.estimator, part.get("task", {}), by_part[j], Xk, yk, wk, task.site, policy)
+                arrays.update({f"p{j}.{name}": value for name, value in part_arrays.items()})
+                out.append({"candidate": i, "fold": k, "reply": fields})
+                continue
+            inner = unnest(part.get("task"), by_part[j], "", site=task.site, fail=server_error)
             # the part's role, and the parts it nests (a pipeline's steps), apply the policy
             # this site's reply is screened with (SitePolicy() when deployed without one)
             client.policy = policy
@@ -216,8 +211,7 @@ class SearchServer(Server):
         self.fitted = {}  # (candidate, fold) -> fitted model
         self.test_scores = {}
         self.refit_server = None
-        self._sites, self._site_fold, self._planned = None, None, None
-        self._started = None
+        self._sites, self._site_fold, self._planned, self._sent = None, None, None, {}
         # checked when the folds are known, before any task is sent; charged at the end
         # (FederatedLogisticRegressionCV, a search that releases nothing private, has none)
         self._budget = as_budget(getattr(estimator, "privacy_budget", None))
@@ -230,10 +224,12 @@ class SearchServer(Server):
                                 feature_names=self.schema.feature_names,
                                 n_features=self.schema.n_features)
 
-    def _train_sites(self, k):
+    def _fold_sites(self, k, test):
+        """The sites that hold fold ``k``'s training (or test) rows: every site, unless whole
+        sites are held out."""
         if self._site_fold is None:
             return self._sites
-        return [s for s in self._sites if self._site_fold[s] != k]
+        return [s for s in self._sites if (self._site_fold[s] == k) == test]
 
     def _rows(self, which):
         return "all" if self._site_fold is not None else which
@@ -247,7 +243,6 @@ class SearchServer(Server):
             else:
                 n_splits = self.cv.get_n_splits()
             self._check_budget(n_splits)  # a refusal leaves the search as it was
-            self._started = time.perf_counter()
             self._sites, self._site_fold, self.n_splits = sites, site_fold, n_splits
             self.pairs = {(i, k): self._inner_server(params)
                           for i, params in enumerate(self.candidates)
@@ -255,23 +250,25 @@ class SearchServer(Server):
         if self.phase == "fit":
             tasks = {}
             for (i, k), server in list(self.pairs.items()):
-                frames = server.open_round(self._train_sites(k))
+                frames = server.open_round(self._fold_sites(k, test=False))
                 if not frames:
                     self.fitted[(i, k)] = server.estimator
                     del self.pairs[(i, k)]
                     continue
                 for site, frame in frames.items():
-                    tasks.setdefault(site, []).append(((i, k, self._rows("train")), frame))
+                    tasks.setdefault(site, []).append(
+                        self._fit_part(i, k, self._rows("train"), frame))
             if tasks:
-                return self._wrap(tasks)
+                return self._wrap("fit", tasks)
             self.phase = "score"
         if self.phase == "score":
             return self._score_tasks()
         if self.phase == "refit":
             frames = self.refit_server.open_round(self._sites)
             if frames:
-                return self._wrap({site: [((len(self.candidates), 0, "all"), frame)]
-                                   for site, frame in frames.items()})
+                return self._wrap("fit", {site: [self._fit_part(len(self.candidates), 0, "all",
+                                                                frame)]
+                                          for site, frame in frames.items()})
             self._commit()
         return {}
 
@@ -307,54 +304,45 @@ class SearchServer(Server):
             "_privacy" in part.__dict__ for _, model in fits for _, part in release_parts("", model))
         if not private:
             return None
-        by_step, total = {}, PrivacyLedger()
+        by_step = {}
         for name, model in fits:
-            parts, ledger = spent_ledgers(model)
             by_step.update({f"{name}__{part}" if part else name: value
-                            for part, value in parts.items()})
-            total = total.compose(ledger)
-        delta = self._budget.delta if self._budget is not None else min(
-            sum(d for _, d in by_step.values()), 0.5)
-        return total, delta, by_step
+                            for part, value in spent_ledgers(model)[0].items()})
+        total, delta = _composed(by_step.values())
+        return total, self._budget.delta if self._budget is not None else delta, by_step
 
-    def _wrap(self, tasks):
-        self._planned = "fit"
-        plans = {}
-        for site, parts in tasks.items():
-            arrays, fields = {}, []
-            for j, ((i, k, rows), frame) in enumerate(parts):
-                fields.append({"candidate": i, "fold": k, "rows": rows,
-                               "task": nest(frame, f"p{j}.", arrays)})
-                if i == len(self.candidates):
-                    fields[-1]["best"] = self._results["best_index_"]
-            plans[site] = ({"parts": fields}, arrays)
-        return plans
+    def _wrap(self, planned, tasks):
+        """The round's plan: ``tasks`` is ``{site: [((candidate, fold), part, arrays)]}``,
+        part ``j``'s arrays travel named ``p<j>.<name>``."""
+        self._planned = planned
+        # the (candidate, fold) of each part sent to each site, which its reply answers in order
+        self._sent = {site: [key for key, _, _ in parts] for site, parts in tasks.items()}
+        return {site: ({"parts": [part for _, part, _ in parts]},
+                       {f"p{j}.{name}": value for j, (_, _, arrays) in enumerate(parts)
+                        for name, value in arrays.items()})
+                for site, parts in tasks.items()}
+
+    def _fit_part(self, i, k, rows, frame):
+        """A part that fits candidate ``i`` on fold ``k`` (the refit: ``i = len(candidates)``)."""
+        part = {"candidate": i, "fold": k, "rows": rows, "task": nest(frame, "", {})}
+        if i == len(self.candidates):
+            part["best"] = self._results["best_index_"]
+        return (i, k), part, frame.arrays
 
     def _score_tasks(self):
-        self._planned = "score"
-        self._eval = {}
-        plans = {}
+        self._eval, tasks = {}, {}
         for (i, k), model in sorted(self.fitted.items()):
-            fields, arrays = evaluation_task(model, self.metrics, None, None)
-            self._eval[(i, k)] = read_spec(
-                fields["spec"], {n[2:]: v for n, v in arrays.items() if n.startswith("c.")},
-                _server_error)
-            test_sites = self._sites if self._site_fold is None else [
-                s for s in self._sites if self._site_fold[s] == k]
-            for site in test_sites:
-                parts = plans.setdefault(site, ({"parts": []}, {}))
-                j = len(parts[0]["parts"])
-                parts[0]["parts"].append({"candidate": i, "fold": k, "evaluate": True,
-                                          "rows": self._rows("test"), "task": fields})
-                parts[1].update({f"p{j}.{n}": v for n, v in arrays.items()})
-        return plans
+            fields, arrays, self._eval[(i, k)] = evaluation_task(model, self.metrics, None, None)
+            for site in self._fold_sites(k, test=True):
+                tasks.setdefault(site, []).append(((i, k), {
+                    "candidate": i, "fold": k, "evaluate": True, "rows": self._rows("test"),
+                    "task": fields}, arrays))
+        return self._wrap("score", tasks)
 
     # ----------------------------------------------------------- replies
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
-        sent = self._sent_parts(site)
+        fail = failing(site)
+        sent = self._sent.get(site, [])
         parts = frame.fields.get("parts")
         if set(frame.fields) != {"parts"} or not isinstance(parts, list) or len(parts) != len(
                 sent):
@@ -376,16 +364,6 @@ class SearchServer(Server):
             else:
                 parsed[key] = unnest(part["reply"], arrays, "", site=site, fail=fail)
         return parsed
-
-    def _sent_parts(self, site):
-        """The ``(candidate, fold)`` of each part of the task sent to ``site`` this round."""
-        if self._planned == "score":
-            return [(i, k) for (i, k) in sorted(self.fitted)
-                    if self._site_fold is None or self._site_fold[site] == k]
-        if self.phase == "refit":
-            return [(len(self.candidates), 0)]
-        return [key for key, server in self.pairs.items()
-                if server._open is not None and site in server._open.values()]
 
     def apply(self, replies, ledger):
         by_part = {}
@@ -446,15 +424,10 @@ class SearchServer(Server):
             estimator._privacy, estimator._privacy_delta = total, delta
             estimator.privacy_spent_by_step_ = {
                 name: spent(ledger, d) for name, (ledger, d) in by_step.items()}
-            estimator.privacy_spent_by_candidate_ = []
-            for i in range(len(self.candidates)):
-                mine = [value for name, value in by_step.items()
-                        if name.startswith(f"candidate{i}__")]
-                ledger = PrivacyLedger()
-                for part_ledger, _ in mine:
-                    ledger = ledger.compose(part_ledger)
-                estimator.privacy_spent_by_candidate_.append(
-                    spent(ledger, min(sum(d for _, d in mine), 0.5)))
+            estimator.privacy_spent_by_candidate_ = [
+                spent(*_composed(value for name, value in by_step.items()
+                                 if name.startswith(f"candidate{i}__")))
+                for i in range(len(self.candidates))]
         for name, value in self._results.items():
             setattr(estimator, name, value)
         if self.refit_server is not None:
@@ -464,13 +437,8 @@ class SearchServer(Server):
         estimator._test_scores = [[self.test_scores[(i, k)] for k in range(self.n_splits)]
                                   for i in range(len(self.candidates))]
         estimator.scorer_ = self.scoring
-        estimator.clients_ = np.array(sorted_labels(self._sites), dtype=object)
-        estimator.n_clients_ = len(self._sites)
-        estimator.communication_ = self._ledger_now
-        if self.schema.n_features is not None:
-            estimator.n_features_in_ = self.schema.n_features
-        if self.schema.feature_names is not None:
-            estimator.feature_names_in_ = np.asarray(self.schema.feature_names, dtype=object)
+        set_federation_attributes(estimator, self.schema, self._ledger_now,
+                                  sorted_labels(self._sites))
         estimator._finish(self.fitted)
         self.phase = "done"
 
@@ -727,3 +695,81 @@ class FederatedRandomizedSearchCV(_FederatedSearchCV):
                              "and every site draw the same candidates from it.")
         return list(ParameterSampler(self.param_distributions, self.n_iter,
                                      random_state=int(self.random_state)))
+
+
+class _CrossValidation(FederatedGridSearchCV):
+    """A search of one candidate (the estimator as it is), scored with several metrics."""
+
+    def __init__(self, estimator, *, scoring=None, cv=5, privacy_budget=None):
+        super().__init__(estimator, {}, scoring=scoring, refit=False, cv=cv,
+                         privacy_budget=privacy_budget)
+
+    def _metrics(self):
+        scoring = self.scoring or default_metric(self._base_estimator())
+        return [scoring] if isinstance(scoring, str) else list(scoring)
+
+
+def federated_cross_validate(estimator, X, y, *, clients=None, scoring=None, cv=5,
+                             sample_weight=None, privacy_budget=None):
+    """Cross-validation of a protocol estimator with folds defined at the sites, one protocol run.
+
+    Fold ``k``'s model is fitted by the estimator's own protocol on every
+    site's training rows of that fold and scored with the federated metrics
+    on their test rows, pooled. Equal to scikit-learn's
+    :func:`~sklearn.model_selection.cross_validate` on the pooled rows with
+    ``PredefinedSplit(cv.pooled_test_fold(clients))``.
+
+    Parameters
+    ----------
+    estimator : estimator
+        A protocol estimator.
+    X, y : array-like
+        Every site's rows; ``clients`` names each row's site.
+    clients : array-like of shape (n_samples,), default=None
+    scoring : str or list of str, default=None
+        Metric or scorer names (see :class:`~sklearn_fed.metrics.FederatedEvaluator`);
+        None: the estimator's ``score``.
+    cv : int, "sites", SiteKFold or LeaveSitesOut, default=5
+    sample_weight : array-like of shape (n_samples,), default=None
+        Used to fit and to score.
+    privacy_budget : PrivacyBudget or tuple (epsilon, delta), default=None
+        Refuse, before any release, folds whose private releases could exceed
+        it (see :class:`FederatedGridSearchCV`).
+
+    Returns
+    -------
+    scores : dict
+        ``test_score`` (one metric) or ``test_<name>`` per metric: arrays of
+        one score per fold; ``run_time``: seconds of the whole run;
+        ``communication``: its ledger; ``privacy_spent``, when a fold's fit is
+        differentially private or a budget is given: the ``(epsilon, delta)``
+        of every fold's releases, composed, and ``privacy_spent_by_step``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed import FederatedRidge
+    >>> from sklearn_fed.model_selection import federated_cross_validate
+    >>> rng = np.random.default_rng(0)
+    >>> X, sites = rng.normal(size=(200, 3)), np.arange(200) % 4
+    >>> y = X @ [1.0, 0.0, -1.0] + rng.normal(size=200)
+    >>> out = federated_cross_validate(FederatedRidge(), X, y, clients=sites, cv=3)
+    >>> out["test_score"].shape
+    (3,)
+    """
+    validation = _CrossValidation(estimator, scoring=scoring, cv=cv,
+                                  privacy_budget=privacy_budget)
+    start = time.perf_counter()
+    validation.fit(X, y, sample_weight=sample_weight, clients=clients)
+    metrics = validation._metrics()
+    scores = validation._test_scores
+    out = {}
+    for name in metrics:
+        key = "test_score" if isinstance(scoring, str) or scoring is None else f"test_{name}"
+        out[key] = np.array([scores[0][k][name] for k in range(validation.n_splits_)])
+    out["run_time"] = time.perf_counter() - start
+    out["communication"] = validation.communication_
+    if "_privacy" in validation.__dict__:
+        out["privacy_spent"] = validation.privacy_spent_
+        out["privacy_spent_by_step"] = validation.privacy_spent_by_step_
+    return out

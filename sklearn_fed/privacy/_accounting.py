@@ -25,7 +25,7 @@ from copy import deepcopy
 
 import numpy as np
 
-from ._dp import import_dp_accounting
+from ._dp import import_optional
 
 __all__ = ["PrivacyLedger", "composed_noise_multiplier"]
 
@@ -168,7 +168,7 @@ class PrivacyLedger:
         delta = delta - self.extra_delta  # what the Gaussian releases may spend
         if self._noiseless:
             return math.inf
-        dp_accounting = import_dp_accounting()
+        dp_accounting = import_optional("dp_accounting", "dp-accounting", "dp")
         if not self._sampled:
             with np.errstate(divide="ignore", over="ignore"):
                 return float(dp_accounting.get_epsilon_gaussian(self.noise_multiplier, delta))
@@ -224,12 +224,3 @@ class PrivacyLedger:
         total._sampled.update(other._sampled)
         total.extra_delta += other.extra_delta
         return total
-
-    def multipliers(self):
-        """``[(noise_multiplier, sampling_probability, count)]`` of the recorded releases,
-        full-batch ones as the one multiplier they compose to (for other accountants)."""
-        entries = [(m, q, k) for (m, q), k in sorted(self._sampled.items())]
-        full = self._count - sum(self._sampled.values())
-        if full:
-            entries.insert(0, (self.noise_multiplier, 1.0, 1))
-        return entries

@@ -17,20 +17,9 @@ import functools
 import math
 
 from ..utils._warnings import warn
-from ._dp import import_dp_accounting
+from ._dp import import_optional
 
 __all__ = ["analytic_gaussian_std", "classic_gaussian_std", "gaussian_noise_std"]
-
-
-def _no_noise(epsilon, delta, sensitivity):
-    """Refuse malformed arguments; whether ``epsilon`` is infinite (no noise needed)."""
-    if not (isinstance(epsilon, (int, float)) and epsilon > 0):
-        raise ValueError(f"epsilon must be a positive number; got {epsilon!r}.")
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise ValueError(f"delta must be in the open interval (0, 1); got {delta!r}.")
-    if not (isinstance(sensitivity, (int, float)) and 0 < sensitivity < math.inf):
-        raise ValueError(f"sensitivity must be positive and finite; got {sensitivity!r}.")
-    return epsilon == math.inf
 
 
 def classic_gaussian_std(epsilon, delta, sensitivity=1.0):
@@ -58,16 +47,7 @@ def classic_gaussian_std(epsilon, delta, sensitivity=1.0):
     >>> round(classic_gaussian_std(0.5, 1e-5), 4)
     9.6896
     """
-    if _no_noise(epsilon, delta, sensitivity):
-        return 0.0
-    if epsilon >= 1:
-        warn(
-            f"The classic Gaussian mechanism is proved (epsilon, delta)-DP only for "
-            f"epsilon < 1; epsilon={epsilon} is outside that range. Use the analytic "
-            "calibration for a valid guarantee.",
-            UserWarning,
-        )
-    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+    return gaussian_noise_std(epsilon, delta, sensitivity, calibration="classic")
 
 
 def analytic_gaussian_std(epsilon, delta, sensitivity=1.0):
@@ -90,20 +70,18 @@ def analytic_gaussian_std(epsilon, delta, sensitivity=1.0):
     >>> round(analytic_gaussian_std(1.0, 1e-5), 3)
     3.731
     """
-    if _no_noise(epsilon, delta, sensitivity):
-        return 0.0
-    return sensitivity * _analytic_multiplier(float(epsilon), float(delta))
+    return gaussian_noise_std(epsilon, delta, sensitivity, calibration="analytic")
 
 
 @functools.lru_cache(maxsize=256)
 def _analytic_multiplier(epsilon, delta):
     # A pure function of (epsilon, delta) costing ~50 ms: cache it.
-    dp_accounting = import_dp_accounting()
+    dp_accounting = import_optional("dp_accounting", "dp-accounting", "dp")
     return float(dp_accounting.get_sigma_gaussian(epsilon, delta))
 
 
 def gaussian_noise_std(epsilon, delta, sensitivity=1.0, *, calibration="analytic"):
-    """Dispatch to :func:`analytic_gaussian_std` or :func:`classic_gaussian_std`.
+    """Noise std of :func:`analytic_gaussian_std` or :func:`classic_gaussian_std`.
 
     Parameters
     ----------
@@ -120,8 +98,23 @@ def gaussian_noise_std(epsilon, delta, sensitivity=1.0, *, calibration="analytic
     >>> gaussian_noise_std(2.0, 1e-5, 3.0) == 3 * gaussian_noise_std(2.0, 1e-5)
     True
     """
+    if calibration not in ("analytic", "classic"):
+        raise ValueError(f"calibration must be 'analytic' or 'classic'; got {calibration!r}.")
+    if not (isinstance(epsilon, (int, float)) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive number; got {epsilon!r}.")
+    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise ValueError(f"delta must be in the open interval (0, 1); got {delta!r}.")
+    if not (isinstance(sensitivity, (int, float)) and 0 < sensitivity < math.inf):
+        raise ValueError(f"sensitivity must be positive and finite; got {sensitivity!r}.")
+    if epsilon == math.inf:
+        return 0.0
     if calibration == "analytic":
-        return analytic_gaussian_std(epsilon, delta, sensitivity)
-    if calibration == "classic":
-        return classic_gaussian_std(epsilon, delta, sensitivity)
-    raise ValueError(f"calibration must be 'analytic' or 'classic'; got {calibration!r}.")
+        return sensitivity * _analytic_multiplier(float(epsilon), float(delta))
+    if epsilon >= 1:
+        warn(
+            f"The classic Gaussian mechanism is proved (epsilon, delta)-DP only for "
+            f"epsilon < 1; epsilon={epsilon} is outside that range. Use the analytic "
+            "calibration for a valid guarantee.",
+            UserWarning,
+        )
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon

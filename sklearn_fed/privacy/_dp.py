@@ -12,8 +12,3 @@ def import_optional(module, package, extra):
             f"This feature needs the '{package}' package; install it with "
             f"pip install 'sklearn-fed[{extra}]'."
         ) from exc
-
-
-def import_dp_accounting():
-    """Return the ``dp_accounting`` module (extra ``dp``)."""
-    return import_optional("dp_accounting", "dp-accounting", "dp")

@@ -44,7 +44,7 @@ import hashlib
 
 import numpy as np
 
-from ..protocol import InvalidClientMessage
+from ..protocol._fields import reply_error, server_error
 from ._dp import import_optional
 
 __all__ = [
@@ -184,38 +184,18 @@ class MaskingKey:
         return self._private.exchange(peer)
 
 
-def check_public_keys(public_keys, n_parties=None, *, who="server"):
-    """Validate a ``(K, 32)`` uint8 table of public keys (distinct rows)."""
-    keys = public_keys
+def check_public_keys(keys, n_parties=None):
+    """Validate the server's ``(K, 32)`` uint8 table of public keys (distinct rows)."""
     if not (
         isinstance(keys, np.ndarray) and keys.dtype == np.uint8 and keys.ndim == 2
         and keys.shape[1] == PUBLIC_KEY_BYTES and keys.shape[0] >= 1
     ):
-        raise InvalidClientMessage(f"{who}: public keys must be a (K, 32) uint8 array.", who)
+        server_error("public keys must be a (K, 32) uint8 array.")
     if n_parties is not None and keys.shape[0] != n_parties:
-        raise InvalidClientMessage(
-            f"{who}: {keys.shape[0]} public keys for {n_parties} parties.", who
-        )
+        server_error(f"{keys.shape[0]} public keys for {n_parties} parties.")
     if len({bytes(row) for row in keys}) != keys.shape[0]:
-        raise InvalidClientMessage(f"{who}: the public keys are not distinct.", who)
+        server_error("the public keys are not distinct.")
     return keys
-
-
-def _pair_key(secret, context, low_public, high_public):
-    """The ChaCha20 key of one pair's mask, bound to the round and both public keys."""
-    hashes, _, _, _, HKDF = _crypto()
-    return HKDF(
-        algorithm=hashes.SHA256(), length=32, salt=None,
-        info=b"sklearn-fed/secure-aggregation/v1|" + context + low_public + high_public,
-    ).derive(secret)
-
-
-def _mask_stream(key, size):
-    """``size`` uint64 mask words: the ChaCha20 keystream of ``key``."""
-    _, _, Cipher, algorithms, _ = _crypto()
-    # The key is used for this one stream only, so a zero nonce is safe.
-    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    return np.frombuffer(stream.update(bytes(8 * size)), dtype="<u8")
 
 
 def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=None,
@@ -247,9 +227,8 @@ def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=
     """
     keys = check_public_keys(public_keys)
     if not (0 <= own_index < keys.shape[0] and bytes(keys[own_index]) == own_key.public_bytes):
-        raise InvalidClientMessage(
-            "server: this site's public key is not at its position in the key list.", "server"
-        )
+        server_error("this site's public key is not at its position in the key list.")
+    hashes, _, Cipher, algorithms, HKDF = _crypto()
     message = np.asarray(encoded, dtype=np.int64).view(np.uint64).copy()
     for other in range(keys.shape[0]):
         if other == own_index:
@@ -257,11 +236,15 @@ def mask_vector(encoded, own_key, own_index, public_keys, context, *, pair_keys=
         low, high = sorted((own_index, other))
         pair = (context, bytes(keys[low]), bytes(keys[high]))
         key = None if pair_keys is None else pair_keys.pop(pair, None)
-        if key is None:
-            key = _pair_key(own_key.shared_secret(keys[other]), *pair)
+        if key is None:  # the pair's ChaCha20 key, bound to the round and both public keys
+            key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                       info=b"sklearn-fed/secure-aggregation/v1|" + b"".join(pair),
+                       ).derive(own_key.shared_secret(keys[other]))
             if pair_keys is not None and bytes(keys[other]) in local_publics:
                 pair_keys[pair] = key
-        stream = _mask_stream(key, message.shape[0])
+        # The mask words: the key's ChaCha20 keystream (one stream per key: a zero nonce is safe).
+        cipher = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+        stream = np.frombuffer(cipher.update(bytes(8 * message.shape[0])), dtype="<u8")
         if other > own_index:
             message += stream
         else:
@@ -308,15 +291,10 @@ def unmask_sum(masked, size, *, parties=None):
     for party, vector in items.items():
         if not (isinstance(vector, np.ndarray) and vector.dtype == np.uint64
                 and vector.shape == (int(size),)):
-            raise InvalidClientMessage(
-                f"client {party!r}: a masked vector must be 1-D uint64 of length {size}.", party
-            )
+            reply_error(party, f"a masked vector must be 1-D uint64 of length {size}.")
         digest = hashlib.sha256(vector.tobytes()).digest()
         if digest in seen:
-            raise InvalidClientMessage(
-                f"client {party!r}: sent the same masked vector as {seen[digest]!r} (replayed).",
-                party,
-            )
+            reply_error(party, f"sent the same masked vector as {seen[digest]!r} (replayed).")
         seen[digest] = party
         total += vector
     return total.view(np.int64)

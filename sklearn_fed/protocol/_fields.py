@@ -140,7 +140,5 @@ def task_field(task, name, kind):
     if kind is float and type(value) is int:
         value = float(value)
     if type(value) is not kind:
-        raise InvalidClientMessage(
-            f"server: task field {name!r} must be {kind.__name__}, got {value!r}.", "server"
-        )
+        server_error(f"task field {name!r} must be {kind.__name__}, got {value!r}.")
     return value

@@ -39,7 +39,7 @@ from sklearn_fed.model_selection import (
     FederatedRandomizedSearchCV,
     LeaveSitesOut,
 )
-from sklearn_fed.model_selection._validate import _CrossValidation
+from sklearn_fed.model_selection._search import _CrossValidation
 from sklearn_fed.pipeline import make_federated_pipeline
 from sklearn_fed.protocol import SitePolicy, TaskRefused, decode, simulated_policy
 from sklearn_fed.utils.estimator_checks import run_protocol_by_hand
