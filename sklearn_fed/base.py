@@ -230,9 +230,6 @@ class FederatedEstimatorMixin(FederatedMixin):
         A composite (pipeline, column transformer) validates no columns itself:
         it reads them from the table ``X`` as its sites will see it.
         """
-        return self._fitted_feature_names()
-
-    def _fitted_feature_names(self):
         names = getattr(self, "feature_names_in_", None)
         return None if names is None else [str(name) for name in names]
 
