@@ -1,9 +1,5 @@
-"""FederatedRidgeCV: RidgeCV's interface, every mode a run of the protocol.
-
-Its modes and their rounds are in the class docstring. The code is in four
-modules: the algebra (``_ridge_cv_algebra``), the site (``_ridge_cv_client``),
-the server (``_ridge_cv_server``) and the estimator, here.
-"""
+"""FederatedRidgeCV: RidgeCV's interface, every mode (see the class docstring) a run of the
+protocol of ``_ridge_cv_client`` (the site) and ``_ridge_cv_server``."""
 
 import numbers
 import warnings
