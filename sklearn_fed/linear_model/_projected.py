@@ -13,8 +13,7 @@ from sklearn.utils import check_random_state
 
 from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import InvalidClientMessage
-from ..protocol._fields import reply_keys, reply_number
+from ..protocol._fields import reply_keys, reply_number, server_error
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import (
@@ -121,7 +120,7 @@ class ProjectedClient(StatisticsClient):
         m = task_field(task, "n_components", int)
         kind = task_field(task, "projection", str)
         if not (0 <= seed < 2**32 and m > 0 and kind in ("gaussian", "sparse")):
-            raise InvalidClientMessage("server: malformed projection task.", "server")
+            server_error("malformed projection task.")
         if m < X.shape[1]:
             # Every site of a simulated federation rebuilds the same R: build it once.
             identity = (seed, X.shape[1], m, kind)
@@ -150,7 +149,7 @@ class ProjectedServer(StatisticsServer):
     """
 
     protocol = "ridge.projected"
-    # apply reads the statistics round only through _merged; every site projects
+    # apply reads the statistics round only through _merged_and_owned; every site projects
     # with the same R, so their statistics add up to those of all rows projected.
     _merges_replies = True
 
@@ -210,7 +209,7 @@ class ProjectedServer(StatisticsServer):
         estimator = self.estimator
         previous = self._previous()
         d = self.schema.n_features
-        batch = self._merged(replies)
+        batch = self._merged_and_owned(replies)[0]
         aggregate = batch if previous is None else previous.merge(batch)
         n_targets = aggregate.n_targets
         coef_projected = solve_ridge(
