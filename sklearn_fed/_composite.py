@@ -103,13 +103,8 @@ class FederatedCompositeMixin(FederatedEstimatorMixin):
     """
 
     def _validate_fit_data(self, X, y, sample_weight, *, reset):
-        """The table, targets and weights as every site checks its own (``reset`` unused).
-
-        The table as its first step will read it, in a form whose rows can be
-        taken: DataFrames are kept (their column dtypes matter), sparse matrices
-        become CSR, anything else an array (a list of strings an object array, as
-        scikit-learn's encoders make it); the steps validate the values.
-        """
+        """The table in a form whose rows can be taken (``reset`` unused): DataFrames are kept
+        (their column dtypes matter), sparse as CSR, a list of strings an object array."""
         if sp.issparse(X):
             X = X.tocsr()
         elif not hasattr(X, "iloc"):
@@ -147,9 +142,8 @@ def check_federated(estimator, name, *, transformer):
     if transformer and is_data_free(estimator):
         check_data_free(estimator, name)
         return
-    missing = not hasattr(estimator, "make_server") or (
-        transformer and not hasattr(estimator, "_broadcast_state"))
-    if missing:
+    if not hasattr(estimator, "make_server") or (
+            transformer and not hasattr(estimator, "_broadcast_state")):
         raise TypeError(
             f"step {name!r} ({type(estimator).__name__}) is not federated: fitting it would "
             "need every site's rows in one place. Use its sklearn_fed counterpart (e.g. "

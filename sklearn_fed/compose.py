@@ -1,12 +1,4 @@
-"""FederatedColumnTransformer: federated transformers on column subsets, fitted in parallel.
-
-Each transformer of a :class:`~sklearn.compose.ColumnTransformer` sees its
-own columns of the same rows, so all of them are fitted in the same rounds:
-a site's reply carries one reply per transformer. When a transformer may
-output a sparse matrix, one more round asks the sites how many non-zeros
-the output has (ColumnTransformer's ``sparse_threshold`` decides on the
-pooled density).
-"""
+"""FederatedColumnTransformer: federated transformers on column subsets, fitted in parallel."""
 
 import functools
 import time
@@ -123,8 +115,6 @@ class ColumnTransformerServer(Server):
         self._sparse_input = False
         self._sparse_output = False  # ColumnTransformer's sparse_output_, once counted
         self._sites = []
-        # Columns are resolved on the federation's features; a server not told
-        # them learns them first (a round whose replies carry only their schema).
         self._stage = "schema" if self.schema.n_features is None else "fit"
         if self._stage == "fit":
             self._make_parts()
@@ -315,13 +305,12 @@ feature_names_in_
         scratch = clone(self)
         empty = _no_rows(n_features, names)
         scratch._validate_transformers()
-        for name, _, columns in scratch.transformers:
+        for name, trans, columns in scratch.transformers:
             if callable(columns):
                 raise ValueError(  # noqa: TRY004 (a value of the right type, unusable here)
                     f"transformer {name!r} selects its columns with a callable; a federated "
                     "server has no rows to call it on: give the column names or positions."
                 )
-        for i, (name, trans, _) in enumerate(scratch.transformers):
             check_federated(trans, name, transformer=True)
         check_federated(scratch.remainder, "remainder", transformer=True)
         scratch.n_features_in_ = n_features

@@ -69,12 +69,7 @@ def output_schema(fitted):
 
 
 class PipelineClient(Client):
-    """A site of a :class:`FederatedPipeline`.
-
-    For the task of step ``i`` it rebuilds steps ``0..i-1`` from the
-    broadcast models, transforms its rows through them (scikit-learn's own
-    ``transform``), and answers step ``i``'s task with step ``i``'s client.
-    """
+    """A site of a :class:`FederatedPipeline` (see the module docstring)."""
 
     protocol = "pipeline"
     needs_y = False

@@ -32,11 +32,7 @@ __all__ = ["FederatedPCA"]
 
 
 class PCAClient(TransformerClient, BlockwiseClient):
-    """A site of :class:`FederatedPCA`: its row count, mean and centered Gram (no targets).
-
-    A reduction over its rows (blockwise), so a pooled round is computed in
-    parts on threads.
-    """
+    """A site of :class:`FederatedPCA`: its row count, mean and centered Gram (no targets)."""
 
     protocol = "decomposition.pca"
 

@@ -29,13 +29,7 @@ __all__ = ["FederatedSimpleImputer"]
 
 
 class SimpleImputerClient(TransformerClient):
-    """A site of :class:`FederatedSimpleImputer`.
-
-    Per column, the count of present (not missing) values, and for
-    ``"mean"`` their mean (:class:`~sklearn_fed.statistics.ColumnMoments` of
-    order 1), for ``"most_frequent"`` each distinct value's count; never a
-    row.
-    """
+    """A site of :class:`FederatedSimpleImputer`: per column, what its strategy merges."""
 
     protocol = "impute.simple_imputer"
     # A column mean of fewer rows than the site policy's min_count is not sent

@@ -23,11 +23,7 @@ __all__ = ["FederatedMinMaxScaler", "FederatedStandardScaler"]
 
 # ----------------------------------------------------------------- standard
 class StandardScalerClient(TransformerClient):
-    """A site of :class:`FederatedStandardScaler`: its :class:`~sklearn_fed.ColumnMoments`.
-
-    Order 2 (counts, weights, means, centered sums of squares) when the
-    scaler centers or scales, order 0 (counts) otherwise.
-    """
+    """A site of :class:`FederatedStandardScaler`: its :class:`~sklearn_fed.ColumnMoments`."""
 
     protocol = "preprocessing.standard_scaler"
     # Column moments of fewer rows than the site policy's min_count are not sent.

@@ -46,12 +46,7 @@ def _same_kind(i, categories):
 
 
 class OneHotEncoderClient(TransformerClient):
-    """A site of :class:`FederatedOneHotEncoder`: per column its category set (and counts).
-
-    Counts are sent only when the encoder groups infrequent categories
-    (``min_frequency`` or ``max_categories``); otherwise a site's message is
-    its sets of distinct values and nothing else.
-    """
+    """A site of :class:`FederatedOneHotEncoder`: per column its category set (and counts)."""
 
     protocol = "preprocessing.onehot_encoder"
     # Categories counted fewer than the site policy's min_count times are not sent

@@ -169,18 +169,16 @@ class PrivacyLedger:
         if self._noiseless:
             return math.inf
         dp_accounting = import_optional("dp_accounting", "dp-accounting", "dp")
-        if not self._sampled:
-            with np.errstate(divide="ignore", over="ignore"):
-                return float(dp_accounting.get_epsilon_gaussian(self.noise_multiplier, delta))
-        try:
-            return self._pld_epsilon(dp_accounting, delta)
-        except (OverflowError, ValueError, MemoryError):
-            # Multipliers so small that the PLD's range overflows: subsampling
-            # never hurts, so the full-batch closed form is a valid upper bound.
-            every = self._inverse_squares + sum(
-                k * m**-2 for (m, _), k in self._sampled.items())
-            with np.errstate(divide="ignore", over="ignore"):
-                return float(dp_accounting.get_epsilon_gaussian(every**-0.5, delta))
+        every = self._inverse_squares
+        if self._sampled:
+            try:
+                return self._pld_epsilon(dp_accounting, delta)
+            except (OverflowError, ValueError, MemoryError):
+                # Multipliers so small that the PLD's range overflows: subsampling
+                # never hurts, so the full-batch closed form is a valid upper bound.
+                every += sum(k * m**-2 for (m, _), k in self._sampled.items())
+        with np.errstate(divide="ignore", over="ignore"):
+            return float(dp_accounting.get_epsilon_gaussian(every**-0.5, delta))
 
     def _pld_epsilon(self, dp_accounting, delta):
         events = [
