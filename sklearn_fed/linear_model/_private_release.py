@@ -33,6 +33,7 @@ import scipy.sparse as sp
 
 from ..privacy import gaussian_noise_std
 from ..privacy._noise import discretized_sensitivity, grid_exponent
+from ..statistics._kernels import _blocks
 from ..statistics._kernels import rows_times as _rows_times
 
 __all__ = [
@@ -163,19 +164,14 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
     side_block = np.empty((t + 1, d))
     target_sums = np.zeros(t + 1)  # [sum c_y w y, sum w]
     n_clipped = 0
-    positions = range(X.shape[0])[rows] if isinstance(rows, slice) else rows
     block = max(1, _BLOCK_BYTES // (8 * (d + t + 1)))
     work_memory = gathered = None
-    for start in range(0, len(positions), block):
-        take = positions[start : start + block]
-        if isinstance(take, range):
-            take = slice(take.start, take.stop)  # a view, not a gather
-            Xb, copied = X[take], False
-        elif not isinstance(X, np.ndarray):
+    for take in _blocks(rows, X.shape[0], block):
+        if isinstance(take, slice) or not isinstance(X, np.ndarray):  # a slice: a view
             Xb, copied = X[take], False
         else:  # into one reused block: np.take is ~1.6x faster than X[take] here
             if gathered is None:
-                gathered = np.empty((min(block, len(positions)), d), dtype=X.dtype)
+                gathered = np.empty((min(block, len(rows)), d), dtype=X.dtype)
             Xb, copied = np.take(X, take, axis=0, out=gathered[: len(take)], mode="clip"), True
         yb = y2[take]
         cx = _clip_factors(Xb, feature_bound)
@@ -203,8 +199,8 @@ def clipped_sums(X, y, sample_weight, rows, feature_bound, target_bound, fit_int
         if copied and Xb.dtype == np.float64:
             scaled = Xb  # a copy of the site's rows: scaled where it is (the same bits)
         else:
-            if work_memory is None:
-                work_memory = np.empty(min(block, len(positions)) * d)
+            if work_memory is None:  # every later block is no longer than this one
+                work_memory = np.empty(Xb.shape[0] * d)
             scaled = work_memory[: Xb.shape[0] * d].reshape(Xb.shape[0], d)
         np.multiply(Xb, (cx if root is None else cx * root)[:, None], out=scaled)
         gram += np.matmul(scaled.T, scaled, out=products)

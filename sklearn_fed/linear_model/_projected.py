@@ -16,6 +16,7 @@ from ..base import set_federation_attributes
 from ..protocol._fields import reply_keys, reply_number, server_error
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
+from ..statistics._kernels import _blocks
 from ._base import (
     BaseFederatedRidge,
     StatisticsClient,
@@ -83,15 +84,9 @@ def projected_statistics(X, y, sample_weight, rows, project, centered):
     exactly (Chan et al.), so the result does not depend on the block size
     beyond round-off, and neither a site's rows nor ``X R`` exist whole.
     """
-    n_samples = X.shape[0]
-    positions = range(n_samples) if rows is None else (
-        range(n_samples)[rows] if isinstance(rows, slice) else rows)
     block = max(1, _BLOCK_BYTES // (8 * X.shape[1]))
     statistics = None
-    for start in range(0, len(positions), block):
-        take = positions[start : start + block]
-        if isinstance(take, range):
-            take = slice(take.start, take.stop)  # a view of X, not a gather
+    for take in _blocks(slice(None) if rows is None else rows, X.shape[0], block):
         part = ClientStatistics.from_data(
             project(X[take]), y[take], None if sample_weight is None else sample_weight[take],
             centered=centered, check_input=False,
