@@ -127,18 +127,25 @@ class FederatedEstimatorMixin(FederatedMixin):
         ``server_kwargs`` go to :meth:`make_server` (say ``partial_fit``'s
         ``classes``, or ``max_rounds``).
         """
-        if any(map(is_dask_collection, (X, y, sample_weight, clients))):
+        collection = any(map(is_dask_collection, (X, y, sample_weight, clients)))
+        if collection:
             # The optional extra, imported only when a Dask collection comes in.
-            from .dask._fit import fit_collection
+            from .dask._fit import collection_rows
 
-            return fit_collection(self, X, y, sample_weight, clients, partial=partial)
+            X = collection_rows(self, X, y, sample_weight, clients, partial=partial)
+            if X is None:  # streamed: one round per partition
+                return self
         warm = partial and self._fitted_state() is not None
         self._check_before_rows(partial=partial)
         clients = take_clients(self, X, clients)
         raw = X
         try:
-            X, y, sample_weight = self._validate_fit_data(X, y, sample_weight, reset=not warm)
-            labels, rows = self._client_rows(clients, X, y, reset=not warm)
+            if collection:  # checked where each partition is read (unread here: no NaN sites)
+                y, sample_weight, labels, rows = X.validate(self, reset=not warm)
+            else:
+                X, y, sample_weight = self._validate_fit_data(X, y, sample_weight,
+                                                              reset=not warm)
+                labels, rows = self._client_rows(clients, X, y, reset=not warm)
             if warm:
                 self._check_more_rows(X, y)
             self._run_sites(X, y, sample_weight, labels, rows, warm_start=warm,
@@ -223,9 +230,6 @@ class FederatedEstimatorMixin(FederatedMixin):
         A composite (pipeline, column transformer) validates no columns itself:
         it reads them from the table ``X`` as its sites will see it.
         """
-        return self._fitted_feature_names()
-
-    def _fitted_feature_names(self):
         names = getattr(self, "feature_names_in_", None)
         return None if names is None else [str(name) for name in names]
 

@@ -2,8 +2,9 @@
 
 An estimator whose ``_dask_rows`` is ``"partitions"`` (FederatedRidge,
 FederatedRidgeCV, ProjectedFederatedRidge, PrivateFederatedRidge) runs its
-own roles and server; only where a site's answer is computed changes, as a
-transport of the one round loop (:func:`~sklearn_fed.protocol.run_rounds`):
+own roles and server through the fit template, :class:`PartitionedRows` as
+its rows; only where a site's answer is computed changes, as a transport of
+the one round loop (:func:`~sklearn_fed.protocol.run_rounds`):
 
 1. :meth:`PartitionedRows.validate` checks the feature names and count on the
    collection's metadata and finds the sites in ``clients`` (one site,
@@ -23,6 +24,7 @@ IncrementalFederatedRidge (``"stream"``) treats a collection as a stream: one ro
 read while the current round runs.
 """
 
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import dask
@@ -31,13 +33,13 @@ import numpy as np
 from dask.base import get_scheduler
 from threadpoolctl import threadpool_limits
 
-from .._clients import group_rows_by_client, take_clients
+from .._clients import group_rows_by_client
 from .._compat import validate_data
 from ..protocol import RowsElsewhere, Transport, atomic, label_key
 from ..protocol._simulate import deliver_reply, deliver_task
 from ._partitions import Partitions
 
-__all__ = ["PartitionedRows", "PartitionsTransport", "fit_collection"]
+__all__ = ["PartitionedRows", "PartitionsTransport", "collection_rows"]
 
 #: Partition summaries merged per node of the reduction tree.
 SPLIT_EVERY = 8
@@ -45,12 +47,10 @@ SPLIT_EVERY = 8
 ONLY_SITE = 0
 
 
-def fit_collection(estimator, X, y=None, sample_weight=None, clients=None, *, partial=False):
-    """``fit`` (``partial=False``) or ``partial_fit`` of ``estimator`` on Dask collections.
+def collection_rows(estimator, X, y, sample_weight, clients, *, partial):
+    """The rows of the fit template (:class:`PartitionedRows`), or None once streamed.
 
-    Called by :meth:`~sklearn_fed.base.FederatedEstimatorMixin._fit` when an
-    argument is a Dask collection; the estimator's ``_dask_rows`` says how
-    (or whether) it takes them.
+    The estimator's ``_dask_rows`` says how (or whether) it takes Dask collections.
     """
     mode = estimator._dask_rows
     if mode is None:
@@ -61,17 +61,10 @@ def fit_collection(estimator, X, y=None, sample_weight=None, clients=None, *, pa
             "first (X.compute()) or use an estimator of the ridge family."
         )
     if mode == "stream":
-        return _stream(estimator, partial, Partitions(X, y, sample_weight, clients))
+        _stream(estimator, partial, Partitions(X, y, sample_weight, clients))
+        return None
     estimator._check_collection()
-    warm = partial and estimator._fitted_state() is not None
-    estimator._check_before_rows(partial=partial)
-    take_clients(estimator, X, clients)  # the labels themselves are read from the partitions
-    rows = PartitionedRows(X, y, sample_weight, clients)
-    y_like, labels = rows.validate(estimator, reset=not warm)
-    if warm:
-        estimator._check_more_rows(rows, y_like)
-    estimator._run_sites(rows, y_like, None, labels, None, warm_start=warm, clients=clients)
-    return estimator
+    return PartitionedRows(X, y, sample_weight, clients)
 
 
 class PartitionedRows(RowsElsewhere):
@@ -102,16 +95,18 @@ class PartitionedRows(RowsElsewhere):
         )
 
     def validate(self, estimator, *, reset):
-        """Check the features on the collections' metadata; returns ``(y_like, labels)``.
+        """Check the features on the collections' metadata.
 
-        ``y_like`` has no rows (only its shape says how many targets); the
-        partitions carry the rows, weights and labels.
+        Returns ``(y_like, None, labels, None)``, the template's ``y``,
+        ``sample_weight``, ``labels`` and ``rows``: ``y_like`` has no rows (only
+        its shape says how many targets); the partitions carry the rows,
+        weights and labels.
         """
         parts = self.parts = Partitions(*self._inputs)
         validate_data(estimator, parts.stand_in, "no_validation", reset=reset,
                       skip_check_array=True)
         y_like = np.empty((0,) if parts.n_targets is None else (0, parts.n_targets))
-        return y_like, _site_labels(parts)
+        return y_like, None, _site_labels(parts), None
 
     def row_positions(self):
         """``{site: positions of its rows in X}``, read from ``clients`` (None: one site)."""
@@ -244,15 +239,8 @@ def _compute(*collections):
     return dask.compute(*collections)
 
 
-class _Piece:
-    """A site's summary of its rows in some partitions (listed, for error messages)."""
-
-    __slots__ = ("partitions", "site", "summary")
-
-    def __init__(self, site, summary, partitions):
-        self.site = site
-        self.summary = summary
-        self.partitions = partitions
+#: A site's summary of its rows in some partitions (listed, for error messages).
+_Piece = namedtuple("_Piece", ["site", "summary", "partitions"])
 
 
 class SiteAnswers:

@@ -210,17 +210,10 @@ class Partitions:
 
 
 def _n_targets(y):
-    ndim = getattr(y, "ndim", None)
-    if ndim is None:
-        ndim = np.ndim(y)
-    if ndim == 1:
+    if (np.ndim(y) if getattr(y, "ndim", None) is None else y.ndim) == 1:
         return None
-    shape = getattr(y, "shape", None)
-    width = shape[1] if shape is not None else None
-    if hasattr(y, "columns"):
-        width = len(y.columns)
-    return None if width is None or (isinstance(width, float) and math.isnan(width)) else (
-        int(width))
+    width = len(y.columns) if hasattr(y, "columns") else getattr(y, "shape", (None, None))[1]
+    return None if width is None or math.isnan(width) else int(width)
 
 
 def _read_ahead(*blocks):

@@ -426,8 +426,7 @@ class BaseFederatedRidge(
         items = list(messages.items() if isinstance(messages, dict) else enumerate(messages))
         if not items:
             raise ValueError("fit_statistics needs at least one client message.")
-        parsed = []
-        first = None
+        parsed, expected = [], {}  # widths of the first message, which every other matches
         for label, message in items:
             if isinstance(message, ClientStatistics):
                 stats = message
@@ -439,10 +438,8 @@ class BaseFederatedRidge(
                     f"{type(message).__name__}.",
                     label,
                 )
-            expected = (None, None) if first is None else (first.n_features, first.n_targets)
-            stats.validate(client=label, n_features=expected[0], n_targets=expected[1],
-                           psd=False)
-            first = stats if first is None else first
+            stats.validate(client=label, psd=False, **expected)
+            expected = {"n_features": stats.n_features, "n_targets": stats.n_targets}
             if stats.centered != self.fit_intercept:
                 raise InvalidClientMessage(
                     f"client {label!r}: statistics are "

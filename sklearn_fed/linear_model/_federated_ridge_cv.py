@@ -1,9 +1,5 @@
-"""FederatedRidgeCV: RidgeCV's interface, every mode a run of the protocol.
-
-Its modes and their rounds are in the class docstring. The code is in four
-modules: the algebra (``_ridge_cv_algebra``), the site (``_ridge_cv_client``),
-the server (``_ridge_cv_server``) and the estimator, here.
-"""
+"""FederatedRidgeCV: RidgeCV's interface, every mode (see the class docstring) a run of the
+protocol of ``_ridge_cv_client`` (the site) and ``_ridge_cv_server``."""
 
 import numbers
 import warnings
@@ -263,7 +259,7 @@ class FederatedRidgeCV(BaseFederatedRidge):
         """``fit``'s run: only it knows the pooled rows, so it draws a splitter's folds
         (the sites read their rows' entries of the client role's fold column, the
         server gets their number) and puts the per-row ``cv_results_`` in ``X``'s order."""
-        names = self._fitted_feature_names()
+        names = self._server_feature_names(X)
         server = self.make_server(feature_names=names)
         folds = None
         if self.cv is not None and not isinstance(self.cv, str):

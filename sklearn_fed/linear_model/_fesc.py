@@ -12,14 +12,8 @@ import numpy as np
 
 from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import (
-    Client,
-    InvalidClientMessage,
-    Server,
-    label_key,
-    sorted_labels,
-)
-from ..protocol._fields import reply_array, reply_keys, reply_number
+from ..protocol import Client, InvalidClientMessage, Server, label_key, sorted_labels
+from ..protocol._fields import reply_array, reply_error, reply_keys, reply_number
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, fit_method, task_field, task_step
@@ -122,9 +116,7 @@ class FESCClient(Client):
         earlier = None if self.sites is None else self.sites.get(label_key(task.site))
         n = count_rows(X.shape[0], rows)
         take = slice(None) if rows is None else rows
-        size = 0.0 if n == 0 else float(
-            n if sample_weight is None else np.sum(sample_weight[take])
-        )
+        size = float(n if sample_weight is None else np.sum(sample_weight[take]))
         if earlier is not None:
             size += earlier.size
         if not size > 0:
@@ -176,13 +168,9 @@ class FESCServer(Server):
         estimator = self.estimator
         if not (self.warm_start and hasattr(estimator, "local_coefs_")):
             return {}
-        return {
-            label_key(label): (label, size, coef, intercept)
-            for label, size, coef, intercept in zip(
-                estimator.clients_.tolist(), estimator.client_sizes_,
-                estimator.local_coefs_, estimator.local_intercepts_,
-            )
-        }
+        models = zip(estimator.clients_.tolist(), estimator.client_sizes_,
+                     estimator.local_coefs_, estimator.local_intercepts_)
+        return {label_key(model[0]): model for model in models}
 
     def plan(self, sites):
         if self._done:
@@ -204,19 +192,15 @@ class FESCServer(Server):
             return size
         counted = None if self._counted is None else self._counted.get(label_key(site))
         if counted is not None and size != counted:
-            raise InvalidClientMessage(
-                f"client {site!r}: sent size {size} in the model round but {counted} in the "
-                "count round.", site)
+            reply_error(site, f"sent size {size} in the model round but {counted} in the "
+                              "count round.")
         if not size > 0:
-            raise InvalidClientMessage(f"client {site!r}: size must be positive.", site)
+            reply_error(site, "size must be positive.")
         d, t = frame.schema["n_features"], frame.schema["n_targets"]
-        coef = frame.arrays["coef"]
-        shape = (d,) if coef.ndim == 1 and t == 1 else (t, d)
+        shape = (d,) if frame.arrays["coef"].ndim == 1 and t == 1 else (t, d)
         coef = reply_array(frame, "coef", shape, site)
-        if centered:
-            intercept = reply_array(frame, "intercept", shape[:-1], site)
-        else:
-            intercept = np.zeros(shape[:-1])
+        intercept = (reply_array(frame, "intercept", shape[:-1], site) if centered
+                     else np.zeros(shape[:-1]))
         return size, coef, intercept
 
     def apply(self, replies, ledger):
@@ -234,9 +218,8 @@ class FESCServer(Server):
         ndim = next(iter(models.values()))[2].ndim
         for site in sorted_labels(replies):
             if replies[site][1].ndim != ndim:
-                raise InvalidClientMessage(
-                    f"client {site!r}: its targets are {replies[site][1].ndim}-D, the other "
-                    f"sites' {ndim}-D.", site)
+                reply_error(site, f"its targets are {replies[site][1].ndim}-D, the other "
+                                  f"sites' {ndim}-D.")
         labels, sizes, coefs, intercepts = zip(*models.values())
         sizes, coefs, intercepts = np.array(sizes), np.stack(coefs), np.stack(intercepts)
         weights = _combination_weights(sizes, estimator.weighting)
@@ -404,7 +387,6 @@ class FESCRidge(BaseFederatedRidge):
                 )
 
     def _fitted_state(self):
-        """``(n_targets, centered)`` of the fitted model, or None."""
         if not hasattr(self, "coef_"):
             return None
         return 1 if self.local_coefs_.ndim == 2 else self.local_coefs_.shape[1], self._centered

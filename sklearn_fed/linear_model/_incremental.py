@@ -658,8 +658,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
         return self._fitted_model().intercept
 
     def _fitted_model(self):
-        stream = self.__dict__.get("_stream")
-        model = None if stream is None else stream["model"]
+        model = (self._fitted_state() or {}).get("model")
         if model is None:
             raise AttributeError("IncrementalFederatedRidge has no model yet; coef_ is set "
                                  "by the first round that reaches quorum.")
@@ -667,8 +666,7 @@ class IncrementalFederatedRidge(BaseFederatedRidge):
 
     def __sklearn_is_fitted__(self):
         # Rounds may run (and be skipped for lack of quorum) before any model exists.
-        stream = self.__dict__.get("_stream")
-        return stream is not None and stream["model"] is not None
+        return (self._fitted_state() or {}).get("model") is not None
 
 
 def _returned_unchanged(estimator, X, y):

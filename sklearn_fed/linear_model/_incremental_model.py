@@ -112,11 +112,6 @@ def _merge_round(previous, contributions, centered):
     return merged, blocks, dense, diagonal
 
 
-def _gram_of(rows):
-    """``rows^T rows`` (numpy runs BLAS syrk for ``A.T @ A`` and mirrors the triangle)."""
-    return rows.T @ rows
-
-
 # ------------------------------------------------------------------------ model
 class _Model:
     """The exact statistics after a round, and their ridge solution, solved on first use.
@@ -162,7 +157,8 @@ class _Model:
             diagonal += previous.diagonal
         pending = pending + tuple(blocks)
         if sum(block.shape[0] for block in pending) > d:  # more rows than a Gram: fold them
-            dense = _add(dense, _gram_of(np.vstack(pending)))
+            rows = np.vstack(pending)
+            dense = _add(dense, rows.T @ rows)  # (numpy runs BLAS syrk for A.T @ A)
             pending = ()
         model = cls(merged, gram=gram, pending=pending, dense=dense, diagonal=diagonal,
                     solvers=solvers, alpha=alpha, options=options, centered=centered,
@@ -202,7 +198,7 @@ class _Model:
         start = time.perf_counter()
         d, t = self.moment.shape
         rows = np.vstack(self.pending) if self.pending else np.zeros((0, d))
-        update = _add(self.dense, _gram_of(rows) if rows.shape[0] else None)
+        update = _add(self.dense, rows.T @ rows if rows.shape[0] else None)
         if self.gram is None:
             gram = update if update is not None else np.zeros((d, d))
         else:

@@ -268,7 +268,6 @@ class PrivateFederatedRidge(BaseFederatedRidge):
         return privacy.epsilon(self.delta_), self.delta_
 
     def _fitted_state(self):
-        """``(n_targets, centered)`` of the releases ``partial_fit`` adds to, or None."""
         if getattr(self, "_noisy_sums", None) is None:
             return None
         return self._n_targets, self._fit_intercept
@@ -284,9 +283,8 @@ class PrivateFederatedRidge(BaseFederatedRidge):
     def _solve(self, total, d, t, alpha, single_target, plan):
         """Server side: derive centered statistics from the noisy sums and solve."""
         w, sx, sy, gram, moment = _unpack(total, d, t, self.fit_intercept)
-        noisy = plan.noise_std > 0
         if self.fit_intercept:
-            if noisy:
+            if plan.noise_std > 0:
                 # Post-processing: a noisy count below one row would blow up the means.
                 w = max(w, 1.0)
             elif not w > 0:

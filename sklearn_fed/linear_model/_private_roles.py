@@ -24,17 +24,14 @@ from ..privacy._secure_aggregation import (
     max_abs_encoded,
     unmask_sum,
 )
-from ..protocol import (
-    BlockwiseClient,
-    InvalidClientMessage,
-    Server,
-    label_key,
-    sorted_labels,
-)
+from ..protocol import BlockwiseClient, Server, label_key, sorted_labels
+from ..protocol._errors import failing
+from ..protocol._fields import reply_error, server_error
 from ..protocol._schema import count_rows
 from ..utils._warnings import warn
 from ._base import task_field, task_step
 from ._private_release import ReleasePlan, clipped_sums, n_released
+from ._robust import refuse_copies
 
 __all__ = ["PrivateClient", "PrivateServer"]
 
@@ -124,7 +121,7 @@ class PrivateClient(BlockwiseClient):
             public_keys = check_public_keys(task.arrays.get("public_keys"), fields["n_sites"])
             index = task_field(task, "index", int)
             if not 0 <= index < fields["n_sites"]:
-                raise InvalidClientMessage("server: site index out of range.", "server")
+                server_error("site index out of range.")
         plan = ReleasePlan(fields, n_values=p,
                            n_sharing=1 if public_keys is None else fields["n_sites"])
         self.clipped_[label_key(task.site)] = (task.site, summary.n_clipped, summary.n_rows)
@@ -149,8 +146,7 @@ class PrivateClient(BlockwiseClient):
             return reply_fields, {"sums": encoded}
         key = self._masking_keys.pop((task.federation, label_key(task.site)), None)
         if key is None:
-            raise InvalidClientMessage(
-                "server: a masked release without this site's key round.", "server")
+            server_error("a masked release without this site's key round.")
         local = {other.public_bytes for (federation, _), other in self._masking_keys.items()
                  if federation == task.federation}
         context = f"{task.federation}|{task.round}".encode("ascii")  # what the masks bind to
@@ -179,7 +175,7 @@ def _read_privacy_fields(task):
         and fields["noise"] in ("local", "distributed")
     )
     if not valid:
-        raise InvalidClientMessage(f"server: malformed private release task {fields}.", "server")
+        server_error(f"malformed private release task {fields}.")
     return fields
 
 
@@ -239,9 +235,7 @@ class PrivateServer(Server):
         }
 
     def read_reply(self, site, frame):
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         if self._stage == "keys":
             key = frame.arrays.get("public_key")
             if frame.fields or set(frame.arrays) != {"public_key"} or not (
@@ -271,17 +265,10 @@ class PrivateServer(Server):
 
     def cross_check(self, replies):
         """The same vector (or public key) under two sites is a replay: refuse the second."""
-        refused, seen = {}, {}
-        for site in sorted_labels(replies):
-            reply = replies[site]
-            data = (reply if self._stage == "keys" else reply[2]).tobytes()
-            if data in seen:
-                refused[site] = InvalidClientMessage(
-                    f"client {site!r}: sent the same {self._stage} as site {seen[data]!r} "
-                    "(replayed).", site)
-            else:
-                seen[data] = site
-        return refused
+        stage = self._stage
+        return refuse_copies(
+            replies, lambda reply: (reply if stage == "keys" else reply[2]).tobytes(),
+            lambda first: f"sent the same {stage} as site {first!r} (replayed).")
 
     def apply(self, replies, ledger):
         if self._stage == "keys":
@@ -290,13 +277,11 @@ class PrivateServer(Server):
             }
             return
         estimator = self.estimator
-        schema = self.schema
-        d = schema.n_features
+        d = self.schema.n_features
         order = sorted_labels(replies)
         single_target, t, first = replies[order[0]]
         if any(replies[site][0] != single_target for site in order):
-            raise InvalidClientMessage(
-                "the sites disagree on whether y is one-dimensional.", order[-1])
+            reply_error(order[-1], "the sites disagree on whether y is one-dimensional.")
         p = first.shape[0]
         n_sharing = 1 if self._masked_sites is None else len(self._masked_sites)
         plan = ReleasePlan(_privacy_fields(estimator, self.release, n_sharing), n_values=p,
@@ -331,7 +316,7 @@ class PrivateServer(Server):
         estimator.sensitivity_ = plan.sensitivity
         estimator.noise_std_ = plan.noise_std
         estimator.n_releases_ = len(privacy)
-        set_federation_attributes(estimator, schema, ledger, replies, previous_clients=earlier,
+        set_federation_attributes(estimator, self.schema, ledger, replies, previous_clients=earlier,
                                   n_features=d)
         estimator._set_coef(summary, coef, self.round_dtype.type)
         self._done = True

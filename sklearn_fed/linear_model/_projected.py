@@ -13,8 +13,7 @@ from sklearn.utils import check_random_state
 
 from .._compat import Interval, StrOptions
 from ..base import set_federation_attributes
-from ..protocol import InvalidClientMessage
-from ..protocol._fields import reply_keys, reply_number
+from ..protocol._fields import reply_keys, reply_number, server_error
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import (
@@ -121,7 +120,7 @@ class ProjectedClient(StatisticsClient):
         m = task_field(task, "n_components", int)
         kind = task_field(task, "projection", str)
         if not (0 <= seed < 2**32 and m > 0 and kind in ("gaussian", "sparse")):
-            raise InvalidClientMessage("server: malformed projection task.", "server")
+            server_error("malformed projection task.")
         if m < X.shape[1]:
             # Every site of a simulated federation rebuilds the same R: build it once.
             identity = (seed, X.shape[1], m, kind)

@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ..protocol import BlockwiseClient, InvalidClientMessage
+from ..protocol._fields import reply_error, server_error
 from ..protocol._schema import count_rows
 from ..statistics import ClientStatistics
 from ._base import requested_form, task_field, task_step
@@ -25,18 +26,17 @@ def _pack(named):
 
 def _unpack(fields, arrays, site):
     """The statistics of a reply made by :func:`_pack`, validated, by name."""
-    unprefixed = sorted(key for key in list(fields) + list(arrays) if "." not in key)
+    unprefixed = sorted(key for key in [*fields, *arrays] if "." not in key)
     if unprefixed:
-        raise InvalidClientMessage(
-            f"client {site!r}: unexpected entries {unprefixed} (every entry is "
-            "'<statistics>.<name>').", site)
-    names = {key.split(".", 1)[0] for key in list(fields) + list(arrays)}
-    named = {}
-    for name in sorted(names):
-        part = {k.split(".", 1)[1]: v for k, v in fields.items() if k.split(".", 1)[0] == name}
-        data = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.split(".", 1)[0] == name}
-        named[name] = ClientStatistics.from_payload(part, data, client=site, psd=False)
-    return named
+        reply_error(site, f"unexpected entries {unprefixed} (every entry is "
+                          "'<statistics>.<name>').")
+    named = {}  # name -> (fields, arrays)
+    for i, entries in enumerate((fields, arrays)):
+        for key, value in entries.items():
+            name, _, part = key.partition(".")
+            named.setdefault(name, ({}, {}))[i][part] = value
+    return {name: ClientStatistics.from_payload(*named[name], client=site, psd=False)
+            for name in sorted(named)}
 
 
 def fold_codes(folds, n_folds):
@@ -75,6 +75,17 @@ def fold_parts(codes):
                 yield f"{part}{j}", rows
 
 
+def _task_array(task, name, *shape):
+    """A task's array of this shape (``None``: any length), checked: tasks are untrusted."""
+    value = task.arrays.get(name)
+    if not (isinstance(value, np.ndarray) and value.ndim == len(shape)
+            and all(n in (None, m) for n, m in zip(shape, value.shape))):
+        got = value.shape if isinstance(value, np.ndarray) else "none"
+        server_error(f"task array {name!r} must have shape {shape} (None: any length), "
+                     f"got {got}.")
+    return value
+
+
 class _Block:
     """A :class:`CVClient` answer over one block of a site's rows, before packing: the
     ``named`` statistics of a statistics step, or its ``fields`` and ``arrays`` (those in
@@ -82,22 +93,6 @@ class _Block:
 
     def __init__(self, fields=None, arrays=None, *, named=None, whole=False):
         self.fields, self.arrays, self.named, self.whole = fields, arrays, named, whole
-
-    def merge(self, other):
-        if self.whole or other.whole:
-            raise ValueError(
-                "the task uses the site's fold membership, which indexes its rows, so they "
-                "must come in one block; put each site's rows in one partition.")
-        if self.named is not None:
-            return _Block(named={name: stats.merge(other.named[name])
-                                 for name, stats in self.named.items()})
-        fields = {name: value + other.fields[name] for name, value in self.fields.items()}
-        arrays = {
-            name: value + other.arrays[name] if name in _SUMMED
-            else np.concatenate([value, other.arrays[name]])
-            for name, value in self.arrays.items()
-        }
-        return _Block(fields, arrays)
 
 
 #: Arrays of a leave-one-out answer that are sums over rows.
@@ -209,7 +204,20 @@ class CVClient(BlockwiseClient):
         return _Block({}, arrays, whole=folds is not None)
 
     def merge(self, first, second):
-        return first.merge(second)
+        if first.whole or second.whole:
+            raise ValueError(
+                "the task uses the site's fold membership, which indexes its rows, so they "
+                "must come in one block; put each site's rows in one partition.")
+        if first.named is not None:
+            return _Block(named={name: stats.merge(second.named[name])
+                                 for name, stats in first.named.items()})
+        fields = {name: value + second.fields[name] for name, value in first.fields.items()}
+        arrays = {
+            name: value + second.arrays[name] if name in _SUMMED
+            else np.concatenate([value, second.arrays[name]])
+            for name, value in first.arrays.items()
+        }
+        return _Block(fields, arrays)
 
     def finish(self, task, summary):
         if summary.named is not None:
@@ -248,24 +256,21 @@ class CVClient(BlockwiseClient):
         ``alpha sum z p / (l (l + alpha))`` and ``alpha w sum z^2 / (l (l +
         alpha))`` are used instead, and ``alpha`` cancels in the ratio.
         """
-        arrays = task.arrays
         d, t = X.shape[1], y.shape[1]
-        alphas, basis = arrays.get("alphas"), arrays.get("basis")
-        projected = arrays.get("projected")
-        if not (isinstance(basis, np.ndarray) and basis.ndim == 2 and basis.shape[0] == d
-                and isinstance(alphas, np.ndarray) and alphas.ndim == 1
-                and projected is not None and projected.shape == (basis.shape[1], t)):
-            raise InvalidClientMessage("server: malformed leave-one-out task.", "server")
+        alphas = _task_array(task, "alphas", None)
+        basis = _task_array(task, "basis", d, None)
+        eigenvalues = _task_array(task, "eigenvalues", basis.shape[1])
+        projected = _task_array(task, "projected", basis.shape[1], t)
+        x_mean, y_mean = _task_array(task, "x_mean", d), _task_array(task, "y_mean", t)
         centered = task_field(task, "centered", bool)
-        eigenvalues = arrays["eigenvalues"]
         Z = safe_sparse_dot(X, basis, dense_output=True)
         if centered:
-            Z = Z - arrays["x_mean"] @ basis
+            Z = Z - x_mean @ basis
         w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
         inverse = 1.0 / (eigenvalues[:, None] + alphas)  # (k, n_alphas)
         fitted = _through_spectrum(Z, projected, inverse)
         if centered:
-            fitted += arrays["y_mean"][None, :, None]
+            fitted += y_mean[None, :, None]
         leverage = w[:, None] * ((Z * Z) @ inverse)
         if centered:
             leverage += (w / task_field(task, "weight_sum", float))[:, None]
@@ -282,7 +287,7 @@ class CVClient(BlockwiseClient):
         sums = {
             "e1": np.tensordot(w, residual, axes=1),
             "e2": np.tensordot(w, residual**2, axes=1),
-            "sst": w @ (y - arrays["y_mean"]) ** 2,
+            "sst": w @ (y - y_mean) ** 2,
         }
         fields = {"count": int(X.shape[0]), "weight": float(w.sum())}
         kept = task.fields.get("keep_rows")
@@ -298,14 +303,10 @@ class CVClient(BlockwiseClient):
     def _predict(self, task, X, y, sample_weight, folds):
         d = X.shape[1]
         arrays = {}
-        for name, coef in task.arrays.items():
-            if not name.startswith("coef"):
-                continue
+        for name in [name for name in task.arrays if name.startswith("coef")]:
             key = name[len("coef"):]
-            intercept = task.arrays.get(f"intercept{key}")
-            if not (coef.ndim == 3 and coef.shape[0] == d and intercept is not None
-                    and intercept.shape == coef.shape[1:]):
-                raise InvalidClientMessage("server: malformed predict task.", "server")
+            coef = _task_array(task, name, d, None, None)
+            intercept = _task_array(task, f"intercept{key}", *coef.shape[1:])
             if key == "":  # the model that holds out all of the site's rows
                 index = np.arange(X.shape[0])
             elif (folds is not None and key.isascii() and key.isdigit()

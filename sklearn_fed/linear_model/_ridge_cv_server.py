@@ -5,8 +5,8 @@ from sklearn.base import is_classifier
 from sklearn.model_selection import check_cv
 
 from .._compat import scorer_parts
-from ..protocol import InvalidClientMessage, label_key, sorted_labels
-from ..protocol._fields import reply_array, reply_number
+from ..protocol import label_key, sorted_labels
+from ..protocol._fields import reply_array, reply_error, reply_number
 from ..statistics import merge_statistics
 from ..statistics._validation import MAX_WEIGHT as _MAX_WEIGHT
 from ._base import StatisticsServer
@@ -96,13 +96,12 @@ class FederatedRidgeCVServer(StatisticsServer):
     def _read_statistics(self, site, frame):
         named = _unpack(frame.fields, frame.arrays, site)
         if "all" not in named:
-            raise InvalidClientMessage(f"client {site!r}: no statistics of its rows.", site)
+            reply_error(site, "no statistics of its rows.")
         for stats in named.values():
             self._check_statistics(site, stats, frame)
             if stats.n_targets != self._expected_targets(frame):
-                raise InvalidClientMessage(
-                    f"client {site!r}: statistics have {stats.n_targets} targets, its schema "
-                    "says otherwise.", site)
+                reply_error(site, f"statistics have {stats.n_targets} targets, its schema "
+                                  "says otherwise.")
         self._check_fold_statistics(site, named)
         return named
 
@@ -114,17 +113,14 @@ class FederatedRidgeCVServer(StatisticsServer):
                 self._assigned[label_key(site)])}
             for name in sorted(rows.keys() | assigned.keys()):
                 if rows.get(name) != assigned.get(name):
-                    raise InvalidClientMessage(
-                        f"client {site!r}: its statistics {name!r} do not cover the "
-                        f"{assigned.get(name, 0)} rows assigned to it for them.", site)
+                    reply_error(site, f"its statistics {name!r} do not cover the "
+                                      f"{assigned.get(name, 0)} rows assigned to it for them.")
         for j in range(self._n_folds or 0):
             if rows.pop(f"train{j}", 0) + rows.pop(f"test{j}", 0) > named["all"].n_samples:
-                raise InvalidClientMessage(
-                    f"client {site!r}: its training and held-out rows of fold {j} are more "
-                    f"than its {named['all'].n_samples} rows.", site)
+                reply_error(site, f"its training and held-out rows of fold {j} are more "
+                                  f"than its {named['all'].n_samples} rows.")
         if rows:
-            raise InvalidClientMessage(
-                f"client {site!r}: unexpected statistics {sorted(rows)}.", site)
+            reply_error(site, f"unexpected statistics {sorted(rows)}.")
 
     def _expected_targets(self, frame):
         """Number of targets the statistics of a reply must have: its schema's."""
@@ -136,14 +132,12 @@ class FederatedRidgeCVServer(StatisticsServer):
         weight = reply_number(frame, "weight", site, high=_MAX_WEIGHT)
         rows_of_site = self._statistics[label_key(site)]["all"].n_samples
         if count != rows_of_site:
-            raise InvalidClientMessage(
-                f"client {site!r}: sums over {count} rows, but its statistics had "
-                f"{rows_of_site}.", site)
+            reply_error(site, f"sums over {count} rows, but its statistics had {rows_of_site}.")
         sums = _Sums(count, weight, reply_array(frame, "e1", (t, A), site),
                      reply_array(frame, "e2", (t, A), site),
                      reply_array(frame, "sst", (t,), site))
         if np.any(sums.e2 < 0) or np.any(sums.sst < 0):
-            raise InvalidClientMessage(f"client {site!r}: negative sums of squares.", site)
+            reply_error(site, "negative sums of squares.")
         kept = self._next.get("keep_rows")
         rows = targets = weights = None
         if kept is not None:

@@ -17,6 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..protocol import InvalidClientMessage, sorted_labels
+from ..protocol._errors import failing
+from ..protocol._fields import server_error
 from ._ridge_cv_algebra import _complements, _held_out_sums, _ridge_path
 
 __all__ = ["RobustAggregation"]
@@ -100,10 +102,7 @@ class RobustAggregation:
 
     def check(self, site, stats):
         """Per-site limits on one validated message."""
-
-        def fail(reason):
-            raise InvalidClientMessage(f"client {site!r}: {reason}", site)
-
+        fail = failing(site)
         if self.max_rows is not None and stats.n_samples > self.max_rows:
             fail(f"claims {stats.n_samples} rows, more than max_rows={self.max_rows}.")
         if self.max_weight is not None and stats.weight_sum > self.max_weight:
@@ -131,27 +130,16 @@ class RobustAggregation:
         """Limits that compare the sites of one round: duplicates and outliers."""
         failures = {}
         if self.reject_duplicates:
-            seen = {}
-            for site in sorted_labels(replies):
-                key = _fingerprint(replies[site])
-                if key in seen:
-                    failures[site] = InvalidClientMessage(
-                        f"client {site!r}: its statistics are identical to site "
-                        f"{seen[key]!r}'s (a copied or replayed message).",
-                        site,
-                    )
-                else:
-                    seen[key] = site
+            failures = refuse_copies(replies, _fingerprint, lambda first: (
+                f"its statistics are identical to site {first!r}'s (a copied or replayed "
+                "message)."))
         if self.outlier_threshold is not None:
-            rest = {
-                site: stats for site, stats in replies.items() if site not in failures
-            }
+            rest = {site: stats for site, stats in replies.items() if site not in failures}
             failures.update(self._outliers(rest))
         return failures
 
     def _outliers(self, replies):
-        labels = sorted_labels(replies)
-        labels = [label for label in labels if replies[label].weight_sum > 0]
+        labels = [label for label in sorted_labels(replies) if replies[label].weight_sum > 0]
         if len(labels) < 3:
             return {}
         statistics = [replies[label] for label in labels]
@@ -187,6 +175,19 @@ class RobustAggregation:
         return failures
 
 
+def refuse_copies(replies, fingerprint, reason):
+    """``{site: InvalidClientMessage}`` for each site whose ``fingerprint(reply)`` is an
+    earlier site's (in label order); ``reason(earlier site)`` says why."""
+    refused, seen = {}, {}
+    for site in sorted_labels(replies):
+        data = fingerprint(replies[site])
+        if data in seen:
+            refused[site] = InvalidClientMessage(f"client {site!r}: {reason(seen[data])}", site)
+        else:
+            seen[data] = site
+    return refused
+
+
 def _fingerprint(stats):
     parts = [np.float64(stats.weight_sum).tobytes(), str(stats.n_samples).encode()]
     parts += [
@@ -198,15 +199,12 @@ def _fingerprint(stats):
 
 def check_rows_within_bounds(task_fields, X, y, site):
     """At the site: refuse to answer when its rows break the declared bounds."""
-    feature_bound = task_fields.get("feature_bound")
-    target_bound = task_fields.get("target_bound")
-    for name, bound, values in (("X", feature_bound, X), ("y", target_bound, y)):
+    for name, field, values in (("X", "feature_bound", X), ("y", "target_bound", y)):
+        bound = task_fields.get(field)
         if bound is None:
             continue
         if not (isinstance(bound, Real) and bound > 0 and math.isfinite(bound)):
-            raise InvalidClientMessage(
-                f"server: malformed {name} bound {bound!r}.", "server"
-            )
+            server_error(f"malformed {name} bound {bound!r}.")
         norms = _row_norms(values)
         over = int(np.count_nonzero(norms > bound * (1 + 1e-12)))
         if over:

@@ -28,20 +28,24 @@ stack both factors and the Chan mean-shift row, and take the ``R`` of a QR
 of the stack (TSQR).
 
 The package's modules, by concept: :mod:`~sklearn_fed.statistics._message`
-(:class:`ClientStatistics`: compute, merge two, serialize),
+(:class:`ClientStatistics`: compute, merge, serialize, read format 1),
 :mod:`~sklearn_fed.statistics._kernels` (the row kernels behind
 :meth:`ClientStatistics.from_data`), :mod:`~sklearn_fed.statistics._validation`
 (the checks of untrusted messages and of their merge),
-:mod:`~sklearn_fed.statistics._merge` (many messages along one tree),
 :mod:`~sklearn_fed.statistics._moments` (:class:`ColumnMoments`),
-:mod:`~sklearn_fed.statistics._inplace` (d x d work without a second d x d
-array) and :mod:`~sklearn_fed.statistics._v1` (the format-1 reader).
+and :mod:`~sklearn_fed.statistics._inplace` (d x d work without a second d x d
+array).
 """
 
 # FORMS and STATISTICS_KIND are importable from here, as before, but not in __all__.
 from ..protocol._errors import InvalidClientMessage
-from ._merge import StreamingMerge, merge_statistics
-from ._message import FORMS, STATISTICS_KIND, ClientStatistics  # noqa: F401
+from ._message import (  # noqa: F401
+    FORMS,
+    STATISTICS_KIND,
+    ClientStatistics,
+    StreamingMerge,
+    merge_statistics,
+)
 from ._moments import ColumnMoments
 from ._validation import check_aggregate, most_extreme_client
 

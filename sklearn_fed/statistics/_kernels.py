@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from scipy import linalg
 from scipy.linalg.lapack import dgeqrf, get_lapack_funcs
 
+from ..protocol._schema import count_rows
 from ._inplace import _update_by_outer, upper_part
 
 __all__ = ["drop_direction", "few_rows_factor", "rows_times"]
@@ -55,11 +56,23 @@ def _scratch(n_rows, n_cols, name="buffer"):
 
 
 def gathered(X, take):
-    """``X[take]`` for an index array ``take``: C-ordered, float64 rows in reused memory
-    (``np.take`` into it is ~1.6x faster than ``X[take]``)."""
-    if isinstance(X, np.ndarray) and X.dtype == np.float64:
+    """``X[take]``: a view for a slice; for an index array of float64 rows, C-ordered rows
+    in reused memory (``np.take`` into it is ~1.6x faster than ``X[take]``)."""
+    if not isinstance(take, slice) and isinstance(X, np.ndarray) and X.dtype == np.float64:
         return np.take(X, take, axis=0, out=_scratch(len(take), X.shape[1], "rows"), mode="clip")
     return X[take]
+
+
+def _blocks(rows, n_rows, block):
+    """``rows`` of ``n_rows`` (a slice or an index array) in blocks of ``block`` rows: slices
+    (read as views of contiguous rows) or index arrays."""
+    if isinstance(rows, slice):
+        first, stop, _ = rows.indices(n_rows)
+        for start in range(first, stop, block):
+            yield slice(start, min(start + block, stop))
+    else:
+        for start in range(0, len(rows), block):
+            yield rows[start : start + block]
 
 
 def _triangular_factor(rows):
@@ -178,29 +191,14 @@ def _shifted_statistics(X, y, centered, rows):
     depend only on its own rows, in order, so a site holding just those rows
     sends the same bits.
     """
-    if isinstance(rows, slice):
-        first, stop, _ = rows.indices(X.shape[0])
-        index, n = None, max(stop - first, 0)
-    else:
-        index, n = np.asarray(rows), len(rows)
+    n = count_rows(X.shape[0], rows)
     if n == 0:
         return None
     d, t = X.shape[1], y.shape[1]
     p = d + t
-
-    def block_of(start, stop, out):
-        """Rows start:stop of the client: X's (C-ordered, float64 if in place) and y's."""
-        if index is None:
-            Xb, yb = X[first + start : first + stop], y[first + start : first + stop]
-            if out is not None and not Xb.flags.c_contiguous:
-                Xb = np.copyto(out, Xb) or out  # BLAS always sees one layout
-            return Xb, yb
-        take = index[start:stop]
-        return (X[take] if out is None else gathered(X, take)), y[take]
-
-    head_X, head_y = block_of(0, min(_HEAD_ROWS, n), None)
+    take = rows if n <= _HEAD_ROWS else next(_blocks(rows, X.shape[0], _HEAD_ROWS))
     # C order: the reductions below then add in the same order for any layout of X.
-    head = np.array(np.hstack([head_X, head_y]), dtype=np.float64, order="C")
+    head = np.array(np.hstack([gathered(X, take), y[take]]), dtype=np.float64, order="C")
     flat = np.ptp(head, axis=0) == 0
     head_mean = head.mean(axis=0)
     shift = np.where(flat, head[0], head_mean) if centered else np.zeros(p)
@@ -222,7 +220,7 @@ def _shifted_statistics(X, y, centered, rows):
         shift[:d] = 0.0
     # At least p rows per block: a site of up to p rows is one syrk, straight into its Gram.
     block = max(1, _BLOCK_BYTES // (8 * (p + 1)), p)
-    if in_place and block == p and index is None and X.flags.c_contiguous:
+    if in_place and block == p and isinstance(rows, slice) and X.flags.c_contiguous:
         # Blocks of p rows outgrow the cache anyway, and these are views of X:
         # one syrk over the whole site needs no second d x d accumulator.
         block = max(n, 1)
@@ -237,29 +235,30 @@ def _shifted_statistics(X, y, centered, rows):
     else:
         total = np.empty((p + 1, p + 1))  # products of [x - s, y - s_y, 1]
         out = np.empty((p + 1, p + 1)) if n > block else None
-    for start in range(0, n, block):
-        m = min(block, n - start)
+    for i, take in enumerate(_blocks(rows, X.shape[0], block)):
+        Xb, yb = gathered(X, take), y[take]
+        m = Xb.shape[0]
         if in_place:
-            gather = None if index is None and X.flags.c_contiguous else _scratch(m, d, "rows")
-            Xb, yb = block_of(start, start + m, gather)
+            if not Xb.flags.c_contiguous:  # BLAS always sees one layout
+                gather = _scratch(m, d, "rows")
+                Xb = np.copyto(gather, Xb) or gather
             targets = _scratch(t + 1, m, "targets")  # rows: y - s_y per target, then ones
             np.subtract(yb.T, shift[d:, None], out=targets[:t])
             targets[t] = 1.0
             # numpy runs syrk: one read of the rows in place
-            np.matmul(Xb.T, Xb, out=gram if start == 0 else out)
-            if start:
+            np.matmul(Xb.T, Xb, out=gram if i == 0 else out)
+            if i:
                 gram += out
             side += rows_times(targets, Xb, out=side_block)
             np.matmul(targets, targets.T, out=corner_block)
             corner += corner_block
         else:
             work = _scratch(m, p + 1)
-            Xb, yb = block_of(start, start + m, None)
             np.subtract(Xb, shift[:d], out=work[:, :d])
             np.subtract(yb, shift[d:], out=work[:, d:p])
             work[:, p] = 1.0
-            np.matmul(work.T, work, out=total if start == 0 else out)
-            if start:
+            np.matmul(work.T, work, out=total if i == 0 else out)
+            if i:
                 total += out
     if in_place:
         return _centered_parts(gram, side[:t].T, corner[:t, :t], side[t], corner[:t, t],
@@ -319,12 +318,6 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
     block statistics follow from ``B - S S^T / W``, and blocks are merged with
     the Chan update.
     """
-    contiguous = isinstance(rows, slice)
-    if contiguous:
-        first, stop, _ = rows.indices(X.shape[0])
-        n = max(stop - first, 0)
-    else:
-        n = len(rows)
     d, t = X.shape[1], y.shape[1]
     p = d + t
     # At least p rows per block, as in the in-place path: each block's merge is
@@ -334,13 +327,8 @@ def _chan_statistics(X, y, sample_weight, centered, rows):
     total = np.zeros((p, p))  # centered (or raw) products of [x, y]
     weight_sum = 0.0
     mean = np.zeros(p)
-    for start in range(0, n, block):
-        if contiguous:  # a view: nothing is copied until the shift below
-            take = slice(first + start, first + min(start + block, n))
-        else:
-            take = rows[start : start + block]
-        Xv = X[take] if contiguous else gathered(X, take)
-        yv = y[take]
+    for take in _blocks(rows, X.shape[0], block):
+        Xv, yv = gathered(X, take), y[take]  # contiguous rows: a view, copied by the shift below
         wv = None if sample_weight is None else sample_weight[take]
         if wv is not None and not np.all(wv > 0):  # rows of weight 0 add nothing
             keep = wv > 0
@@ -473,25 +461,16 @@ def _factor_statistics(X, y, sample_weight, centered, rows):
     ``sqrt(W W_b / (W + W_b)) (mean_b - mean)``: the TSQR form of the Gram
     path's pairwise merge. Rows of weight zero are left out.
     """
-    if isinstance(rows, slice):
-        first, stop, _ = rows.indices(X.shape[0])
-        index = range(first, max(stop, first))
-    else:
-        index = rows
-    n = len(index)
     d, t = X.shape[1], y.shape[1]
     p = d + t
-    sparse = sp.issparse(X)
-    if sparse:
-        X = sp.csr_matrix(X)
+    if sp.issparse(X):
+        X = _DenseRows(sp.csr_matrix(X))
     block = max(1, _BLOCK_BYTES // (8 * p))
     triangle = np.zeros((0, p))
     mean = np.zeros(p)
     weight_sum = 0.0
-    for start in range(0, n, block):
-        take = index[start : start + block]
-        take = slice(take.start, take.stop) if isinstance(take, range) else take
-        Xb = X[take].toarray() if sparse else X[take]
+    for take in _blocks(rows, X.shape[0], block):
+        Xb = X[take]
         work = np.empty((Xb.shape[0], p))
         work[:, :d] = Xb
         work[:, d:] = y[take]
@@ -502,14 +481,12 @@ def _factor_statistics(X, y, sample_weight, centered, rows):
         block_weight = float(work.shape[0] if w is None else w.sum())
         if block_weight == 0:
             continue
+        block_mean = np.average(work, axis=0, weights=w)
         if centered:
-            block_mean = np.average(work, axis=0, weights=w)
             work -= block_mean
             correction = np.average(work, axis=0, weights=w)
             work -= correction
             block_mean += correction
-        else:
-            block_mean = np.average(work, axis=0, weights=w)
         root = None if w is None else np.sqrt(w)
         if root is not None:
             work *= root[:, None]

@@ -3,12 +3,17 @@
 Its two forms (Gram and factor), and why they are computed as they are, are
 told in the docstring of :mod:`sklearn_fed.statistics`. The row kernels are
 in :mod:`~sklearn_fed.statistics._kernels`, the checks of an untrusted
-message in :mod:`~sklearn_fed.statistics._validation`, the reader of the
-format-1 message in :mod:`~sklearn_fed.statistics._v1`.
+message in :mod:`~sklearn_fed.statistics._validation`. Also here: many
+messages merged along a balanced tree, which keeps round-off at O(log K), as
+they stream in (:func:`merge_statistics`, :class:`StreamingMerge`), and the
+reader of the format-1 message of sklearn-fed 0.1.
 """
 
 import dataclasses
+import hashlib
+import hmac
 import math
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +22,7 @@ import scipy.sparse as sp
 from ..protocol._errors import InvalidClientMessage
 from ..protocol._errors import who as _who
 from ..protocol._schema import check_site_data, count_rows
-from ..protocol._wire import Frame, SymmetricMatrix, decode, encode
+from ..protocol._wire import Frame, SymmetricMatrix, _unpack_upper, decode, encode
 from ._inplace import _update_by_outer, upper_mask
 from ._kernels import (
     _chan_statistics,
@@ -27,17 +32,14 @@ from ._kernels import (
     _sparse_statistics,
     _triangular_factor,
 )
-from ._v1 import V1_MAGIC, from_v1_bytes
 from ._validation import _ARRAYS, _FACTOR_ARRAYS, validate_statistics
 
-__all__ = ["FORMS", "STATISTICS_KIND", "ClientStatistics"]
+__all__ = ["FORMS", "STATISTICS_KIND", "ClientStatistics", "StreamingMerge", "merge_statistics"]
 
 #: Message kind of a statistics reply (the payload of :class:`ClientStatistics`).
 STATISTICS_KIND = "ridge.statistics/reply"
 _FIELDS = {"n_samples", "weight_sum", "centered", "single_target"}
 _FACTOR_FIELDS = _FIELDS | {"factor_rows"}
-_ARRAY_NAMES = frozenset(_ARRAYS)
-_FACTOR_ARRAY_NAMES = frozenset(_FACTOR_ARRAYS)
 #: Values of ``ClientStatistics.form``.
 FORMS = ("gram", "factor")
 
@@ -58,7 +60,11 @@ class _FactorProduct:
             return None  # the dataclass default: not given
         value = stats.__dict__.get(self.slot)
         if value is None and stats.__dict__.get("factor") is not None:
-            stats._expand_factor()
+            d, products = stats.n_features, stats.factor.T @ stats.factor  # all three at once
+            stats.__dict__.update(
+                _gram=np.ascontiguousarray(products[:d, :d]),
+                _moment=np.ascontiguousarray(products[:d, d:]),
+                _target_ss=np.maximum(np.diag(products)[d:].copy(), 0.0))
             value = stats.__dict__[self.slot]
         return value
 
@@ -164,14 +170,6 @@ class ClientStatistics:
     def form(self):
         """``"factor"`` when the statistics hold ``factor``, else ``"gram"``."""
         return "gram" if self.factor is None else "factor"
-
-    def _expand_factor(self):
-        """Fill the Gram-form fields from ``R^T R`` (one product)."""
-        d = self.n_features
-        products = self.factor.T @ self.factor
-        self.__dict__["_gram"] = np.ascontiguousarray(products[:d, :d])
-        self.__dict__["_moment"] = np.ascontiguousarray(products[:d, d:])
-        self.__dict__["_target_ss"] = np.maximum(np.diag(products)[d:].copy(), 0.0)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -365,7 +363,7 @@ class ClientStatistics:
         expected_fields = _FACTOR_FIELDS if factored else _FIELDS
         if fields.keys() != expected_fields:
             fail(f"statistics fields must be {sorted(expected_fields)}; got {sorted(fields)}.")
-        if arrays.keys() != (_FACTOR_ARRAY_NAMES if factored else _ARRAY_NAMES):
+        if arrays.keys() != set(names):
             fail(f"statistics arrays must be {list(names)}; got {sorted(arrays)}.")
         # The count, the flags and the dimensions are checked by validate; the weight
         # sum's type here, before it is read as a float.
@@ -386,7 +384,6 @@ class ClientStatistics:
         if values["x_mean"].ndim != 1 or values["y_mean"].ndim != 1:
             fail("x_mean and y_mean must be non-empty vectors.")
         d, t = values["x_mean"].shape[0], values["y_mean"].shape[0]
-        common = {"centered": fields["centered"], "single_target": fields["single_target"]}
         if factored:
             p, packed = fields["factor_rows"], values["factor"]
             if not (type(p) is int and 0 <= p <= d + t):
@@ -394,10 +391,9 @@ class ClientStatistics:
             if packed.shape != (_trapezoid_size(p, d + t),):
                 fail(f"factor has shape {packed.shape}, expected "
                      f"({_trapezoid_size(p, d + t)},) for {p} rows of {d + t} columns.")
-            stats = cls(n_samples, float(weight_sum), values["x_mean"], values["y_mean"],
-                        factor=_unpack_trapezoid(packed, p, d + t), **common)
-        else:  # the arrays in the order of the fields
-            stats = cls(n_samples, float(weight_sum), *(values[name] for name in names), **common)
+            values["factor"] = _unpack_trapezoid(packed, p, d + t)
+        stats = cls(n_samples, float(weight_sum), **values, centered=fields["centered"],
+                    single_target=fields["single_target"])
         if validate:
             validate_statistics(stats, client, n_features, n_targets, psd, symmetric=symmetric)
         return stats
@@ -455,8 +451,8 @@ class ClientStatistics:
             If the message is truncated, corrupted, of an unknown version, or
             fails validation. Nothing is returned from a bad message.
         """
-        if isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:8]) == V1_MAGIC:
-            return from_v1_bytes(cls, bytes(data), client=client, validate=validate)
+        if isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:8]) == _V1_MAGIC:
+            return _from_v1_bytes(cls, bytes(data), client=client, validate=validate)
         frame = decode(data, key=key, client=client)
         if frame.kind != STATISTICS_KIND:
             raise InvalidClientMessage(
@@ -499,6 +495,109 @@ class ClientStatistics:
                                    symmetric=False)
 
 
+# ------------------------------------------------- many messages along one tree
+def merge_statistics(statistics):
+    """Merge any number of client statistics (pairwise tree, exact).
+
+    Parameters
+    ----------
+    statistics : iterable of ClientStatistics or of ColumnMoments
+        At least one.
+
+    Returns
+    -------
+    merged : ClientStatistics or ColumnMoments
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.statistics import ClientStatistics, merge_statistics
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    >>> parts = [ClientStatistics.from_data(X[i::3], y[i::3]) for i in range(3)]
+    >>> whole = ClientStatistics.from_data(X, y)
+    >>> np.allclose(merge_statistics(parts).gram, whole.gram)
+    True
+    """
+    merger = StreamingMerge()
+    for stats in statistics:
+        merger.add(stats)
+    if not merger:
+        raise ValueError("merge_statistics needs at least one ClientStatistics.")
+    return merger.result()
+
+
+class StreamingMerge:
+    """:func:`merge_statistics` fed one message at a time: the same tree, the same bits.
+
+    A balanced tree keeps round-off at O(log K). It is built as a binary
+    counter over the stream: at most log2(K) partial merges are held at
+    once, so a server can fold each message as soon as it has read it
+    instead of holding all K.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fed.statistics import ClientStatistics, StreamingMerge
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    >>> merger = StreamingMerge()
+    >>> for i in range(3):
+    ...     merger.add(ClientStatistics.from_data(X[i::3], y[i::3]))
+    >>> parts = [ClientStatistics.from_data(X[i::3], y[i::3]) for i in range(3)]
+    >>> bool(np.array_equal(merger.result().gram, merge_statistics(parts).gram))
+    True
+    """
+
+    def __init__(self, *, owned=False):
+        self._pending = []  # (number of messages, their merge), sizes decreasing
+        self._done = False
+        # Partial merges are always the stream's own; the messages only if ``owned``
+        # (a server's freshly parsed replies): then a pair merges into the first.
+        self._owned = owned
+        self._count = 0
+
+    def __len__(self):
+        """Number of partial merges held (0 before the first message)."""
+        return len(self._pending)
+
+    def add(self, stats):
+        """Fold the next message (in the order the merge must follow)."""
+        if self._done:
+            raise ValueError("StreamingMerge.add after result(): the stream has ended.")
+        self._count += 1
+        size = 1
+        while self._pending and self._pending[-1][0] == size:
+            stats = _merge_pair(self._pending.pop()[1], stats, own=size > 1 or self._owned)
+            size *= 2
+        self._pending.append((size, stats))
+
+    @property
+    def owns_result(self):
+        """Whether no one else holds the arrays of :meth:`result`: a merge of two or more
+        messages, or an ``owned`` message (so its Gram may lend work space)."""
+        return self._owned or self._count > 1
+
+    def result(self):
+        """The merge of every message added; ends the stream (the partial merges are freed)."""
+        if not self._pending:
+            raise ValueError("StreamingMerge.result needs at least one message.")
+        merged = self._pending.pop()[1]
+        while self._pending:
+            size, first = self._pending.pop()
+            merged = _merge_pair(first, merged, own=size > 1 or self._owned)
+        self._pending, self._done = [(None, merged)], True
+        return merged
+
+
+def _merge_pair(first, second, *, own):
+    """``first.merge(second)``; when ``first`` is the caller's ``own`` (read by no one
+    else), its Gram takes ``second``'s in place: no d x d allocation."""
+    if own and isinstance(first, ClientStatistics) and first.gram.flags.writeable:
+        return first._merge(second, reuse=True)
+    return first.merge(second)
+
+
 def _trapezoid_size(n_rows, n_cols):
     """Number of entries on or above the diagonal of an (n_rows, n_cols) matrix."""
     return n_rows * n_cols - n_rows * (n_rows - 1) // 2
@@ -516,3 +615,58 @@ def _unpack_trapezoid(packed, n_rows, n_cols):
     factor = np.zeros((n_rows, n_cols))
     factor[upper_mask(n_rows, n_cols)] = packed
     return factor
+
+
+# Format 1 (sklearn-fed 0.1, before the common framing of sklearn_fed.protocol): a
+# fixed header, the float64 values and a SHA-256 checksum. Still read, so that
+# statistics saved by earlier releases stay usable; nothing writes it any more.
+_V1_MAGIC = b"SKFEDSTA"
+_V1_VERSION = 1
+# magic, version, flags, n_features, n_targets, n_samples, weight_sum
+_V1_HEADER = struct.Struct("<8sHHIIQd")
+_V1_CHECKSUM_BYTES = 32  # SHA-256 of header and payload
+_V1_FLAG_CENTERED = 1
+_V1_FLAG_SINGLE_TARGET = 2
+_V1_FLAGS = _V1_FLAG_CENTERED | _V1_FLAG_SINGLE_TARGET
+_MAX_FEATURES = 2**20  # refuse to even size a message that claims more
+
+
+def _from_v1_bytes(cls, data, *, client, validate):
+    """A format-1 message (``data`` starts with ``_V1_MAGIC``) read as ``cls``.
+
+    ``cls`` is :class:`~sklearn_fed.statistics.ClientStatistics` (or a subclass);
+    the statistics are validated when ``validate`` is true.
+
+    Raises
+    ------
+    InvalidClientMessage
+        Naming ``client``: a truncated or padded message, an unknown version
+        or flag, an implausible shape, a checksum mismatch, or invalid statistics.
+    """
+    def fail(reason):
+        raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
+
+    if len(data) < _V1_HEADER.size + _V1_CHECKSUM_BYTES:
+        fail(f"message is truncated ({len(data)} bytes is shorter than the fixed header).")
+    _, version, flags, d, t, n_samples, weight_sum = _V1_HEADER.unpack_from(data)
+    if version != _V1_VERSION or flags & ~_V1_FLAGS:
+        fail(f"unsupported statistics message (version {version}, flags {flags:#x}).")
+    if not (0 < d <= _MAX_FEATURES and 0 < t <= _MAX_FEATURES):
+        fail(f"implausible shape n_features={d}, n_targets={t}.")
+    n_values = d + t + d * (d + 1) // 2 + d * t + t
+    expected = _V1_HEADER.size + 8 * n_values + _V1_CHECKSUM_BYTES
+    if len(data) != expected:
+        fail(f"message has {len(data)} bytes but its header announces {expected} "
+             "(truncated or padded).")
+    body, checksum = data[:-_V1_CHECKSUM_BYTES], data[-_V1_CHECKSUM_BYTES:]
+    if not hmac.compare_digest(hashlib.sha256(body).digest(), checksum):
+        fail("checksum mismatch (the message was altered or corrupted).")
+    values = np.frombuffer(body, dtype="<f8", offset=_V1_HEADER.size).astype(np.float64)
+    sizes = np.cumsum([d, t, d * (d + 1) // 2, d * t])
+    x_mean, y_mean, packed, moment, target_ss = np.split(values, sizes)
+    stats = cls(int(n_samples), float(weight_sum), x_mean, y_mean, _unpack_upper(packed, d),
+                moment.reshape(d, t), target_ss, centered=bool(flags & _V1_FLAG_CENTERED),
+                single_target=bool(flags & _V1_FLAG_SINGLE_TARGET))
+    if validate:
+        stats.validate(client=client)
+    return stats

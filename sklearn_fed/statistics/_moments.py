@@ -8,8 +8,8 @@ import scipy.sparse as sp
 from .._compat import _get_mask
 from ..protocol._errors import InvalidClientMessage
 from ..protocol._errors import who as _who
-from ._kernels import _BLOCK_BYTES, _HEAD_ROWS, _scratch, gathered
-from ._merge import merge_statistics
+from ._kernels import _BLOCK_BYTES, _HEAD_ROWS, _blocks, _scratch, gathered
+from ._message import merge_statistics
 from ._validation import MAX_MEAN, MAX_SECOND
 
 __all__ = ["ColumnMoments"]
@@ -116,18 +116,12 @@ class ColumnMoments:
         if sp.issparse(X):
             return cls._from_sparse(sp.csc_matrix(X), sample_weight, order, missing_values)
         block = max(1, _BLOCK_BYTES // (8 * max(X.shape[1], 1)))
-
-        def block_of(start):
-            """Rows start:start + block of ``X[rows]``, gathered block by block (in cache
-            for the passes over them) in C order, as ``X[rows]`` is: the same bits."""
-            take = slice(start, start + block) if rows is None else rows[start : start + block]
-            Xb = X[take] if rows is None else gathered(X, take)
-            return Xb, None if sample_weight is None else sample_weight[take]
-
-        parts = [cls._from_dense(*block_of(start), order, missing_values)
-                 for start in range(0, X.shape[0] if rows is None else len(rows), block)]
-        if not parts:  # no rows: the moments of none
-            parts = [cls._from_dense(*block_of(0), order, missing_values)]
+        # X[rows] gathered block by block (in cache for the passes over them) in C order,
+        # as X[rows] is: the same bits. No rows: the moments of none.
+        takes = list(_blocks(slice(None) if rows is None else rows, X.shape[0], block))
+        parts = [cls._from_dense(gathered(X, take), None if sample_weight is None
+                                 else sample_weight[take], order, missing_values)
+                 for take in takes or [slice(0, 0)]]
         return merge_statistics(parts)
 
     @classmethod

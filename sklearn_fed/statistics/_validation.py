@@ -110,7 +110,7 @@ def validate_statistics(stats, client, n_features, n_targets, psd, *, symmetric)
     if not _gram_plainly_valid(stats.gram, diag, symmetric):
         _check_gram(stats, fail, diag)
     _check_targets(stats, fail, diag)
-    _check_no_second_moments(stats, fail, weight, n, diag)
+    _check_no_second_moments(stats, fail, weight, n)
     if psd and not _is_psd(stats.gram):
         fail("gram is not positive semi-definite.")
     return stats
@@ -131,24 +131,25 @@ def _check_targets(stats, fail, diag):
         fail("moment violates the Cauchy-Schwarz bound of gram and target_ss.")
 
 
-def _no_second_moments(stats, weight, n):
-    """Why ``stats`` can hold no second moments (a zero weight sum, one centered row), or None."""
+def _check_no_second_moments(stats, fail, weight, n):
+    """Zero second moments (either form) where there can be none: a zero weight sum, or
+    one centered row (minus its own mean: zero up to the round-off of that mean)."""
     if weight == 0:
-        return "a zero weight sum"
-    if stats.centered and n == 1:
-        return "one centered row"
-    return None
-
-
-def _check_no_second_moments(stats, fail, weight, n, diag):
-    """Zero second moments (Gram form) where :func:`_no_second_moments` says so."""
-    why = _no_second_moments(stats, weight, n)
-    if why is None:
+        why = "a zero weight sum"
+    elif stats.centered and n == 1:
+        why = "one centered row"
+    else:
         return
-    # One row minus its own mean is zero up to the round-off of that mean.
-    x_room = weight * (_RELATIVE_SLACK * stats.x_mean) ** 2 + _TINY
-    y_room = weight * (_RELATIVE_SLACK * stats.y_mean) ** 2 + _TINY
-    if np.any(diag > x_room) or np.any(stats.target_ss > y_room):
+    if stats.factor is not None:  # |R| bounds the roots of the second moments
+        room = math.sqrt(weight) * _RELATIVE_SLACK * max(
+            float(np.max(np.abs(stats.x_mean), initial=0.0)),
+            float(np.max(np.abs(stats.y_mean), initial=0.0))) + _TINY
+        nonzero = np.max(np.abs(stats.factor), initial=0.0) > room
+    else:
+        x_room = weight * (_RELATIVE_SLACK * stats.x_mean) ** 2 + _TINY
+        y_room = weight * (_RELATIVE_SLACK * stats.y_mean) ** 2 + _TINY
+        nonzero = np.any(np.diag(stats.gram) > x_room) or np.any(stats.target_ss > y_room)
+    if nonzero:
         fail(f"has {why} but non-zero second moments.")
 
 
@@ -203,13 +204,7 @@ def _validate_factor(stats, fail, weight, n):
         fail(f"factor has shape {shape}, expected (n_rows <= {width}, {width}).")
     _check_caps(stats, fail, x_mean=MAX_MEAN, y_mean=MAX_MEAN,
                 factor=math.sqrt(MAX_SECOND))
-    why = _no_second_moments(stats, weight, n)
-    if why is not None:
-        room = math.sqrt(weight) * _RELATIVE_SLACK * max(
-            float(np.max(np.abs(stats.x_mean), initial=0.0)),
-            float(np.max(np.abs(stats.y_mean), initial=0.0))) + _TINY
-        if np.max(np.abs(stats.factor), initial=0.0) > room:
-            fail(f"has {why} but non-zero second moments.")
+    _check_no_second_moments(stats, fail, weight, n)
     return stats
 
 
@@ -319,14 +314,11 @@ def check_aggregate(aggregate, messages, *, in_place=False):
     ------
     InvalidClientMessage
     """
-    if aggregate.factor is not None:  # R^T R is PSD by construction
-        arrays = (aggregate.factor, aggregate.x_mean, aggregate.y_mean)
-    else:
-        arrays = (aggregate.gram, aggregate.moment, aggregate.x_mean, aggregate.y_mean,
-                  aggregate.target_ss)
+    names = _ARRAYS if aggregate.factor is None else _FACTOR_ARRAYS
     # _max_abs is NaN or inf exactly when an entry is: no d x d boolean temporary.
-    finite = all(np.isfinite(_max_abs(a)) for a in arrays) and math.isfinite(aggregate.weight_sum)
-    if finite and (aggregate.factor is not None
+    finite = all(np.isfinite(_max_abs(getattr(aggregate, name))) for name in names) and (
+        math.isfinite(aggregate.weight_sum))
+    if finite and (aggregate.factor is not None  # R^T R is PSD by construction
                    or _is_psd(aggregate.gram, in_place=in_place)):
         return
     for label, stats in messages.items():

@@ -575,3 +575,31 @@ def test_leave_one_out_with_only_constant_columns(solver, n_targets):
         np.testing.assert_allclose(fed.intercept_, pooled.intercept_, rtol=1e-14)
         np.testing.assert_allclose(fed.cv_results_, pooled.cv_results_, rtol=1e-12)
         assert fed.alpha_ == pooled.alpha_
+
+
+@pytest.mark.parametrize("name, change", [
+    (name, change)
+    for name in ("alphas", "eigenvalues", "basis", "projected", "x_mean", "y_mean")
+    for change in ("missing", "extra_axis", "longer")
+    if (name, change) != ("alphas", "longer")  # the number of alphas is the server's choice
+])
+def test_malformed_leave_one_out_task_names_the_array(name, change):
+    """A site refuses a leave-one-out task with an array missing or of the wrong shape,
+    naming the server and the array (not a KeyError or a broadcast error at the site)."""
+    X, y, _ = _data(n=30)
+    clients = np.arange(30) % 3
+    estimator = FederatedRidgeCV(alphas=ALPHAS)
+
+    class Tampered(CVClient):  # the leave-one-out task as a hostile server would send it
+        def summarize(self, task, X, y, sample_weight, rows):
+            if task.fields.get("step") == "leave_one_out":
+                value = task.arrays.pop(name)
+                if change == "extra_axis":
+                    task.arrays[name] = value[..., None]
+                elif change == "longer":
+                    task.arrays[name] = np.concatenate([value, value])
+            return super().summarize(task, X, y, sample_weight, rows)
+
+    with pytest.raises(InvalidClientMessage, match=f"server: .*{name!r}"):
+        _deploy(estimator, X, y, clients, client_role=lambda folds=None: Tampered(
+            estimator, policy=SitePolicy.permissive()))

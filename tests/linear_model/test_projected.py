@@ -14,6 +14,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fed import FederatedRidge, ProjectedFederatedRidge
 from sklearn_fed.linear_model._projected import shared_projection
+from sklearn_fed.protocol._wire import SymmetricMatrix
 from sklearn_fed.statistics import ClientStatistics
 
 
@@ -102,8 +103,9 @@ def test_communication_counts_projected_values():
     assert model.uplink_values_ == {"projected": 65, "full": 860, "ratio": 860 / 65}
     # Each client sends the statistics of 10 projected features, whatever d is.
     statistics = ClientStatistics.from_data(np.zeros((3, 10)), np.zeros(3)).to_payload()
-    payload = 8 * sum(
-        a.n_values if hasattr(a, "n_values") else a.size for a in statistics[1].values()
+    payload = 8 * sum(  # a symmetric matrix travels as its packed upper triangle
+        len(a.matrix) * (len(a.matrix) + 1) // 2 if isinstance(a, SymmetricMatrix) else a.size
+        for a in statistics[1].values()
     )
     assert payload == 8 * (10 + 1 + 55 + 10 + 1)
     for sent in model.communication_.uplink_bytes_per_client.values():
