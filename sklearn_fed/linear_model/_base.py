@@ -160,7 +160,7 @@ class StatisticsServer(Server):
     """
 
     protocol = "ridge.statistics"
-    #: Whether ``apply`` reads the round's replies only through :meth:`_merged`
+    #: Whether ``apply`` reads the round's replies only through :meth:`_merged_and_owned`
     #: (and to name a culprit), so they can be folded as they are read, and a
     #: Gram round may be pooled in simulation (:meth:`pools_round`): their
     #: merge equals the statistics of the pooled rows.
@@ -207,7 +207,7 @@ class StatisticsServer(Server):
         return getattr(self.estimator, "_aggregate", None) if self.warm_start else None
 
     def read_reply(self, site, frame):
-        # O(d^2) checks per message; the PSD test runs once on the merge (_merged).
+        # O(d^2) checks per message; the PSD test runs once on the merge (_merged_and_owned).
         stats = ClientStatistics.from_payload(frame.fields, frame.arrays, client=site, psd=False)
         self._check_statistics(site, stats, frame)
         previous = self._previous()
@@ -275,26 +275,23 @@ class StatisticsServer(Server):
         return fold
 
     def reply_fold(self):
-        # A server whose _apply reads the replies only through _merged folds
+        # A server whose apply reads the replies only through _merged_and_owned folds
         # them as they come (the same tree as merge_statistics, so the same
         # bits); robust aggregation compares every reply, so it keeps them.
         if not self._merges_replies or self.robust is not None:
             return None
         return StreamingMerge(owned=True)  # replies parsed here: no one else reads them
 
-    def _merged(self, replies):
-        """Statistics of all replies of the round (exact tree merge, label order), checked.
+    def _merged_and_owned(self, replies):
+        """``(merged, owned)``: statistics of all replies of the round (exact tree merge,
+        label order), checked, and whether no one else holds their arrays (a merge of two
+        or more replies, or of replies this server parsed), so that the Gram may lend work
+        space to the checks and the solve.
 
         ``replies`` may be the :class:`~sklearn_fed.protocol.FoldedReplies`
         of :meth:`reply_fold`: merged already; single replies are then
         parsed again only if the merge fails its check, to name the culprit.
         """
-        return self._merged_and_owned(replies)[0]
-
-    def _merged_and_owned(self, replies):
-        """``(merged, owned)``: :meth:`_merged`, and whether no one else holds its
-        arrays (a merge of two or more replies, or of replies this server parsed),
-        so that its Gram may lend work space to the checks and the solve."""
         if isinstance(replies, FoldedReplies):
             fold = replies.fold
             merged = fold.result()

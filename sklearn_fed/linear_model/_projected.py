@@ -149,7 +149,7 @@ class ProjectedServer(StatisticsServer):
     """
 
     protocol = "ridge.projected"
-    # apply reads the statistics round only through _merged; every site projects
+    # apply reads the statistics round only through _merged_and_owned; every site projects
     # with the same R, so their statistics add up to those of all rows projected.
     _merges_replies = True
 
@@ -209,7 +209,7 @@ class ProjectedServer(StatisticsServer):
         estimator = self.estimator
         previous = self._previous()
         d = self.schema.n_features
-        batch = self._merged(replies)
+        batch = self._merged_and_owned(replies)[0]
         aggregate = batch if previous is None else previous.merge(batch)
         n_targets = aggregate.n_targets
         coef_projected = solve_ridge(
