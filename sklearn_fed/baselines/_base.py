@@ -37,12 +37,11 @@ from ..linear_model._base import (
 )
 from ..protocol import (
     Client,
-    InvalidClientMessage,
     Server,
     label_key,
     sorted_labels,
 )
-from ..protocol._errors import failing
+from ..protocol._errors import failing, server_error
 from ..protocol._fields import reply_array, reply_keys, reply_number, task_field
 from ..protocol._schema import count_rows
 from ..utils._warnings import warn
@@ -105,7 +104,7 @@ class _Training:
             and math.isfinite(self.mu) and self.mu >= 0
             and 0 <= self.seed < 2**63
         ):
-            raise InvalidClientMessage("server: malformed local training parameters.", "server")
+            server_error("malformed local training parameters.")
 
     def steps(self, n):
         """Local steps of a site with ``n`` rows: per epoch, and in total."""
@@ -230,7 +229,7 @@ class SGDClient(Client):
         if step == "setup":
             return self._setup(task, *_site_rows(X, y, sample_weight, rows), np.ndim(y))
         if step != "train":
-            raise InvalidClientMessage(f"server: unknown task step {step!r}.", "server")
+            server_error(f"unknown task step {step!r}.")
         if not sp.issparse(X):  # a group of one site (see reply_many)
             return self._train_group({task.site: task}, X, y, sample_weight, {task.site: rows},
                                      {}, {})[0]
@@ -315,16 +314,12 @@ class SGDClient(Client):
         coef = task.arrays.get("coef")
         if not (isinstance(coef, np.ndarray) and coef.shape == (rows, t)
                 and coef.dtype == np.float64 and np.all(np.isfinite(coef))):
-            raise InvalidClientMessage(
-                f"server: the task's model must be a finite ({rows}, {t}) float64 array.",
-                "server",
-            )
+            server_error(f"the task's model must be a finite ({rows}, {t}) float64 array.")
         if task_field(task, "centered", bool):
             x_mean, y_mean = task.arrays.get("x_mean"), task.arrays.get("y_mean")
             if not (isinstance(x_mean, np.ndarray) and x_mean.shape == (d,)
                     and isinstance(y_mean, np.ndarray) and y_mean.shape == (t,)):
-                raise InvalidClientMessage("server: malformed global means in the task.",
-                                           "server")
+                server_error("malformed global means in the task.")
             return params, coef, x_mean, y_mean
         return params, coef, None, None
 
@@ -436,7 +431,7 @@ class SGDServer(Server):
                    arrays=["x_mean", "y_mean"] if self._centered else [])
         y_ndim = frame.fields["y_ndim"]
         if y_ndim not in (1, 2) or type(y_ndim) is not int or (y_ndim == 1 and t != 1):
-            raise InvalidClientMessage(f"client {site!r}: malformed y_ndim {y_ndim!r}.", site)
+            failing(site)(f"malformed y_ndim {y_ndim!r}.")
         reply = {
             "weight_sum": self._read_weight(site, frame),
             "y_ndim": y_ndim,

@@ -14,8 +14,7 @@ import numpy as np
 from .._compat import Interval
 from ..privacy import PrivacyLedger, gaussian_noise_std, noise_generator
 from ..privacy._noise import discretized_sensitivity, grid_exponent, rounded_gaussian
-from ..protocol import InvalidClientMessage
-from ..protocol._errors import failing
+from ..protocol._errors import failing, server_error
 from ..protocol._fields import reply_keys, reply_number, task_field
 from ._base import BaseFederatedSGD, SGDClient, SGDServer
 from ._fedavg import _fill_docstring
@@ -80,14 +79,14 @@ class DPClient(SGDClient):
         release = task_field(task, "release", int)
         if not (epsilon > 0 and 0 < delta < 1 and 1 <= releases <= 10**9
                 and 0 <= release < 2**63):
-            raise InvalidClientMessage("server: malformed privacy parameters.", "server")
+            server_error("malformed privacy parameters.")
         return noise_multiplier(epsilon, delta, releases)
 
     @staticmethod
     def _weight_bound(task):
         bound = task_field(task, "max_sample_weight", float)
         if not 0 < bound < math.inf:
-            raise InvalidClientMessage("server: max_sample_weight must be positive.", "server")
+            server_error("max_sample_weight must be positive.")
         return bound
 
     def _check_weights(self, task, weights):
@@ -115,7 +114,7 @@ class DPClient(SGDClient):
     def _train_reply(self, task, coef, W, steps, loss):
         clip = task_field(task, "clip_norm", float)
         if not (0 < clip < math.inf):
-            raise InvalidClientMessage("server: clip_norm must be positive.", "server")
+            server_error("clip_norm must be positive.")
         update = W - coef
         norm = np.linalg.norm(update)
         if not math.isfinite(norm):

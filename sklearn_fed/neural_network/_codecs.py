@@ -38,8 +38,8 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ..protocol import Frame, InvalidClientMessage
-from ..protocol._errors import who
+from ..protocol import Frame
+from ..protocol._errors import failing
 from ._sign_kernels import decode_many, encode_many, sign_rows
 
 __all__ = [
@@ -178,9 +178,7 @@ class _Codec(ABC):
             Naming ``client`` and the field that is wrong.
         """
 
-        def fail(reason):
-            raise InvalidClientMessage(f"{who(client)}: {self.name} message {reason}", client)
-
+        fail = failing(client, f"{self.name} message ")
         fields, arrays = frame.fields, frame.arrays
         if not isinstance(fields, dict) or set(fields) != set(self.fields):
             fail(f"must have the fields {sorted(self.fields)}, got "

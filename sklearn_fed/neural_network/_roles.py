@@ -55,13 +55,12 @@ from ..protocol import (
     Client,
     CountedLabels,
     Frame,
-    InvalidClientMessage,
     Server,
     label_key,
     plain_label,
     sorted_labels,
 )
-from ..protocol._errors import failing
+from ..protocol._errors import failing, server_error
 from ._codecs import codec_from_settings, derive_seed, make_codec
 
 __all__ = ["FedMPDDClient", "FedMPDDServer"]
@@ -75,10 +74,6 @@ _DIRECTIONS, _MINIBATCH, _LOCAL = 0, 1, 2
 VMAP_MAX_BATCH = 64
 #: Most class labels a task or a describe reply may hold.
 MAX_CLASSES = 1 << 16
-
-
-def _server_fail(reason):
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def per_sample_loss(criterion, logits, y):
@@ -125,14 +120,14 @@ def _task_classes(value):
             return _checked_classes(tuple((type(v), v) for v in value))
         except TypeError:  # unhashable entries: not labels
             pass
-    _parse_labels(value, _server_fail)  # raises, naming what is wrong
+    _parse_labels(value, server_error)  # raises, naming what is wrong
 
 
 @functools.lru_cache(maxsize=8)
 def _checked_classes(typed):
-    labels = _parse_labels([v for _, v in typed], _server_fail)
+    labels = _parse_labels([v for _, v in typed], server_error)
     if not labels:
-        _server_fail("the task names no classes.")
+        server_error("the task names no classes.")
     classes = classes_array(labels)
     classes.setflags(write=False)  # shared between the tasks of every round
     return classes
@@ -156,27 +151,27 @@ class TrainTask:
         try:
             codec = codec_from_settings(fields)
         except ValueError as exc:
-            _server_fail(f"malformed codec settings in task ({exc}).")
+            server_error(f"malformed codec settings in task ({exc}).")
         expected = {"step", "classes", "batch_size", "minibatch_seed", *codec.settings()}
         if codec.seeded:
             expected.add("seed")
         if set(fields) != expected:
-            _server_fail(f"a training task has the fields {sorted(expected)}, got "
+            server_error(f"a training task has the fields {sorted(expected)}, got "
                          f"{sorted(fields)}.")
         seeds = [fields["minibatch_seed"], fields.get("seed", 0)]
         if not all(type(s) is int and 0 <= s < 2**63 for s in seeds):
-            _server_fail("task seeds must be integers in [0, 2**63).")
+            server_error("task seeds must be integers in [0, 2**63).")
         batch = fields.get("batch_size")
         if not (type(batch) is int and (batch == -1 or 1 <= batch < 2**31)):
-            _server_fail(f"batch_size must be -1 or a positive integer, got {batch!r}.")
+            server_error(f"batch_size must be -1 or a positive integer, got {batch!r}.")
         classes = _task_classes(fields.get("classes"))
         params = task.arrays.get("params")
         if set(task.arrays) != {"params"} or not (
             isinstance(params, np.ndarray) and params.dtype == np.float32 and params.ndim == 1
         ):
-            _server_fail("a training task must carry the parameters as one float32 vector.")
+            server_error("a training task must carry the parameters as one float32 vector.")
         if not np.isfinite(params).all():
-            _server_fail("the task's parameters are not finite.")
+            server_error("the task's parameters are not finite.")
         return cls(params, classes, batch, seeds[0], fields.get("seed"), codec, task.site)
 
 
@@ -222,9 +217,9 @@ class FedMPDDClient(Client):
         if step == "train":
             return self._train({0: TrainTask.read(task)}, X, y, sample_weight, {0: rows})[0]
         if step != "describe":
-            _server_fail(f"unknown task step {step!r}.")
+            server_error(f"unknown task step {step!r}.")
         if set(task.fields) != {"step"} or task.arrays:
-            _server_fail("malformed describe task.")
+            server_error("malformed describe task.")
         try:
             labels, counts = np.unique(np.asarray(y if rows is None else y[rows]),
                                        return_counts=True)
@@ -300,7 +295,7 @@ class FedMPDDClient(Client):
             module, criterion = self.estimator._build_network(n_features, len(task.classes))
             n_params = sum(p.numel() for p in module.parameters())
             if n_params != task.params.shape[0]:
-                _server_fail(
+                server_error(
                     f"the task's model has {task.params.shape[0]} parameters, but this site's "
                     f"module has {n_params}: site and server must use the same module settings."
                 )

@@ -1,6 +1,6 @@
 """The errors of the protocol: one for a bad message, one for a task a site refuses."""
 
-__all__ = ["InvalidClientMessage", "TaskRefused", "failing", "who"]
+__all__ = ["InvalidClientMessage", "TaskRefused", "failing", "server_error", "who"]
 
 
 class InvalidClientMessage(ValueError):
@@ -39,10 +39,15 @@ def who(client):
     return "client statistics" if client is None else f"client {client!r}"
 
 
-def failing(client):
+def failing(client, prefix=""):
     """``fail(reason)`` for a reader of ``client``'s message: raises
-    :class:`InvalidClientMessage` naming ``client`` (as :func:`who` does)."""
+    :class:`InvalidClientMessage` naming ``client`` (as :func:`who` does), then ``prefix + reason``."""
     def fail(reason):
-        raise InvalidClientMessage(f"{who(client)}: {reason}", client)
+        raise InvalidClientMessage(f"{who(client)}: {prefix}{reason}", client)
 
     return fail
+
+
+def server_error(reason):
+    """Refuse a malformed task or broadcast model: the site names the server."""
+    raise InvalidClientMessage(f"server: {reason}", "server")

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from .._compat import _unique
-from ._errors import InvalidClientMessage
+from ._errors import InvalidClientMessage, failing, server_error
 from ._values import decode_values
 
 __all__ = [
@@ -102,10 +102,7 @@ def reply_within_dtype(frame, name, value, site):
 def reply_value_counts(frame, descriptor, counts, site, column, *, at_most=None):
     """A column's distinct values and the array ``counts`` of their counts (None: not sent):
     positive int64, one per value, adding up to ``at_most`` rows at most (else each < 2^40)."""
-
-    def fail(reason):
-        reply_error(site, f"column {column}: {reason}")
-
+    fail = failing(site, f"column {column}: ")
     values = decode_values(descriptor, frame.arrays, fail)
     if counts is not None:
         counts = frame.arrays.get(counts)
@@ -127,11 +124,6 @@ def reply_keys(frame, site, fields=(), arrays=()):
     if set(frame.fields) != set(fields) or set(frame.arrays) != set(arrays):
         reply_error(site, f"expected fields {sorted(fields)} and arrays {sorted(arrays)}, "
                           f"got {sorted(frame.fields)} and {sorted(frame.arrays)}.")
-
-
-def server_error(reason):
-    """Refuse a malformed task or broadcast model: the site names the server."""
-    raise InvalidClientMessage(f"server: {reason}", "server")
 
 
 def task_field(task, name, kind):
