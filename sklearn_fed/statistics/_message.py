@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..protocol._errors import InvalidClientMessage
+from ..protocol._errors import InvalidClientMessage, failing
 from ..protocol._errors import who as _who
 from ..protocol._schema import check_site_data, count_rows
 from ..protocol._wire import Frame, SymmetricMatrix, _unpack_upper, decode, encode
@@ -353,9 +353,7 @@ class ClientStatistics:
             Naming ``client``, when a field or array is missing, of the wrong
             type or shape, or when :meth:`validate` fails.
         """
-        def fail(reason):
-            raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
-
+        fail = failing(client)
         if not (isinstance(fields, dict) and isinstance(arrays, dict)):
             fail("statistics must be a mapping of fields and a mapping of arrays.")
         factored = "factor" in arrays
@@ -643,9 +641,7 @@ def _from_v1_bytes(cls, data, *, client, validate):
         Naming ``client``: a truncated or padded message, an unknown version
         or flag, an implausible shape, a checksum mismatch, or invalid statistics.
     """
-    def fail(reason):
-        raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
-
+    fail = failing(client)
     if len(data) < _V1_HEADER.size + _V1_CHECKSUM_BYTES:
         fail(f"message is truncated ({len(data)} bytes is shorter than the fixed header).")
     _, version, flags, d, t, n_samples, weight_sum = _V1_HEADER.unpack_from(data)

@@ -6,8 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._compat import _get_mask
-from ..protocol._errors import InvalidClientMessage
-from ..protocol._errors import who as _who
+from ..protocol._errors import failing
 from ._kernels import _BLOCK_BYTES, _HEAD_ROWS, _blocks, _scratch, gathered
 from ._message import merge_statistics
 from ._validation import MAX_MEAN, MAX_SECOND
@@ -269,11 +268,7 @@ class ColumnMoments:
             negative sum of squares; or a column without weight whose mean
             or sum of squares is not zero.
         """
-        who = _who(client)
-
-        def fail(reason):
-            raise InvalidClientMessage(f"{who}: {reason}", client)
-
+        fail = failing(client)
         level = fields.get("order") if isinstance(fields, dict) else None
         if type(level) is not int or set(fields) != {"order"} or level not in (0, 1, 2):
             fail(f"column statistics need one field 'order' in 0, 1, 2; got {fields!r}.")

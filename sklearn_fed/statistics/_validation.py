@@ -14,7 +14,7 @@ import math
 import numpy as np
 from scipy import linalg
 
-from ..protocol._errors import InvalidClientMessage
+from ..protocol._errors import InvalidClientMessage, failing
 from ..protocol._errors import who as _who
 from ._inplace import _max_abs, _row_chunks, lend_upper, lendable, restore_upper
 
@@ -68,9 +68,7 @@ def validate_statistics(stats, client, n_features, n_targets, psd, *, symmetric)
     InvalidClientMessage
         Naming ``client`` and the first check that failed.
     """
-    def fail(reason):
-        raise InvalidClientMessage(f"{_who(client)}: {reason}", client)
-
+    fail = failing(client)
     n = stats.n_samples
     if isinstance(n, np.integer):  # a numpy integer is read as an int
         n = int(n)
