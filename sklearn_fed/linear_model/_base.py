@@ -24,7 +24,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..protocol._fields import server_error, task_field
+from ..protocol._fields import reply_error, server_error, task_field
 from ..statistics import (
     FORMS,
     ClientStatistics,
@@ -212,29 +212,20 @@ class StatisticsServer(Server):
         self._check_statistics(site, stats, frame)
         previous = self._previous()
         if previous is not None and stats.n_targets != previous.n_targets:
-            raise InvalidClientMessage(
-                f"client {site!r}: has {stats.n_targets} targets but earlier rounds had "
-                f"{previous.n_targets}.",
-                site,
-            )
+            reply_error(site, f"has {stats.n_targets} targets but earlier rounds had "
+                              f"{previous.n_targets}.")
         return stats
 
     def _check_statistics(self, site, stats, frame):
         """Refuse statistics of another width or centering than the task's; robust limits."""
         expected = self._expected_features(frame)
         if stats.n_features != expected:
-            raise InvalidClientMessage(
-                f"client {site!r}: statistics have {stats.n_features} features, expected "
-                f"{expected}.",
-                site,
-            )
+            reply_error(site, f"statistics have {stats.n_features} features, expected "
+                              f"{expected}.")
         if stats.centered != bool(self.estimator.fit_intercept):
-            raise InvalidClientMessage(
-                f"client {site!r}: statistics are "
-                f"{'centered' if stats.centered else 'uncentered'} but the task asked "
-                f"for fit_intercept={self.estimator.fit_intercept}.",
-                site,
-            )
+            centered = "centered" if stats.centered else "uncentered"
+            reply_error(site, f"statistics are {centered} but the task asked for "
+                              f"fit_intercept={self.estimator.fit_intercept}.")
         if self.robust is not None:
             self.robust.check(site, stats)
 
@@ -251,11 +242,8 @@ class StatisticsServer(Server):
         if finite:
             return
         label = most_extreme_client(replies)
-        raise InvalidClientMessage(
-            f"client {label!r}: the statistics give a non-finite model (this client's "
-            "message holds the most extreme values); nothing was applied.",
-            label,
-        )
+        reply_error(label, "the statistics give a non-finite model (this client's "
+                           "message holds the most extreme values); nothing was applied.")
 
     def _expected_features(self, frame):
         """Number of features the statistics of a reply must have."""
@@ -430,20 +418,14 @@ class BaseFederatedRidge(
             elif isinstance(message, (bytes, bytearray, memoryview)):
                 stats = ClientStatistics.from_bytes(message, client=label, validate=False)
             else:
-                raise InvalidClientMessage(
-                    f"client {label!r}: expected ClientStatistics or bytes, got "
-                    f"{type(message).__name__}.",
-                    label,
-                )
+                reply_error(label, "expected ClientStatistics or bytes, got "
+                                   f"{type(message).__name__}.")
             stats.validate(client=label, psd=False, **expected)
             expected = {"n_features": stats.n_features, "n_targets": stats.n_targets}
             if stats.centered != self.fit_intercept:
-                raise InvalidClientMessage(
-                    f"client {label!r}: statistics are "
-                    f"{'centered' if stats.centered else 'uncentered'} but "
-                    f"fit_intercept={self.fit_intercept}.",
-                    label,
-                )
+                reply_error(label, "statistics are "
+                                   f"{'centered' if stats.centered else 'uncentered'} but "
+                                   f"fit_intercept={self.fit_intercept}.")
             parsed.append((label, message if keep_bytes and stats is not message else stats))
         return parsed
 

@@ -32,7 +32,7 @@ from ..protocol import (
     run_simulation,
     sorted_labels,
 )
-from ..protocol._fields import reply_keys, reply_number
+from ..protocol._fields import reply_error, reply_keys, reply_number
 from ..simulation import elect_leader
 from ..statistics import ClientStatistics
 from ..statistics._kernels import few_rows_factor
@@ -283,11 +283,8 @@ class IncrementalServer(Server):
         n_targets = frame.schema.get("n_targets")
         state = self._state
         if state["n_targets"] is not None and n_targets != state["n_targets"]:
-            raise InvalidClientMessage(
-                f"client {site!r}: has {n_targets} targets but earlier rounds had "
-                f"{state['n_targets']}.",
-                site,
-            )
+            reply_error(site, f"has {n_targets} targets but earlier rounds had "
+                              f"{state['n_targets']}.")
         if not (type(n_targets) is int and n_targets > 0):
             raise InvalidClientMessage(f"client {site!r}: the reply names no targets.", site)
         stats = ClientStatistics.from_payload(
@@ -295,9 +292,8 @@ class IncrementalServer(Server):
             n_targets=n_targets,
         )
         if stats.centered is not state["centered"]:
-            raise InvalidClientMessage(
-                f"client {site!r}: statistics are {'' if stats.centered else 'un'}centered, but "
-                f"the task asked for centered={state['centered']}.", site)
+            reply_error(site, f"statistics are {'' if stats.centered else 'un'}centered, but "
+                              f"the task asked for centered={state['centered']}.")
         return stats
 
     def apply(self, replies, ledger):

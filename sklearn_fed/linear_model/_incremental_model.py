@@ -21,7 +21,7 @@ import time
 import numpy as np
 from scipy import linalg
 
-from ..protocol import InvalidClientMessage
+from ..protocol._fields import reply_error
 from ..protocol._threads import blas_libraries
 from ..statistics._kernels import drop_direction as _drop_direction
 from ._base import ridge_attributes
@@ -174,11 +174,8 @@ class _Model:
             return
         with np.errstate(over="ignore"):  # ranking huge values: inf is a fine rank
             site = max(contributions, key=lambda contribution: _magnitude(contribution[1]))[0]
-        raise InvalidClientMessage(
-            f"client {site!r}: merging its statistics overflows float64 (its rows hold values "
-            "too large for ridge statistics). Nothing was applied.",
-            site,
-        )
+        reply_error(site, "merging its statistics overflows float64 (its rows hold values "
+                          "too large for ridge statistics). Nothing was applied.")
 
     @property
     def coef(self):

@@ -37,7 +37,7 @@ from ..protocol import (
     sorted_labels,
 )
 from ..protocol._errors import failing
-from ..protocol._fields import server_error
+from ..protocol._fields import reply_error, server_error
 from ..statistics import (
     ClientStatistics,
     ColumnMoments,
@@ -374,9 +374,8 @@ class LogisticServer(ClassesServerMixin, Server):
                                               psd=False)
         if stats.n_features != frame.schema["n_features"] or not stats.centered or (
                 stats.n_targets != classes.shape[0] or stats.single_target):
-            raise InvalidClientMessage(
-                f"client {site!r}: first-step statistics must be centered, with one "
-                "indicator target per class of the site.", site)
+            reply_error(site, "first-step statistics must be centered, with one "
+                              "indicator target per class of the site.")
         return stats
 
     def _after_classes(self, replies, ledger):

@@ -8,7 +8,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from .._compat import StrOptions
 from ..protocol import InvalidClientMessage, decode_values
-from ..protocol._fields import server_error
+from ..protocol._fields import reply_error, server_error
 from ..statistics import ClientStatistics
 from ._base import BaseFederatedRidge, StatisticsClient, fit_method, task_field
 from ._classes import (
@@ -243,10 +243,8 @@ class _ClassifierRounds(ClassesServerMixin):
         # FederatedRidgeCV's server checks its statistics with _expected_targets itself.
         if isinstance(parsed, ClientStatistics) and (
                 parsed.n_targets != self._expected_targets(frame) or parsed.single_target):
-            raise InvalidClientMessage(
-                f"client {site!r}: statistics must have {self._expected_targets(frame)} "
-                "indicator targets.", site
-            )
+            reply_error(site, f"statistics must have {self._expected_targets(frame)} "
+                              "indicator targets.")
         return parsed
 
     def _apply_classified(self, replies, ledger):
